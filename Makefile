@@ -1,0 +1,84 @@
+# hone: `make` builds the CPU engine (./hone); `make check` installs what is
+# missing, builds, and runs the test suite twice: plain and under ASan+UBSan.
+#
+# Sources are found by wildcard: every src/*/**.c except src/cli goes into
+# libhone.a; src/cli/*.c make the hone binary; each tests/test_*.c is its own
+# test binary linked with libhone.a. Files named *_avx2.c are compiled for
+# AVX2+FMA+F16C and only called after a run-time CPU check.
+
+CC      ?= cc
+OPT     ?= -O2
+CFLAGS  ?= $(OPT) -g
+WARN     = -std=c11 -Wall -Wextra -Werror
+DEFS     = -D_GNU_SOURCE
+DEPFLAGS = -MMD -MP
+LIBS     = -lpcre2-8 -lutf8proc -ljansson -lxxhash -lmicrohttpd -lpthread -lm
+ARCH    := $(shell uname -m)
+
+BUILD   ?= build
+SRC_LIB := $(sort $(shell find src -name '*.c' ! -path 'src/cli/*'))
+SRC_CLI := $(sort $(wildcard src/cli/*.c))
+SRC_TST := $(sort $(wildcard tests/test_*.c))
+
+OBJ_LIB := $(SRC_LIB:%.c=$(BUILD)/%.o)
+OBJ_CLI := $(SRC_CLI:%.c=$(BUILD)/%.o)
+BIN_TST := $(SRC_TST:tests/%.c=$(BUILD)/tests/%)
+
+ifeq ($(ARCH),x86_64)
+SIMD_AVX2 = -mavx2 -mfma -mf16c
+endif
+
+.PHONY: all check test asan-test setup demo clean
+
+all: hone
+
+hone: $(BUILD)/hone
+	@ln -sf $(BUILD)/hone hone
+
+$(BUILD)/hone: $(OBJ_CLI) $(BUILD)/libhone.a
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(OBJ_CLI) $(BUILD)/libhone.a $(LIBS)
+
+$(BUILD)/libhone.a: $(OBJ_LIB)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) $(DEFS) $(DEPFLAGS) $(SIMD_AVX2) -c -o $@ $<
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) $(DEFS) $(DEPFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libhone.a tests/test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) $(DEFS) -Isrc -o $@ $< $(BUILD)/libhone.a $(LIBS)
+
+tests: $(BIN_TST)
+
+# test: plain build; asan-test: a separate sanitizer build in build-asan/
+test: $(BUILD)/hone tests
+	HONE_BIN=$(abspath $(BUILD)/hone) scripts/run_tests.sh $(BUILD)
+
+SANITIZE = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+asan-test:
+	$(MAKE) BUILD=build-asan CFLAGS="-O1 -g $(SANITIZE)" LDFLAGS="$(SANITIZE)" \
+	  HONE_SANITIZED=1 test
+
+setup:
+	scripts/setup.sh
+
+# The README's test command: everything from a fresh machine.
+check: setup
+	$(MAKE) test
+	$(MAKE) asan-test
+
+# The README's main command: run a prompt on the demo model hone makes itself.
+demo: setup
+	$(MAKE) hone
+	./hone run -p "Once upon a time" -n 32
+
+clean:
+	rm -rf build build-asan hone
+
+-include $(OBJ_LIB:.o=.d) $(OBJ_CLI:.o=.d)

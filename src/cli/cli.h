@@ -1,0 +1,14 @@
+/* cli.h: the hone command-line tool. Each command is cmd_<name>(argc, argv)
+ * with argv[0] the command name; it returns the process exit code (0 ok,
+ * 1 error, 2 usage) and prints errors to stderr. Only cli/ may call exit(). */
+#ifndef HN_CLI_H
+#define HN_CLI_H
+
+int cmd_run(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_template(int argc, char **argv);
+
+#endif

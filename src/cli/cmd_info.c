@@ -1,0 +1,11 @@
+/* cmd_info.c: placeholder until the module behind it lands; says so and fails. */
+#include <stdio.h>
+
+#include "cli.h"
+
+int cmd_info(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "hone info: not implemented yet\n");
+    return 1;
+}

@@ -1,0 +1,35 @@
+/* alloc.h: the one allocation hook.
+ *
+ * All engine memory goes through hn_malloc/hn_calloc/hn_realloc/hn_free, so the
+ * engine can report what it uses and tests can make the Nth allocation fail
+ * (hn_alloc_fail_after). Large, page-aligned regions (weights repacked at load,
+ * KV slabs) use hn_pages_alloc/hn_pages_free, which map memory straight from the
+ * OS so that freeing it gives it back. The counters are process-wide and
+ * thread-safe. */
+#ifndef HN_ALLOC_H
+#define HN_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Like malloc/calloc/realloc/free; return NULL on failure (or injected failure). */
+void *hn_malloc(size_t n);
+void *hn_calloc(size_t count, size_t size);
+void *hn_realloc(void *p, size_t n);
+void hn_free(void *p);
+/* Returns a copy of s made with hn_malloc, or NULL. */
+char *hn_strdup(const char *s);
+
+/* Page-aligned memory from the OS (mmap); zero-filled; NULL on failure. */
+void *hn_pages_alloc(size_t n);
+void hn_pages_free(void *p, size_t n);
+
+/* Bytes currently allocated through the hook (heap + pages), and the peak. */
+size_t hn_alloc_bytes(void);
+size_t hn_alloc_peak(void);
+
+/* Test hook: after `n` more successful allocations, every allocation fails
+ * until called again with a negative n (which disables injection). */
+void hn_alloc_fail_after(long n);
+
+#endif

@@ -1,0 +1,40 @@
+/* test.h: the minimal test harness. Each test binary calls CHECK/CHECKF and
+ * ends with TEST_DONE(), which prints "N passed, N failed" and returns non-zero
+ * on any failure. Data files live in ../shared relative to the project root;
+ * test_data_path() builds such paths (HONE_SHARED overrides the location). */
+#ifndef HN_TEST_H
+#define HN_TEST_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int test_passed_, test_failed_;
+
+#define CHECK(cond) CHECKF(cond, "%s", #cond)
+#define CHECKF(cond, ...)                                              \
+    do {                                                               \
+        if (cond) {                                                    \
+            test_passed_++;                                            \
+        } else {                                                       \
+            test_failed_++;                                            \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);       \
+            fprintf(stderr, __VA_ARGS__);                              \
+            fputc('\n', stderr);                                       \
+        }                                                              \
+    } while (0)
+
+#define TEST_DONE()                                                    \
+    do {                                                               \
+        printf("%d passed, %d failed\n", test_passed_, test_failed_); \
+        return test_failed_ ? 1 : 0;                                   \
+    } while (0)
+
+/* Writes "<shared>/<rel>" into buf and returns buf. */
+static inline const char *test_data_path(char *buf, size_t cap, const char *rel) {
+    const char *root = getenv("HONE_SHARED");
+    snprintf(buf, cap, "%s/%s", root && *root ? root : "../shared", rel);
+    return buf;
+}
+
+#endif
