@@ -1,0 +1,37 @@
+/* dot.h: CPU dot-product kernels between a quantized weight row and an
+ * activation row, the inner loop of every matmul.
+ *
+ * Activations are f32 in the model; before a matmul each activation row is
+ * converted once with `act` into the kernel's act_type (Q8_0 for the 32-block
+ * types, Q8_K for the K-quants, F32 or F16 for the float types), then `dot`
+ * runs against every weight row. Each weight type has a scalar reference
+ * (isa "ref") and, where the CPU has them, faster variants chosen at run time
+ * by CPU features (cpu_dot_best). Every variant is tested against the reference. */
+#ifndef HN_CPU_DOT_H
+#define HN_CPU_DOT_H
+
+#include <stdint.h>
+
+#include "../../quant/blocks.h"
+
+/* s = dot(w[0..n), a[0..n)) with w in the weight type and a in act_type. */
+typedef void (*cpu_dot_fn)(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+/* Converts n f32 activations into act_type (n a multiple of its block size). */
+typedef void (*cpu_act_fn)(const float *restrict x, void *restrict y, int64_t n);
+
+typedef struct cpu_dot_kernel {
+    qt_type wtype;
+    qt_type act_type;
+    cpu_act_fn act;
+    cpu_dot_fn dot;
+    const char *isa;   /* "ref", "avx2", "neon" ... */
+} cpu_dot_kernel;
+
+/* The fastest variant this CPU supports for weight type t, or NULL if the type has no kernel. */
+const cpu_dot_kernel *cpu_dot_best(qt_type t);
+/* The scalar reference for weight type t, or NULL. */
+const cpu_dot_kernel *cpu_dot_ref(qt_type t);
+/* Every variant this CPU can run for t (reference first); returns the count (at most cap written). */
+int cpu_dot_variants(qt_type t, const cpu_dot_kernel **out, int cap);
+
+#endif
