@@ -10,6 +10,7 @@
 #ifndef HN_CPU_DOT_H
 #define HN_CPU_DOT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../../quant/blocks.h"
@@ -33,5 +34,16 @@ const cpu_dot_kernel *cpu_dot_best(qt_type t);
 const cpu_dot_kernel *cpu_dot_ref(qt_type t);
 /* Every variant this CPU can run for t (reference first); returns the count (at most cap written). */
 int cpu_dot_variants(qt_type t, const cpu_dot_kernel **out, int cap);
+
+/* What this CPU and OS support, detected once on first use (thread-safe). The
+ * AVX-512 and VNNI bits are recorded for kernels and tuning to come. */
+typedef struct cpu_features {
+    bool avx2, fma, f16c;
+    bool avx512f, avx512bw, avx512vnni, avx_vnni;
+    bool neon;
+} cpu_features;
+
+/* Returns the detected features (never NULL; all false on unknown CPUs). */
+const cpu_features *cpu_dot_features(void);
 
 #endif

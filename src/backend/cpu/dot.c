@@ -1,0 +1,581 @@
+/* dot.c: the CPU dot-kernel registry, the scalar reference kernels, the
+ * activation converters and run-time CPU feature detection.
+ *
+ * Activation types per weight type (what `act` produces, what `dot` reads):
+ *   F32, F16, BF16                       -> F32 (a plain copy)
+ *   Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4      -> Q8_0
+ *   Q4_1, Q5_1                           -> Q8_1
+ *   Q2_K..Q6_K, IQ4_XS                   -> Q8_K
+ *
+ * A reference kernel computes exactly what the block formats say: the sum over
+ * elements of dequant(w) * dequant(a), where every block's integer products
+ * are summed exactly in integers and scaled once per (sub-)block, so it agrees
+ * with an f64 dot of the dequantized rows to float rounding. (The Q8_1 `s`
+ * field is filled for compatibility but the reference does not use it: it is
+ * an f16-rounded copy of d*sum(qs).) Faster variants live in dot_<isa>.c and
+ * are listed here behind a run-time CPU check. */
+#include "dot.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "dot_int.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define HN_X86 1
+#endif
+
+/* ---- scalar conversions (private; the quant module has the public ones) ---- */
+
+static inline float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: value = man * 2^-24 */
+            float f = (float)man * (1.0f / 16777216.0f);
+            return sign ? -f : f;
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Round to nearest even; overflow goes to inf, NaN stays NaN. */
+static inline uint16_t f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00);
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds past 65504 */
+    if (ax < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
+        float a;
+        memcpy(&a, &ax, 4);
+        float m = a * 16777216.0f; /* in units of 2^-24, exact */
+        uint32_t r = (uint32_t)lrintf(m);
+        return (uint16_t)(sign | r);
+    }
+    uint32_t mant = ax & 0x7fffff, exp = (ax >> 23) - 112;
+    uint32_t h = (exp << 10) | (mant >> 13);
+    uint32_t rem = mant & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+const int8_t cpu_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                      1,    13,   25,  38,  53,  69,  89,  113};
+const int8_t cpu_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+float cpu_e8m0_half(uint8_t e) {
+    /* 2^(e-127) / 2 = 2^(e-128); e < 2 gives a subnormal float */
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* ---- activation converters ---- */
+
+void cpu_act_f32(const float *restrict x, void *restrict y, int64_t n) {
+    memcpy(y, x, (size_t)n * sizeof(float));
+}
+
+static inline int clamp_round(float v) {
+    long r = lrintf(v);
+    return r > 127 ? 127 : r < -127 ? -127 : (int)r;
+}
+
+/* Symmetric 8-bit blocks of 32: d = max|x| / 127, q = round(x / d). */
+void cpu_act_q8_0(const float *restrict x, void *restrict vy, int64_t n) {
+    block_q8_0 *y = vy;
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        float amax = 0;
+        for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        y[i].d = f32_to_f16(d);
+        for (int j = 0; j < QK8_0; j++) y[i].qs[j] = (int8_t)clamp_round(x[j] * id);
+    }
+}
+
+/* As Q8_0, plus s = d * sum(q) (f16). */
+void cpu_act_q8_1(const float *restrict x, void *restrict vy, int64_t n) {
+    block_q8_1 *y = vy;
+    for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
+        float amax = 0;
+        for (int j = 0; j < QK8_1; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < QK8_1; j++) {
+            int q = clamp_round(x[j] * id);
+            y[i].qs[j] = (int8_t)q;
+            sum += q;
+        }
+        y[i].d = f32_to_f16(d);
+        y[i].s = f32_to_f16(d * (float)sum);
+    }
+}
+
+/* Blocks of 256 with an f32 scale and per-16 sums; |q| <= 127 so that the
+ * SIMD kernels may negate activations without overflow. */
+void cpu_act_q8_K(const float *restrict x, void *restrict vy, int64_t n) {
+    block_q8_K *y = vy;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float amax = 0, max = 0;
+        for (int j = 0; j < QK_K; j++) {
+            float ax = fabsf(x[j]);
+            if (ax > amax) {
+                amax = ax;
+                max = x[j];
+            }
+        }
+        if (amax == 0) {
+            memset(&y[i], 0, sizeof(y[i]));
+            continue;
+        }
+        float iscale = -127.0f / max;
+        for (int j = 0; j < QK_K; j++) y[i].qs[j] = (int8_t)clamp_round(iscale * x[j]);
+        for (int j = 0; j < QK_K / 16; j++) {
+            int sum = 0;
+            for (int k = 0; k < 16; k++) sum += y[i].qs[j * 16 + k];
+            y[i].bsums[j] = (int16_t)sum;
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
+/* ---- scalar reference kernels ---- */
+
+static void dot_f32_ref(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const float *w = vw, *a = va;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)w[i] * a[i];
+    *s = (float)sum;
+}
+
+static void dot_f16_ref(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const uint16_t *w = vw;
+    const float *a = va;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)f16_to_f32(w[i]) * a[i];
+    *s = (float)sum;
+}
+
+static void dot_bf16_ref(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const uint16_t *w = vw;
+    const float *a = va;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)bf16_to_f32(w[i]) * a[i];
+    *s = (float)sum;
+}
+
+static void dot_q4_0_ref(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const block_q4_0 *w = vw;
+    const block_q8_0 *a = va;
+    double sum = 0;
+    for (int64_t i = 0; i < n / QK4_0; i++) {
+        int sumi = 0;
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            sumi += ((w[i].qs[j] & 0xf) - 8) * a[i].qs[j];
+            sumi += ((w[i].qs[j] >> 4) - 8) * a[i].qs[j + 16];
+        }
+        sum += (double)(f16_to_f32(w[i].d) * f16_to_f32(a[i].d)) * sumi;
+    }
+    *s = (float)sum;
+}
+
+static void dot_q4_1_ref(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const block_q4_1 *w = vw;
+    const block_q8_1 *a = va;
+    double sum = 0;
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        int sumi = 0, suma = 0;
+        for (int j = 0; j < QK4_1 / 2; j++) {
+            sumi += (w[i].qs[j] & 0xf) * a[i].qs[j] + (w[i].qs[j] >> 4) * a[i].qs[j + 16];
+            suma += a[i].qs[j] + a[i].qs[j + 16];
+        }
+        float da = f16_to_f32(a[i].d);
+        sum += (double)(f16_to_f32(w[i].d) * da) * sumi + (double)(f16_to_f32(w[i].m) * da) * suma;
+    }
+    *s = (float)sum;
+}
+
+static inline int q5_hi(uint32_t qh, int j) { return (int)((qh >> j) & 1) << 4; }
+
+static void dot_q5_0_ref(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const block_q5_0 *w = vw;
+    const block_q8_0 *a = va;
+    double sum = 0;
+    for (int64_t i = 0; i < n / QK5_0; i++) {
+        uint32_t qh;
+        memcpy(&qh, w[i].qh, 4);
+        int sumi = 0;
+        for (int j = 0; j < QK5_0 / 2; j++) {
+            sumi += (((w[i].qs[j] & 0xf) | q5_hi(qh, j)) - 16) * a[i].qs[j];
+            sumi += (((w[i].qs[j] >> 4) | q5_hi(qh, j + 16)) - 16) * a[i].qs[j + 16];
+        }
+        sum += (double)(f16_to_f32(w[i].d) * f16_to_f32(a[i].d)) * sumi;
+    }
+    *s = (float)sum;
+}
+
+static void dot_q5_1_ref(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const block_q5_1 *w = vw;
+    const block_q8_1 *a = va;
+    double sum = 0;
+    for (int64_t i = 0; i < n / QK5_1; i++) {
+        uint32_t qh;
+        memcpy(&qh, w[i].qh, 4);
+        int sumi = 0, suma = 0;
+        for (int j = 0; j < QK5_1 / 2; j++) {
+            sumi += ((w[i].qs[j] & 0xf) | q5_hi(qh, j)) * a[i].qs[j];
+            sumi += ((w[i].qs[j] >> 4) | q5_hi(qh, j + 16)) * a[i].qs[j + 16];
+            suma += a[i].qs[j] + a[i].qs[j + 16];
+        }
+        float da = f16_to_f32(a[i].d);
+        sum += (double)(f16_to_f32(w[i].d) * da) * sumi + (double)(f16_to_f32(w[i].m) * da) * suma;
+    }
+    *s = (float)sum;
+}
+
+static void dot_q8_0_ref(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const block_q8_0 *w = vw;
+    const block_q8_0 *a = va;
+    double sum = 0;
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        int sumi = 0;
+        for (int j = 0; j < QK8_0; j++) sumi += w[i].qs[j] * a[i].qs[j];
+        sum += (double)(f16_to_f32(w[i].d) * f16_to_f32(a[i].d)) * sumi;
+    }
+    *s = (float)sum;
+}
+
+/* One 32-block of 4-bit indices into a 16-level table against Q8_0 codes. */
+static inline int lut4_block(const uint8_t *qs, const int8_t *aq, const int8_t *lut) {
+    int sumi = 0;
+    for (int j = 0; j < 16; j++) sumi += lut[qs[j] & 0xf] * aq[j] + lut[qs[j] >> 4] * aq[j + 16];
+    return sumi;
+}
+
+static void dot_iq4_nl_ref(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const block_iq4_nl *w = vw;
+    const block_q8_0 *a = va;
+    double sum = 0;
+    for (int64_t i = 0; i < n / QK4_NL; i++) {
+        int sumi = lut4_block(w[i].qs, a[i].qs, cpu_kvalues_iq4nl);
+        sum += (double)(f16_to_f32(w[i].d) * f16_to_f32(a[i].d)) * sumi;
+    }
+    *s = (float)sum;
+}
+
+static void dot_mxfp4_ref(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const block_mxfp4 *w = vw;
+    const block_q8_0 *a = va;
+    double sum = 0;
+    for (int64_t i = 0; i < n / QK_MXFP4; i++) {
+        int sumi = lut4_block(w[i].qs, a[i].qs, cpu_kvalues_mxfp4);
+        sum += (double)(cpu_e8m0_half(w[i].e) * f16_to_f32(a[i].d)) * sumi;
+    }
+    *s = (float)sum;
+}
+
+/* Q2_K: 16 sub-blocks of 16; value = d*(sc&15)*q - dmin*(sc>>4), q in 0..3.
+ * Element order: for each half of 128, for shift 0,2,4,6: qs[0..16) then qs[16..32). */
+static void dot_q2_K_ref(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const block_q2_K *w = vw;
+    const block_q8_K *a = va;
+    double sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const uint8_t *q = w[i].qs;
+        const int8_t *aq = a[i].qs;
+        int sumi = 0, summ = 0, is = 0;
+        for (int half = 0; half < 2; half++, q += 32) {
+            for (int shift = 0; shift < 8; shift += 2) {
+                for (int k = 0; k < 2; k++, is++, aq += 16) {
+                    int sc = w[i].scales[is], si = 0;
+                    for (int l = 0; l < 16; l++) si += ((q[16 * k + l] >> shift) & 3) * aq[l];
+                    sumi += (sc & 0xf) * si;
+                    summ += (sc >> 4) * a[i].bsums[is];
+                }
+            }
+        }
+        sum += (double)(f16_to_f32(w[i].d) * a[i].d) * sumi - (double)(f16_to_f32(w[i].dmin) * a[i].d) * summ;
+    }
+    *s = (float)sum;
+}
+
+/* Q3_K's 16 6-bit scales (biased by 32) from 12 packed bytes. */
+static inline void q3_K_scales(const uint8_t *p, int8_t *sc) {
+    for (int j = 0; j < 16; j++) {
+        int lo = j < 8 ? (p[j] & 0xf) : (p[j - 8] >> 4);
+        int hi = (p[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+        sc[j] = (int8_t)((lo | (hi << 4)) - 32);
+    }
+}
+
+/* Q3_K: value = d*(sc-32)*(q - (hmask bit ? 0 : 4)), q in 0..3 from qs. */
+static void dot_q3_K_ref(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const block_q3_K *w = vw;
+    const block_q8_K *a = va;
+    double sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int8_t sc[16];
+        q3_K_scales(w[i].scales, sc);
+        const uint8_t *q = w[i].qs, *hm = w[i].hmask;
+        const int8_t *aq = a[i].qs;
+        int sumi = 0, is = 0, m = 1;
+        for (int half = 0; half < 2; half++, q += 32) {
+            for (int shift = 0; shift < 8; shift += 2, m <<= 1) {
+                for (int k = 0; k < 2; k++, is++, aq += 16) {
+                    int si = 0;
+                    for (int l = 0; l < 16; l++) {
+                        int v = ((q[16 * k + l] >> shift) & 3) - ((hm[16 * k + l] & m) ? 0 : 4);
+                        si += v * aq[l];
+                    }
+                    sumi += sc[is] * si;
+                }
+            }
+        }
+        sum += (double)(f16_to_f32(w[i].d) * a[i].d) * sumi;
+    }
+    *s = (float)sum;
+}
+
+/* Q4_K / Q5_K's 8 pairs of 6-bit (scale, min) from 12 packed bytes. */
+static inline void k4_scale_min(int j, const uint8_t *q, int *d, int *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* Q4_K: 8 sub-blocks of 32; value = d*sc*q - dmin*m, q in 0..15; each 32
+ * bytes of qs hold two sub-blocks (low nibbles, then high nibbles). */
+static void dot_q4_K_ref(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const block_q4_K *w = vw;
+    const block_q8_K *a = va;
+    double sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const uint8_t *q = w[i].qs;
+        const int8_t *aq = a[i].qs;
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < QK_K / 32; j++) {
+            int sc, m, si = 0;
+            k4_scale_min(j, w[i].scales, &sc, &m);
+            int shift = (j & 1) * 4;
+            for (int l = 0; l < 32; l++) si += ((q[l] >> shift) & 0xf) * aq[l];
+            sumi += sc * si;
+            summ += m * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
+            aq += 32;
+            if (j & 1) q += 32;
+        }
+        sum += (double)(f16_to_f32(w[i].d) * a[i].d) * sumi - (double)(f16_to_f32(w[i].dmin) * a[i].d) * summ;
+    }
+    *s = (float)sum;
+}
+
+/* Q5_K: Q4_K plus a fifth bit from qh (bit j of qh[l] for sub-block j). */
+static void dot_q5_K_ref(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const block_q5_K *w = vw;
+    const block_q8_K *a = va;
+    double sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const uint8_t *q = w[i].qs;
+        const int8_t *aq = a[i].qs;
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < QK_K / 32; j++) {
+            int sc, m, si = 0;
+            k4_scale_min(j, w[i].scales, &sc, &m);
+            int shift = (j & 1) * 4;
+            for (int l = 0; l < 32; l++) {
+                int v = ((q[l] >> shift) & 0xf) | (((w[i].qh[l] >> j) & 1) << 4);
+                si += v * aq[l];
+            }
+            sumi += sc * si;
+            summ += m * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
+            aq += 32;
+            if (j & 1) q += 32;
+        }
+        sum += (double)(f16_to_f32(w[i].d) * a[i].d) * sumi - (double)(f16_to_f32(w[i].dmin) * a[i].d) * summ;
+    }
+    *s = (float)sum;
+}
+
+/* Q6_K: value = d*sc*(q-32), q = 4 bits of ql + 2 bits of qh; per 128
+ * elements: ql[0..64), qh[0..32), scales[0..8). */
+static void dot_q6_K_ref(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const block_q6_K *w = vw;
+    const block_q8_K *a = va;
+    double sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const uint8_t *ql = w[i].ql, *qh = w[i].qh;
+        const int8_t *sc = w[i].scales, *aq = a[i].qs;
+        int sumi = 0;
+        for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8, aq += 128) {
+            int s4[8] = {0};
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                int q1 = ((ql[l] & 0xf) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                int q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                s4[is + 0] += q1 * aq[l];
+                s4[is + 2] += q2 * aq[l + 32];
+                s4[is + 4] += q3 * aq[l + 64];
+                s4[is + 6] += q4 * aq[l + 96];
+            }
+            for (int k = 0; k < 8; k++) sumi += sc[k] * s4[k];
+        }
+        sum += (double)(f16_to_f32(w[i].d) * a[i].d) * sumi;
+    }
+    *s = (float)sum;
+}
+
+/* IQ4_XS: 8 sub-blocks of 32 with 6-bit scales (biased by 32), IQ4_NL levels. */
+static void dot_iq4_xs_ref(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const block_iq4_xs *w = vw;
+    const block_q8_K *a = va;
+    double sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int sumi = 0;
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            int ls = ((w[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((w[i].scales_h >> 2 * ib) & 3) << 4);
+            sumi += (ls - 32) * lut4_block(w[i].qs + 16 * ib, a[i].qs + 32 * ib, cpu_kvalues_iq4nl);
+        }
+        sum += (double)(f16_to_f32(w[i].d) * a[i].d) * sumi;
+    }
+    *s = (float)sum;
+}
+
+/* ---- CPU features ---- */
+
+static cpu_features g_features;
+static pthread_once_t g_features_once = PTHREAD_ONCE_INIT;
+
+#ifdef HN_X86
+static uint64_t xgetbv0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+static void detect_features(void) {
+    cpu_features f;
+    memset(&f, 0, sizeof(f));
+#ifdef HN_X86
+    unsigned a, b, c, d;
+    unsigned max_leaf = __get_cpuid_max(0, NULL);
+    if (max_leaf >= 1 && __get_cpuid(1, &a, &b, &c, &d)) {
+        bool osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+        uint64_t xcr0 = osxsave ? xgetbv0() : 0;
+        bool ymm_os = (xcr0 & 0x6) == 0x6;           /* SSE and AVX state saved */
+        bool zmm_os = ymm_os && (xcr0 & 0xe0) == 0xe0; /* opmask, ZMM hi256, hi16 ZMM */
+        if (avx && ymm_os) {
+            f.fma = (c >> 12) & 1;
+            f.f16c = (c >> 29) & 1;
+            if (max_leaf >= 7) {
+                __cpuid_count(7, 0, a, b, c, d);
+                f.avx2 = (b >> 5) & 1;
+                f.avx512f = zmm_os && ((b >> 16) & 1);
+                f.avx512bw = zmm_os && ((b >> 30) & 1);
+                f.avx512vnni = zmm_os && ((c >> 11) & 1);
+                unsigned max_sub = a;
+                if (max_sub >= 1) {
+                    __cpuid_count(7, 1, a, b, c, d);
+                    f.avx_vnni = (a >> 4) & 1;
+                }
+            }
+        }
+    }
+#elif defined(__aarch64__)
+    f.neon = true; /* Advanced SIMD is mandatory on AArch64 */
+#endif
+    g_features = f;
+}
+
+const cpu_features *cpu_dot_features(void) {
+    pthread_once(&g_features_once, detect_features);
+    return &g_features;
+}
+
+/* ---- registry ---- */
+
+enum { ISA_REF, ISA_AVX2 };
+
+typedef struct {
+    cpu_dot_kernel k;
+    int isa;
+} entry;
+
+#define REF(T, A, ACT, FN) {{T, A, ACT, FN, "ref"}, ISA_REF}
+
+/* Reference first for every type, then faster variants in order of preference. */
+static const entry g_kernels[] = {
+    REF(QT_F32, QT_F32, cpu_act_f32, dot_f32_ref),
+    REF(QT_F16, QT_F32, cpu_act_f32, dot_f16_ref),
+    REF(QT_BF16, QT_F32, cpu_act_f32, dot_bf16_ref),
+    REF(QT_Q4_0, QT_Q8_0, cpu_act_q8_0, dot_q4_0_ref),
+    REF(QT_Q4_1, QT_Q8_1, cpu_act_q8_1, dot_q4_1_ref),
+    REF(QT_Q5_0, QT_Q8_0, cpu_act_q8_0, dot_q5_0_ref),
+    REF(QT_Q5_1, QT_Q8_1, cpu_act_q8_1, dot_q5_1_ref),
+    REF(QT_Q8_0, QT_Q8_0, cpu_act_q8_0, dot_q8_0_ref),
+    REF(QT_Q2_K, QT_Q8_K, cpu_act_q8_K, dot_q2_K_ref),
+    REF(QT_Q3_K, QT_Q8_K, cpu_act_q8_K, dot_q3_K_ref),
+    REF(QT_Q4_K, QT_Q8_K, cpu_act_q8_K, dot_q4_K_ref),
+    REF(QT_Q5_K, QT_Q8_K, cpu_act_q8_K, dot_q5_K_ref),
+    REF(QT_Q6_K, QT_Q8_K, cpu_act_q8_K, dot_q6_K_ref),
+    REF(QT_IQ4_NL, QT_Q8_0, cpu_act_q8_0, dot_iq4_nl_ref),
+    REF(QT_IQ4_XS, QT_Q8_K, cpu_act_q8_K, dot_iq4_xs_ref),
+    REF(QT_MXFP4, QT_Q8_0, cpu_act_q8_0, dot_mxfp4_ref),
+};
+
+static bool isa_ok(int isa) {
+    const cpu_features *f = cpu_dot_features();
+    switch (isa) {
+    case ISA_REF: return true;
+    case ISA_AVX2: return f->avx2 && f->fma && f->f16c;
+    default: return false;
+    }
+}
+
+int cpu_dot_variants(qt_type t, const cpu_dot_kernel **out, int cap) {
+    int n = 0;
+    for (size_t i = 0; i < sizeof(g_kernels) / sizeof(g_kernels[0]); i++) {
+        if (g_kernels[i].k.wtype != t || !isa_ok(g_kernels[i].isa)) continue;
+        if (n < cap) out[n] = &g_kernels[i].k;
+        n++;
+    }
+    return n;
+}
+
+const cpu_dot_kernel *cpu_dot_best(qt_type t) {
+    const cpu_dot_kernel *best = NULL;
+    for (size_t i = 0; i < sizeof(g_kernels) / sizeof(g_kernels[0]); i++)
+        if (g_kernels[i].k.wtype == t && isa_ok(g_kernels[i].isa)) best = &g_kernels[i].k;
+    return best;
+}
+
+const cpu_dot_kernel *cpu_dot_ref(qt_type t) {
+    for (size_t i = 0; i < sizeof(g_kernels) / sizeof(g_kernels[0]); i++)
+        if (g_kernels[i].k.wtype == t && g_kernels[i].isa == ISA_REF) return &g_kernels[i].k;
+    return NULL;
+}

@@ -1,0 +1,42 @@
+/* dot_int.h: private to the dot-kernel module (dot.c and dot_<isa>.c).
+ *
+ * dot.c owns the registry, the scalar references and the activation
+ * converters; each dot_<isa>.c file only defines kernels, which dot.c lists in
+ * its registry behind a run-time CPU check. The activation converters are
+ * shared by every variant so that all variants of a type see the same
+ * activation bytes. */
+#ifndef HN_CPU_DOT_INT_H
+#define HN_CPU_DOT_INT_H
+
+#include <stdint.h>
+
+#include "dot.h"
+
+/* Activation converters (scalar; run once per activation row). */
+void cpu_act_f32(const float *restrict x, void *restrict y, int64_t n);
+void cpu_act_q8_0(const float *restrict x, void *restrict y, int64_t n);
+void cpu_act_q8_1(const float *restrict x, void *restrict y, int64_t n);
+void cpu_act_q8_K(const float *restrict x, void *restrict y, int64_t n);
+
+/* The 16 non-linear levels of IQ4_NL / IQ4_XS, and MXFP4's doubled E2M1 levels. */
+extern const int8_t cpu_kvalues_iq4nl[16];
+extern const int8_t cpu_kvalues_mxfp4[16];
+
+/* MXFP4's E8M0 block exponent as a float scale, halved (its levels are doubled). */
+float cpu_e8m0_half(uint8_t e);
+
+#if defined(__x86_64__) || defined(__i386__)
+/* AVX2+FMA+F16C kernels (dot_avx2.c); call only when the CPU has all three. */
+void cpu_dot_f32_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void cpu_dot_f16_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void cpu_dot_bf16_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void cpu_dot_q8_0_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void cpu_dot_q4_0_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void cpu_dot_iq4_nl_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void cpu_dot_q4_K_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void cpu_dot_q5_K_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void cpu_dot_q6_K_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void cpu_dot_iq4_xs_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+#endif
+
+#endif
