@@ -225,6 +225,23 @@ static void test_truncate_real(void) {
         if (s != HN_ERR_FORMAT || !err.msg[0]) bad++;
     }
     CHECKF(bad == 0, "%d truncated prefixes did not fail with HN_ERR_FORMAT", bad);
+    /* bit flips in the real header (metadata, vocab, tensor infos) */
+    unsigned char *m = malloc(size);
+    uint64_t rng = 12345;
+    int n_mut = sanitized() ? 60 : 300, odd = 0;
+    for (int k = 0; k < n_mut; k++) {
+        memcpy(m, buf, size);
+        for (int f = 0; f < 3; f++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            size_t pos = (size_t)((rng >> 20) % hdr);
+            m[pos] ^= (unsigned char)(1u << ((rng >> 8) & 7));
+        }
+        hn_err_clear(&err);
+        hn_status s = open_exact(m, size, &err);
+        if (s != HN_OK && (s != HN_ERR_FORMAT || !err.msg[0])) odd++;
+    }
+    CHECKF(odd == 0, "%d mutants of a real file failed with something other than HN_ERR_FORMAT", odd);
+    free(m);
     free(buf);
 }
 
@@ -492,11 +509,350 @@ static void test_hostile(void) {
     free(b.p);
 }
 
+/* ---- writer round trips ---- */
+
+/* A small file with every value type, nested arrays, strings with NULs and a
+ * few tensors of different types; the caller frees *buf with hn_free. */
+static gguf_writer *make_small(size_t align) {
+    gguf_writer *w = gguf_writer_new();
+    CHECK(w != NULL);
+    if (align) CHECK(gguf_writer_set_alignment(w, align) == HN_OK);
+    CHECK(gguf_writer_set_str(w, "general.architecture", "test") == HN_OK);
+    CHECK(gguf_writer_set_u32(w, "u32", 4000000000u) == HN_OK);
+    CHECK(gguf_writer_set_i32(w, "i32", -123456) == HN_OK);
+    CHECK(gguf_writer_set_u64(w, "u64", UINT64_MAX - 5) == HN_OK);
+    CHECK(gguf_writer_set_f32(w, "f32", 1e-6f) == HN_OK);
+    CHECK(gguf_writer_set_bool(w, "bool", true) == HN_OK);
+    gguf_value v;
+    v = (gguf_value){.type = GGUF_U8, .v.u64 = 200};
+    CHECK(gguf_writer_set_value(w, "u8", &v) == HN_OK);
+    v = (gguf_value){.type = GGUF_I8, .v.i64 = -100};
+    CHECK(gguf_writer_set_value(w, "i8", &v) == HN_OK);
+    v = (gguf_value){.type = GGUF_U16, .v.u64 = 65000};
+    CHECK(gguf_writer_set_value(w, "u16", &v) == HN_OK);
+    v = (gguf_value){.type = GGUF_I16, .v.i64 = -32000};
+    CHECK(gguf_writer_set_value(w, "i16", &v) == HN_OK);
+    v = (gguf_value){.type = GGUF_I64, .v.i64 = INT64_MIN + 7};
+    CHECK(gguf_writer_set_value(w, "i64", &v) == HN_OK);
+    v = (gguf_value){.type = GGUF_F64, .v.f64 = 3.141592653589793};
+    CHECK(gguf_writer_set_value(w, "f64", &v) == HN_OK);
+    v = (gguf_value){.type = GGUF_STRING, .v.str = {"a\0b\0c", 5}};
+    CHECK(gguf_writer_set_value(w, "nul.string", &v) == HN_OK);
+    v = (gguf_value){.type = GGUF_STRING, .v.str = {"", 0}};
+    CHECK(gguf_writer_set_value(w, "empty.string", &v) == HN_OK);
+    CHECK(gguf_writer_set_str(w, "replaced", "first") == HN_OK);
+    CHECK(gguf_writer_set_str(w, "replaced", "second") == HN_OK);
+
+    static const int32_t ai32[] = {1, -2, 3, -4};
+    static const float af32[] = {0.5f, -1.5f, 2.25f};
+    static const uint8_t au8[] = {0, 255};
+    static const bool abool[] = {true, false, true};
+    static const int16_t ai16[] = {-1, 2};
+    static const uint64_t au64[] = {1, UINT64_MAX};
+    static const double af64[] = {1e300, -2.5};
+    CHECK(gguf_writer_set_arr(w, "arr.i32", GGUF_I32, ai32, 4) == HN_OK);
+    CHECK(gguf_writer_set_arr(w, "arr.f32", GGUF_F32, af32, 3) == HN_OK);
+    CHECK(gguf_writer_set_arr(w, "arr.u8", GGUF_U8, au8, 2) == HN_OK);
+    CHECK(gguf_writer_set_arr(w, "arr.bool", GGUF_BOOL, abool, 3) == HN_OK);
+    CHECK(gguf_writer_set_arr(w, "arr.i16", GGUF_I16, ai16, 2) == HN_OK);
+    CHECK(gguf_writer_set_arr(w, "arr.u64", GGUF_U64, au64, 2) == HN_OK);
+    CHECK(gguf_writer_set_arr(w, "arr.f64", GGUF_F64, af64, 2) == HN_OK);
+    CHECK(gguf_writer_set_arr(w, "arr.empty", GGUF_U32, NULL, 0) == HN_OK);
+    const char *strs[] = {"hello", "", "wörld"};
+    CHECK(gguf_writer_set_arr_str(w, "arr.str", strs, 3) == HN_OK);
+    /* [[1,2],[],[["x", "y\0z"]]]: an array of arrays, one holding an array of strings */
+    gguf_value s2[2] = {{.type = GGUF_STRING, .v.str = {"x", 1}}, {.type = GGUF_STRING, .v.str = {"y\0z", 3}}};
+    gguf_value inner_s = {.type = GGUF_ARRAY, .v.arr = {GGUF_STRING, 2, NULL, s2}};
+    static const int32_t two[] = {1, 2};
+    gguf_value outer[3] = {
+        {.type = GGUF_ARRAY, .v.arr = {GGUF_I32, 2, two, NULL}},
+        {.type = GGUF_ARRAY, .v.arr = {GGUF_U8, 0, NULL, NULL}},
+        {.type = GGUF_ARRAY, .v.arr = {GGUF_ARRAY, 1, NULL, &inner_s}},
+    };
+    gguf_value nested = {.type = GGUF_ARRAY, .v.arr = {GGUF_ARRAY, 3, NULL, outer}};
+    CHECK(gguf_writer_set_value(w, "arr.nested", &nested) == HN_OK);
+
+    static float f32data[64];
+    static uint16_t f16data[32 * 3];
+    static unsigned char q8data[34 * 2 * 2];
+    for (int i = 0; i < 64; i++) f32data[i] = (float)i;
+    for (int i = 0; i < 96; i++) f16data[i] = (uint16_t)(i * 3);
+    for (size_t i = 0; i < sizeof q8data; i++) q8data[i] = (unsigned char)(i * 7 + 1);
+    CHECK(gguf_writer_add_tensor(w, "f32.vec", QT_F32, 1, (int64_t[]){64}, f32data, sizeof f32data) == HN_OK);
+    CHECK(gguf_writer_add_tensor(w, "f16.mat", QT_F16, 2, (int64_t[]){32, 3}, f16data, sizeof f16data) == HN_OK);
+    CHECK(gguf_writer_add_tensor(w, "q8.mat", QT_Q8_0, 3, (int64_t[]){64, 2, 1}, q8data, sizeof q8data) == HN_OK);
+    CHECK(gguf_writer_add_tensor(w, "empty", QT_F32, 2, (int64_t[]){0, 5}, NULL, 0) == HN_OK);
+    return w;
+}
+
+static void test_roundtrip(void) {
+    for (int pass = 0; pass < 2; pass++) {
+        size_t align = pass ? 128 : 0;
+        gguf_writer *w = make_small(align);
+        void *buf = NULL;
+        size_t size = 0;
+        hn_err err;
+        hn_err_clear(&err);
+        CHECK(gguf_writer_write_mem(w, &buf, &size, &err) == HN_OK);
+        gguf_ctx *c = NULL;
+        CHECKF(gguf_open_mem(buf, size, &c, &err) == HN_OK, "%s", err.msg);
+        if (!c) {
+            gguf_writer_free(w);
+            hn_free(buf);
+            continue;
+        }
+        CHECK(gguf_version(c) == 3);
+        CHECK(gguf_alignment(c) == (align ? align : 32));
+        CHECK(gguf_data_offset(c) % gguf_alignment(c) == 0);
+        uint32_t u32 = 0;
+        int64_t i64 = 0;
+        float f = 0;
+        bool b = false;
+        CHECK(gguf_get_u32(c, "u32", &u32) && u32 == 4000000000u);
+        CHECK(gguf_get_i64(c, "i32", &i64) && i64 == -123456);
+        CHECK(!gguf_get_u32(c, "i32", &u32));         /* negative does not fit */
+        CHECK(!gguf_get_i64(c, "u64", &i64));         /* > INT64_MAX */
+        CHECK(gguf_get(c, "u64")->v.u64 == UINT64_MAX - 5);
+        CHECK(gguf_get_f32(c, "f32", &f) && f == 1e-6f);
+        CHECK(gguf_get_bool(c, "bool", &b) && b);
+        CHECK(!gguf_get_bool(c, "u32", &b));
+        CHECK(gguf_get(c, "u8")->type == GGUF_U8 && gguf_get(c, "u8")->v.u64 == 200);
+        CHECK(gguf_get(c, "i8")->type == GGUF_I8 && gguf_get(c, "i8")->v.i64 == -100);
+        CHECK(gguf_get(c, "u16")->v.u64 == 65000 && gguf_get(c, "i16")->v.i64 == -32000);
+        CHECK(gguf_get(c, "i64")->type == GGUF_I64 && gguf_get(c, "i64")->v.i64 == INT64_MIN + 7);
+        CHECK(gguf_get(c, "f64")->type == GGUF_F64 && gguf_get(c, "f64")->v.f64 == 3.141592653589793);
+        CHECK(gguf_get_f32(c, "f64", &f) && f == (float)3.141592653589793);
+        CHECK(gguf_get_f32(c, "u8", &f) && f == 200.0f);
+        const gguf_value *ns = gguf_get(c, "nul.string");
+        CHECK(ns && ns->type == GGUF_STRING && ns->v.str.len == 5 && !memcmp(ns->v.str.ptr, "a\0b\0c", 6));
+        CHECK(gguf_get_str(c, "empty.string") && !strcmp(gguf_get_str(c, "empty.string"), ""));
+        CHECK(gguf_get_str(c, "replaced") && !strcmp(gguf_get_str(c, "replaced"), "second"));
+        CHECK(gguf_get_str(c, "u32") == NULL);
+        CHECK(!strcmp(gguf_get_str(c, "general.architecture"), "test"));
+        /* key order is insertion order, replacement keeps the slot */
+        CHECK(!strcmp(gguf_kv_key(c, align ? 1 : 0), "general.architecture"));
+        CHECK(gguf_kv_key(c, -1) == NULL && gguf_kv_key(c, gguf_n_kv(c)) == NULL);
+
+        const gguf_value *a = gguf_get(c, "arr.i32");
+        CHECK(a && a->v.arr.elem == GGUF_I32 && a->v.arr.n == 4 && gguf_arr_int(a, 3) == -4);
+        CHECK(gguf_arr_float(a, 1) == -2.0);
+        a = gguf_get(c, "arr.f32");
+        CHECK(a && a->v.arr.n == 3 && gguf_arr_float(a, 2) == 2.25 && gguf_arr_int(a, 1) == -1);
+        a = gguf_get(c, "arr.u8");
+        CHECK(a && gguf_arr_int(a, 1) == 255);
+        a = gguf_get(c, "arr.bool");
+        CHECK(a && a->v.arr.elem == GGUF_BOOL && gguf_arr_int(a, 0) == 1 && gguf_arr_int(a, 1) == 0);
+        a = gguf_get(c, "arr.i16");
+        CHECK(a && gguf_arr_int(a, 0) == -1);
+        a = gguf_get(c, "arr.u64");
+        CHECK(a && gguf_arr_float(a, 1) == (double)UINT64_MAX);
+        a = gguf_get(c, "arr.f64");
+        CHECK(a && gguf_arr_float(a, 0) == 1e300);
+        a = gguf_get(c, "arr.empty");
+        CHECK(a && a->v.arr.elem == GGUF_U32 && a->v.arr.n == 0);
+        a = gguf_get(c, "arr.str");
+        uint64_t len = 99;
+        CHECK(a && a->v.arr.elem == GGUF_STRING && a->v.arr.n == 3);
+        CHECK(a && !strcmp(gguf_arr_str(a, 0, &len), "hello") && len == 5);
+        CHECK(a && !strcmp(gguf_arr_str(a, 1, &len), "") && len == 0);
+        CHECK(a && !strcmp(gguf_arr_str(a, 2, NULL), "wörld"));
+        CHECK(a && gguf_arr_int(a, 0) == 0); /* not numeric */
+        a = gguf_get(c, "arr.nested");
+        CHECK(a && a->v.arr.elem == GGUF_ARRAY && a->v.arr.n == 3);
+        if (a && a->v.arr.n == 3) {
+            const gguf_value *o = a->v.arr.items;
+            CHECK(o[0].type == GGUF_ARRAY && o[0].v.arr.elem == GGUF_I32 && o[0].v.arr.n == 2 &&
+                  gguf_arr_int(&o[0], 1) == 2);
+            CHECK(o[1].v.arr.elem == GGUF_U8 && o[1].v.arr.n == 0);
+            CHECK(o[2].v.arr.elem == GGUF_ARRAY && o[2].v.arr.n == 1);
+            if (o[2].v.arr.n == 1) {
+                const gguf_value *in = &o[2].v.arr.items[0];
+                CHECK(in->v.arr.elem == GGUF_STRING && in->v.arr.n == 2);
+                CHECK(gguf_arr_str(in, 1, &len) && len == 3 && !memcmp(gguf_arr_str(in, 1, NULL), "y\0z", 4));
+            }
+        }
+
+        CHECK(gguf_n_tensors(c) == 4);
+        const gguf_tensor *t = gguf_find_tensor(c, "f32.vec");
+        CHECK(t && t->type == QT_F32 && t->n_dims == 1 && t->ne[0] == 64 && t->ne[1] == 1 && t->nbytes == 256);
+        CHECK(t && ((const float *)t->data)[63] == 63.0f);
+        t = gguf_find_tensor(c, "f16.mat");
+        CHECK(t && t->type == QT_F16 && t->ne[0] == 32 && t->ne[1] == 3 && t->nbytes == 192);
+        CHECK(t && t->offset % gguf_alignment(c) == 0);
+        CHECK(t && ((const uint16_t *)t->data)[95] == 95 * 3);
+        t = gguf_find_tensor(c, "q8.mat");
+        CHECK(t && t->type == QT_Q8_0 && t->n_dims == 3 && t->nbytes == 136);
+        CHECK(t && ((const unsigned char *)t->data)[135] == (unsigned char)(135 * 7 + 1));
+        t = gguf_find_tensor(c, "empty");
+        CHECK(t && t->nbytes == 0 && t->ne[0] == 0 && t->ne[1] == 5);
+        /* padding between tensors is zero */
+        const unsigned char *p = buf;
+        const gguf_tensor *t0 = gguf_tensor_at(c, 0), *t1 = gguf_tensor_at(c, 1);
+        size_t zero_ok = 1;
+        for (size_t i = gguf_data_offset(c) + t0->offset + t0->nbytes; i < gguf_data_offset(c) + t1->offset; i++)
+            zero_ok &= p[i] == 0;
+        CHECK(zero_ok);
+
+        /* copy every value through gguf_writer_set_value: identical bytes */
+        gguf_writer *w2 = gguf_writer_new();
+        for (int64_t i = 0; i < gguf_n_kv(c); i++)
+            CHECK(gguf_writer_set_value(w2, gguf_kv_key(c, i), gguf_kv_value(c, i)) == HN_OK);
+        for (int64_t i = 0; i < gguf_n_tensors(c); i++) {
+            const gguf_tensor *ti = gguf_tensor_at(c, i);
+            CHECK(gguf_writer_add_tensor(w2, ti->name, ti->type, ti->n_dims, ti->ne, ti->data, ti->nbytes) == HN_OK);
+        }
+        void *buf2 = NULL;
+        size_t size2 = 0;
+        CHECK(gguf_writer_write_mem(w2, &buf2, &size2, NULL) == HN_OK);
+        CHECK(size2 == size && !memcmp(buf, buf2, size));
+        /* and through a file */
+        char path[64];
+        snprintf(path, sizeof path, "build/test_gguf_rt%d.gguf", pass);
+        CHECK(gguf_writer_write(w2, path, &err) == HN_OK);
+        size_t fsize = 0;
+        void *fbuf = read_file(path, &fsize);
+        CHECK(fbuf && fsize == size && !memcmp(fbuf, buf, size));
+        free(fbuf);
+        gguf_ctx *fc = NULL;
+        CHECK(gguf_open(path, &fc, &err) == HN_OK);
+        CHECK(fc && gguf_n_kv(fc) == gguf_n_kv(c));
+        gguf_close(fc);
+        remove(path);
+        gguf_writer_free(w2);
+        hn_free(buf2);
+        gguf_close(c);
+        gguf_writer_free(w);
+        hn_free(buf);
+    }
+}
+
+static void test_writer_rejects(void) {
+    gguf_writer *w = gguf_writer_new();
+    float d[32] = {0};
+    CHECK(gguf_writer_set_alignment(w, 0) == HN_ERR_INVALID);
+    CHECK(gguf_writer_set_alignment(w, 48) == HN_ERR_INVALID);
+    CHECK(gguf_writer_set_str(w, "", "x") == HN_ERR_INVALID);
+    CHECK(gguf_writer_set_str(w, "k", NULL) == HN_ERR_INVALID);
+    CHECK(gguf_writer_set_arr(w, "k", GGUF_STRING, d, 1) == HN_ERR_INVALID);
+    CHECK(gguf_writer_set_arr(w, "k", GGUF_U32, NULL, 3) == HN_ERR_INVALID);
+    gguf_value bad = {.type = (gguf_vtype)42};
+    CHECK(gguf_writer_set_value(w, "k", &bad) == HN_ERR_INVALID);
+    CHECK(gguf_writer_add_tensor(w, "t", QT_F32, 1, (int64_t[]){32}, d, 64) == HN_ERR_INVALID);  /* wrong size */
+    CHECK(gguf_writer_add_tensor(w, "t", QT_Q8_0, 1, (int64_t[]){16}, d, 17) == HN_ERR_INVALID); /* partial block */
+    CHECK(gguf_writer_add_tensor(w, "t", QT_F32, 5, (int64_t[]){1, 1, 1, 1, 1}, d, 4) == HN_ERR_INVALID);
+    CHECK(gguf_writer_add_tensor(w, "t", (qt_type)4, 1, (int64_t[]){32}, d, 128) == HN_ERR_INVALID);
+    CHECK(gguf_writer_add_tensor(w, "t", QT_F32, 1, (int64_t[]){32}, d, 128) == HN_OK);
+    CHECK(gguf_writer_add_tensor(w, "t", QT_F32, 1, (int64_t[]){32}, d, 128) == HN_ERR_INVALID); /* duplicate */
+    /* nesting deeper than the reader accepts */
+    gguf_value lv[10];
+    lv[0] = (gguf_value){.type = GGUF_ARRAY, .v.arr = {GGUF_U8, 0, NULL, NULL}};
+    for (int i = 1; i < 10; i++) lv[i] = (gguf_value){.type = GGUF_ARRAY, .v.arr = {GGUF_ARRAY, 1, NULL, &lv[i - 1]}};
+    CHECK(gguf_writer_set_value(w, "deep8", &lv[7]) == HN_OK);
+    CHECK(gguf_writer_set_value(w, "deep9", &lv[8]) == HN_ERR_INVALID);
+    /* general.alignment set by hand with the wrong type is refused at write time */
+    CHECK(gguf_writer_set_u64(w, "general.alignment", 64) == HN_OK);
+    void *buf = NULL;
+    size_t size = 0;
+    hn_err err;
+    CHECK(gguf_writer_write_mem(w, &buf, &size, &err) == HN_ERR_INVALID);
+    CHECK(gguf_writer_set_u32(w, "general.alignment", 64) == HN_OK);
+    CHECK(gguf_writer_write_mem(w, &buf, &size, &err) == HN_OK);
+    gguf_ctx *c = NULL;
+    CHECK(gguf_open_mem(buf, size, &c, &err) == HN_OK);
+    CHECK(c && gguf_alignment(c) == 64 && gguf_get(c, "deep8") != NULL);
+    gguf_close(c);
+    hn_free(buf);
+    CHECK(gguf_writer_write(w, "build/no-such-dir/x.gguf", &err) == HN_ERR_IO);
+    gguf_writer_free(w);
+
+    /* allocation failures while building and writing fail cleanly */
+    int ok_runs = 0;
+    for (long n = 0; n < 400; n++) {
+        hn_alloc_fail_after(n);
+        gguf_writer *wf = gguf_writer_new();
+        hn_status s = HN_ERR_NOMEM;
+        void *b = NULL;
+        if (wf) {
+            const char *strs[] = {"a", "b", "c"};
+            s = gguf_writer_set_str(wf, "general.architecture", "x");
+            if (!s) s = gguf_writer_set_arr_str(wf, "toks", strs, 3);
+            if (!s) s = gguf_writer_add_tensor(wf, "t", QT_F32, 1, (int64_t[]){32}, d, 128);
+            if (!s) s = gguf_writer_write_mem(wf, &b, &size, NULL);
+        }
+        gguf_ctx *rc = NULL;
+        if (!s) s = gguf_open_mem(b, size, &rc, NULL);
+        hn_alloc_fail_after(-1);
+        if (!s) ok_runs++;
+        CHECK(s == HN_OK || s == HN_ERR_NOMEM);
+        gguf_close(rc);
+        hn_free(b);
+        gguf_writer_free(wf);
+    }
+    CHECK(ok_runs > 0);
+}
+
+/* Truncation at every byte of a small written file, then seeded bit flips. */
+static void test_truncate_and_flip(void) {
+    gguf_writer *w = make_small(0);
+    void *buf = NULL;
+    size_t size = 0;
+    CHECK(gguf_writer_write_mem(w, &buf, &size, NULL) == HN_OK);
+    gguf_writer_free(w);
+    gguf_ctx *c = NULL;
+    CHECK(gguf_open_mem(buf, size, &c, NULL) == HN_OK);
+    size_t hdr = c ? gguf_data_offset(c) : size;
+    size_t need = hdr; /* bytes a valid file needs: the end of the furthest tensor */
+    for (int64_t i = 0; c && i < gguf_n_tensors(c); i++) {
+        const gguf_tensor *t = gguf_tensor_at(c, i);
+        if (hdr + t->offset + t->nbytes > need) need = hdr + t->offset + t->nbytes;
+    }
+    gguf_close(c);
+    int bad = 0;
+    for (size_t n = 0; n < need; n++) {
+        hn_err err;
+        hn_err_clear(&err);
+        hn_status s = open_exact(buf, n, &err);
+        if (s != HN_ERR_FORMAT || !err.msg[0]) {
+            bad++;
+            if (bad < 5) fprintf(stderr, "prefix %zu: %s %s\n", n, hn_status_name(s), err.msg);
+        }
+    }
+    CHECKF(bad == 0, "%d of %zu prefixes did not fail with HN_ERR_FORMAT", bad, need);
+    CHECK(open_exact(buf, need, NULL) == HN_OK); /* trailing padding after the last tensor is optional */
+
+    /* bit flips: each mutant loads or fails with HN_ERR_FORMAT */
+    unsigned char *m = malloc(size);
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    int n_mut = sanitized() ? 3000 : 20000, loaded = 0, odd = 0;
+    for (int k = 0; k < n_mut; k++) {
+        memcpy(m, buf, size);
+        int flips = 1 + (int)(k % 4);
+        for (int f = 0; f < flips; f++) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            size_t pos = (size_t)(rng % hdr); /* mutate the header region */
+            if (k % 3 == 0) m[pos] ^= (unsigned char)(1u << ((rng >> 32) & 7));
+            else m[pos] = (unsigned char)(rng >> 40);
+        }
+        hn_err err;
+        hn_err_clear(&err);
+        hn_status s = open_exact(m, size, &err);
+        if (s == HN_OK) loaded++;
+        else if (s != HN_ERR_FORMAT || !err.msg[0]) odd++;
+    }
+    CHECKF(odd == 0, "%d mutants failed with something other than HN_ERR_FORMAT", odd);
+    CHECK(loaded > 0 && loaded < n_mut);
+    free(m);
+    hn_free(buf);
+}
+
 int main(void) {
     test_real_models();
     test_real_vocab();
     test_missing_file();
     test_truncate_real();
     test_hostile();
+    test_roundtrip();
+    test_writer_rejects();
+    test_truncate_and_flip();
     TEST_DONE();
 }
