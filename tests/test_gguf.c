@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "core/alloc.h"
 #include "gguf/gguf.h"
@@ -845,6 +846,65 @@ static void test_truncate_and_flip(void) {
     hn_free(buf);
 }
 
+/* ---- hone info ---- */
+
+/* Runs `$HONE_BIN info ARG`, returns the exit code and stdout+stderr in out. */
+static int run_info(const char *arg, char *out, size_t cap) {
+    const char *bin = getenv("HONE_BIN");
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "'%s' info %s 2>&1", bin, arg);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_cli_info(void) {
+    if (!getenv("HONE_BIN") || !*getenv("HONE_BIN")) {
+        fprintf(stderr, "note: HONE_BIN not set, skipping the hone info tests\n");
+        return;
+    }
+    static char out[1 << 16];
+    char path[600], arg[700];
+    test_data_path(path, sizeof path, "data/models/qwen3-real-q8_0.gguf");
+    snprintf(arg, sizeof arg, "'%s'", path);
+    int rc = run_info(arg, out, sizeof out);
+    CHECKF(rc == 0, "info rc %d: %.300s", rc, out);
+    CHECK(strstr(out, "version: 3") != NULL);
+    CHECK(strstr(out, "general.architecture") && strstr(out, "\"qwen3\""));
+    CHECK(strstr(out, "string[151936]") != NULL);                 /* the vocab, abbreviated */
+    CHECK(strstr(out, "blk.1.ffn_up.weight") && strstr(out, "q8_0"));
+    CHECK(strstr(out, "[64, 151936]") != NULL);
+    CHECK(strstr(out, "total: 24 tensors") != NULL);
+    CHECK(strstr(out, "1e-06") != NULL);
+    /* one line per key: the whole output stays small despite 150k tokens */
+    size_t lines = 0;
+    for (const char *q = out; *q; q++) lines += *q == '\n';
+    CHECKF(lines < 70, "%zu lines", lines);
+
+    /* a broken file: truncated copy of a real model */
+    size_t size = 0;
+    void *buf = read_file(path, &size);
+    const char *bad = "build/test_gguf_broken.gguf";
+    FILE *f = fopen(bad, "wb");
+    CHECK(f && buf);
+    if (f && buf) fwrite(buf, 1, 5000, f);
+    if (f) fclose(f);
+    free(buf);
+    rc = run_info(bad, out, sizeof out);
+    CHECK(rc == 1);
+    CHECKF(strstr(out, "hone info:") && strstr(out, "test_gguf_broken.gguf") && (strstr(out, "truncated") || strstr(out, "remain")), "%s", out);
+    remove(bad);
+    rc = run_info("build/no-such-file.gguf", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "no-such-file"));
+    rc = run_info("--help", out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "usage: hone info"));
+    rc = run_info("", out, sizeof out);
+    CHECK(rc == 2);
+}
+
 int main(void) {
     test_real_models();
     test_real_vocab();
@@ -854,5 +914,6 @@ int main(void) {
     test_roundtrip();
     test_writer_rejects();
     test_truncate_and_flip();
+    test_cli_info();
     TEST_DONE();
 }
