@@ -1,35 +1,213 @@
-/* test_dot.c: the CPU dot-kernel registry and kernels (first cut: registry
- * coverage and the plain types; per-type checks against dequantized rows
- * follow once the quant module's to_float lands). */
+/* test_dot.c: the CPU dot kernels.
+ *
+ * For every weight type the engine loads: the scalar reference against an
+ * f64 dot of the dequantized rows (the quant module's to_float, written
+ * independently), and every variant this CPU can run against the reference,
+ * on rows made by the reference quantizer, on random block bytes (every code
+ * and scale bit pattern), on all-max / all-min codes with saturated
+ * activations, and with zero scales; at one block, several blocks and odd
+ * block counts. */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend/cpu/dot.h"
+#include "core/alloc.h"
+#include "quant/quant.h"
 #include "test.h"
 
-static const qt_type k_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q4_0, QT_Q4_1,   QT_Q5_0,   QT_Q5_1, QT_Q8_0,
-                                  QT_Q2_K, QT_Q3_K, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_NL, QT_IQ4_XS, QT_MXFP4};
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 32);
+}
+static float unif(void) { return (float)rnd() / 4294967296.0f; } /* [0,1) */
+static float gauss(void) {
+    float s = 0;
+    for (int i = 0; i < 4; i++) s += unif();
+    return (s - 2.0f) * 1.7320508f;
+}
+
+/* Where a block keeps its f16 scale fields (-1: none). */
+typedef struct {
+    qt_type t;
+    int f16_off[2];
+} type_info;
+
+static const type_info k_types[] = {
+    {QT_F32, {-1, -1}},
+    {QT_F16, {-1, -1}},
+    {QT_BF16, {-1, -1}},
+    {QT_Q4_0, {offsetof(block_q4_0, d), -1}},
+    {QT_Q4_1, {offsetof(block_q4_1, d), offsetof(block_q4_1, m)}},
+    {QT_Q5_0, {offsetof(block_q5_0, d), -1}},
+    {QT_Q5_1, {offsetof(block_q5_1, d), offsetof(block_q5_1, m)}},
+    {QT_Q8_0, {offsetof(block_q8_0, d), -1}},
+    {QT_Q2_K, {offsetof(block_q2_K, d), offsetof(block_q2_K, dmin)}},
+    {QT_Q3_K, {offsetof(block_q3_K, d), -1}},
+    {QT_Q4_K, {offsetof(block_q4_K, d), offsetof(block_q4_K, dmin)}},
+    {QT_Q5_K, {offsetof(block_q5_K, d), offsetof(block_q5_K, dmin)}},
+    {QT_Q6_K, {offsetof(block_q6_K, d), -1}},
+    {QT_IQ4_NL, {offsetof(block_iq4_nl, d), -1}},
+    {QT_IQ4_XS, {offsetof(block_iq4_xs, d), -1}},
+    {QT_MXFP4, {-1, -1}},
+};
+
+enum { MODE_QUANT, MODE_BYTES, MODE_ZERO_SCALES, MODE_FF, MODE_00, MODE_80, MODE_COUNT };
+static const char *k_mode_names[] = {"quantized", "random bytes", "zero scales", "bytes 0xff", "bytes 0x00", "bytes 0x80"};
+
+static void set_f16(uint8_t *p, float v) {
+    uint16_t h = qt_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
+/* Fills a weight row of n elements in the given mode. */
+static void make_weights(const type_info *ti, int mode, int64_t n, float *wf, void *w) {
+    const qt_type_traits *tr = qt_traits(ti->t);
+    for (int64_t i = 0; i < n; i++) wf[i] = gauss() * (rnd() % 16 == 0 ? 8.0f : 1.0f);
+    if (mode == MODE_QUANT || !tr->is_quantized) {
+        tr->from_float(wf, w, n);
+        return;
+    }
+    size_t bytes = qt_row_size(ti->t, n);
+    uint8_t *p = w;
+    for (size_t i = 0; i < bytes; i++)
+        p[i] = mode == MODE_FF ? 0xff : mode == MODE_00 ? 0x00 : mode == MODE_80 ? 0x80 : (uint8_t)rnd();
+    int64_t nb = n / tr->blck_size;
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *blk = p + b * tr->type_size;
+        if (ti->t == QT_MXFP4) {
+            blk[0] = (uint8_t)(mode == MODE_ZERO_SCALES && b % 2 ? 0 : 120 + rnd() % 15);
+            continue;
+        }
+        for (int k = 0; k < 2; k++) {
+            if (ti->f16_off[k] < 0) continue;
+            float v = (unif() - 0.5f) * 0.2f;
+            if (mode == MODE_ZERO_SCALES && (b % 2 == 0 || k == 1)) v = 0;
+            if (mode == MODE_FF || mode == MODE_00 || mode == MODE_80) v = k ? 0.05f : 0.1f;
+            set_f16(blk + ti->f16_off[k], v);
+        }
+    }
+}
+
+/* Activations: gaussian, or saturated (every code +-127), with a zero block now and then. */
+static void make_acts(int mode, int64_t n, float *x) {
+    float sign = rnd() & 1 ? 1.0f : -1.0f;
+    for (int64_t i = 0; i < n; i++) {
+        if (mode >= MODE_FF) x[i] = sign * 3.0f;
+        else x[i] = gauss();
+    }
+    if (mode == MODE_ZERO_SCALES && n >= 512)
+        for (int64_t i = 256; i < 512; i++) x[i] = 0; /* a whole zero block of either size */
+}
+
+static float *g_wdq, *g_adq;
+
+/* Checks the reference and every variant of one type on one (w, a) pair. */
+static void check_pair(const type_info *ti, const char *mode, int64_t n, const void *w, const float *x, void *a) {
+    const cpu_dot_kernel *ref = cpu_dot_ref(ti->t), *vars[8];
+    ref->act(x, a, n);
+    qt_traits(ti->t)->to_float(w, g_wdq, n);
+    if (ref->act_type == QT_F32) memcpy(g_adq, a, (size_t)n * sizeof(float));
+    else qt_traits(ref->act_type)->to_float(a, g_adq, n);
+    double exact = 0, mag = 0, wmax = 0, asum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        exact += (double)g_wdq[i] * g_adq[i];
+        mag += fabs((double)g_wdq[i] * g_adq[i]);
+        wmax = fmax(wmax, fabs(g_wdq[i]));
+        asum += fabs(g_adq[i]);
+    }
+    /* to_float rounds each weight to float: allow that, relative to the row's scale */
+    double tol = 2e-6 * mag + 1e-6 * wmax * asum + 1e-30;
+    float r = NAN;
+    ref->dot(n, &r, w, a);
+    CHECKF(fabs(r - exact) <= tol, "%s ref (%s, n=%lld): %.9g vs f64 %.9g (tol %.3g)", qt_name(ti->t), mode,
+           (long long)n, r, exact, tol);
+    int nv = cpu_dot_variants(ti->t, vars, 8);
+    for (int v = 1; v < nv; v++) {
+        float f = NAN;
+        vars[v]->dot(n, &f, w, a);
+        double vtol = 4e-6 * mag + 1e-6 * wmax * asum + 1e-30;
+        CHECKF(fabs(f - r) <= vtol && vars[v]->act_type == ref->act_type && vars[v]->wtype == ti->t,
+               "%s %s (%s, n=%lld): %.9g vs ref %.9g (tol %.3g)", qt_name(ti->t), vars[v]->isa, mode, (long long)n, f, r,
+               vtol);
+    }
+}
 
 int main(void) {
+    int sanitized = getenv("HONE_SANITIZED") != NULL;
+    const int64_t max_n = 16 * 256 + 256;
+    float *wf = hn_malloc(max_n * sizeof(float)), *x = hn_malloc(max_n * sizeof(float));
+    g_wdq = hn_malloc(max_n * sizeof(float));
+    g_adq = hn_malloc(max_n * sizeof(float));
+    void *w = hn_malloc(max_n * 4), *a = hn_malloc(max_n * 4 + 1024);
+
+    /* registry: every type has a reference first; variants agree on types */
     for (size_t i = 0; i < sizeof(k_types) / sizeof(k_types[0]); i++) {
-        qt_type t = k_types[i];
+        qt_type t = k_types[i].t;
         const cpu_dot_kernel *r = cpu_dot_ref(t), *b = cpu_dot_best(t), *v[8];
         int n = cpu_dot_variants(t, v, 8);
-        CHECKF(r && b && n >= 1 && v[0] == r && !strcmp(r->isa, "ref"), "type %d registry", (int)t);
+        CHECKF(r && b && n >= 1 && v[0] == r && !strcmp(r->isa, "ref") && r->wtype == t && b->wtype == t,
+               "%s registry", qt_name(t));
+        CHECKF(n == 1 || b == v[n - 1], "%s best is the last variant", qt_name(t));
     }
     CHECK(cpu_dot_ref(QT_I32) == NULL && cpu_dot_best(QT_I32) == NULL);
+    CHECK(cpu_dot_variants(QT_IQ2_XXS, NULL, 0) == 0);
+    const cpu_features *f = cpu_dot_features();
+    CHECK(f == cpu_dot_features());
+    printf("cpu: avx2=%d fma=%d f16c=%d avx512f=%d avx512bw=%d avx512vnni=%d avx_vnni=%d neon=%d\n", f->avx2, f->fma,
+           f->f16c, f->avx512f, f->avx512bw, f->avx512vnni, f->avx_vnni, f->neon);
+    if (f->avx2 && f->fma && f->f16c) {
+        static const qt_type fast[] = {QT_F16, QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K};
+        for (size_t i = 0; i < sizeof(fast) / sizeof(fast[0]); i++)
+            CHECKF(!strcmp(cpu_dot_best(fast[i])->isa, "avx2"), "%s has an avx2 kernel", qt_name(fast[i]));
+    }
 
-    /* Q8_0 x Q8_0 on a known row: w = a = ramp, dot = sum of squares after quantization */
-    float x[64];
+    static const int nblocks[] = {1, 2, 3, 8, 17};
+    static const int64_t float_ns[] = {1, 7, 8, 31, 32, 33, 100, 1024, 4097};
+    int trials = sanitized ? 2 : 6;
+    for (size_t ti = 0; ti < sizeof(k_types) / sizeof(k_types[0]); ti++) {
+        const type_info *tinfo = &k_types[ti];
+        const qt_type_traits *tr = qt_traits(tinfo->t);
+        if (!tr->is_quantized) {
+            for (size_t k = 0; k < sizeof(float_ns) / sizeof(float_ns[0]); k++)
+                for (int trial = 0; trial < trials; trial++) {
+                    int64_t n = float_ns[k];
+                    make_weights(tinfo, MODE_QUANT, n, wf, w);
+                    make_acts(MODE_QUANT, n, x);
+                    check_pair(tinfo, "float", n, w, x, a);
+                }
+            continue;
+        }
+        for (int mode = 0; mode < MODE_COUNT; mode++)
+            for (size_t k = 0; k < sizeof(nblocks) / sizeof(nblocks[0]); k++)
+                for (int trial = 0; trial < trials; trial++) {
+                    int64_t n = nblocks[k] * tr->blck_size;
+                    if (n > max_n) continue;
+                    make_weights(tinfo, mode, n, wf, w);
+                    make_acts(mode, n, x);
+                    check_pair(tinfo, k_mode_names[mode], n, w, x, a);
+                }
+    }
+
+    /* a known value: Q8_0 of a ramp against itself is close to the sum of squares */
     for (int i = 0; i < 64; i++) x[i] = (float)(i - 32) / 8.0f;
-    const cpu_dot_kernel *k = cpu_dot_ref(QT_Q8_0);
-    block_q8_0 w[2], a[2];
-    k->act(x, w, 64);
-    k->act(x, a, 64);
+    const cpu_dot_kernel *k8 = cpu_dot_best(QT_Q8_0);
+    k8->act(x, w, 64);
+    k8->act(x, a, 64);
     float s = 0;
-    k->dot(64, &s, w, a);
+    k8->dot(64, &s, w, a);
     double want = 0;
     for (int i = 0; i < 64; i++) want += (double)x[i] * x[i];
-    CHECKF(fabs(s - want) < 0.02 * want, "q8_0 %f vs %f", s, want);
+    CHECKF(fabs(s - want) < 0.01 * want, "q8_0 ramp %f vs %f", s, want);
+
+    hn_free(wf);
+    hn_free(x);
+    hn_free(g_wdq);
+    hn_free(g_adq);
+    hn_free(w);
+    hn_free(a);
     TEST_DONE();
 }

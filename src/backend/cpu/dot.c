@@ -20,63 +20,17 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "../../quant/quant.h"
 #include "dot_int.h"
 
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__)
 #include <cpuid.h>
 #define HN_X86 1
 #endif
 
-/* ---- scalar conversions (private; the quant module has the public ones) ---- */
-
-static inline float f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: value = man * 2^-24 */
-            float f = (float)man * (1.0f / 16777216.0f);
-            return sign ? -f : f;
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 112) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-/* Round to nearest even; overflow goes to inf, NaN stays NaN. */
-static inline uint16_t f32_to_f16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000;
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00);
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds past 65504 */
-    if (ax < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
-        float a;
-        memcpy(&a, &ax, 4);
-        float m = a * 16777216.0f; /* in units of 2^-24, exact */
-        uint32_t r = (uint32_t)lrintf(m);
-        return (uint16_t)(sign | r);
-    }
-    uint32_t mant = ax & 0x7fffff, exp = (ax >> 23) - 112;
-    uint32_t h = (exp << 10) | (mant >> 13);
-    uint32_t rem = mant & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
-    return (uint16_t)(sign | h);
-}
-
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
+static inline float f16_to_f32(uint16_t h) { return qt_f16_to_f32(h); }
+static inline uint16_t f32_to_f16(float f) { return qt_f32_to_f16(f); }
+static inline float bf16_to_f32(uint16_t h) { return qt_bf16_to_f32(h); }
 
 const int8_t cpu_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                       1,    13,   25,  38,  53,  69,  89,  113};
@@ -527,6 +481,7 @@ typedef struct {
 } entry;
 
 #define REF(T, A, ACT, FN) {{T, A, ACT, FN, "ref"}, ISA_REF}
+#define AVX2(T, A, ACT, FN) {{T, A, ACT, FN, "avx2"}, ISA_AVX2}
 
 /* Reference first for every type, then faster variants in order of preference. */
 static const entry g_kernels[] = {
@@ -546,6 +501,19 @@ static const entry g_kernels[] = {
     REF(QT_IQ4_NL, QT_Q8_0, cpu_act_q8_0, dot_iq4_nl_ref),
     REF(QT_IQ4_XS, QT_Q8_K, cpu_act_q8_K, dot_iq4_xs_ref),
     REF(QT_MXFP4, QT_Q8_0, cpu_act_q8_0, dot_mxfp4_ref),
+#ifdef HN_X86
+    AVX2(QT_F32, QT_F32, cpu_act_f32, cpu_dot_f32_avx2),
+    AVX2(QT_F16, QT_F32, cpu_act_f32, cpu_dot_f16_avx2),
+    AVX2(QT_BF16, QT_F32, cpu_act_f32, cpu_dot_bf16_avx2),
+    AVX2(QT_Q4_0, QT_Q8_0, cpu_act_q8_0, cpu_dot_q4_0_avx2),
+    AVX2(QT_Q8_0, QT_Q8_0, cpu_act_q8_0, cpu_dot_q8_0_avx2),
+    AVX2(QT_Q4_K, QT_Q8_K, cpu_act_q8_K, cpu_dot_q4_K_avx2),
+    AVX2(QT_Q5_K, QT_Q8_K, cpu_act_q8_K, cpu_dot_q5_K_avx2),
+    AVX2(QT_Q6_K, QT_Q8_K, cpu_act_q8_K, cpu_dot_q6_K_avx2),
+    AVX2(QT_IQ4_NL, QT_Q8_0, cpu_act_q8_0, cpu_dot_iq4_nl_avx2),
+    AVX2(QT_IQ4_XS, QT_Q8_K, cpu_act_q8_K, cpu_dot_iq4_xs_avx2),
+    AVX2(QT_MXFP4, QT_Q8_0, cpu_act_q8_0, cpu_dot_mxfp4_avx2),
+#endif
 };
 
 static bool isa_ok(int isa) {

@@ -25,13 +25,14 @@ extern const int8_t cpu_kvalues_mxfp4[16];
 /* MXFP4's E8M0 block exponent as a float scale, halved (its levels are doubled). */
 float cpu_e8m0_half(uint8_t e);
 
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__)
 /* AVX2+FMA+F16C kernels (dot_avx2.c); call only when the CPU has all three. */
 void cpu_dot_f32_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
 void cpu_dot_f16_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
 void cpu_dot_bf16_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
 void cpu_dot_q8_0_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
 void cpu_dot_q4_0_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void cpu_dot_mxfp4_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
 void cpu_dot_iq4_nl_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
 void cpu_dot_q4_K_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
 void cpu_dot_q5_K_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
