@@ -28,21 +28,31 @@
 #define HN_X86 1
 #endif
 
-static inline float f16_to_f32(uint16_t h) { return qt_f16_to_f32(h); }
-static inline uint16_t f32_to_f16(float f) { return qt_f32_to_f16(f); }
-static inline float bf16_to_f32(uint16_t h) { return qt_bf16_to_f32(h); }
-
-const int8_t cpu_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                      1,    13,   25,  38,  53,  69,  89,  113};
-const int8_t cpu_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
-float cpu_e8m0_half(uint8_t e) {
-    /* 2^(e-127) / 2 = 2^(e-128); e < 2 gives a subnormal float */
-    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+/* Inline so the F16 reference is not a call per element; the same function
+ * as qt_f16_to_f32 (the test checks every reference against the quant
+ * module's to_float). */
+static inline float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        float f = (float)man * (1.0f / 16777216.0f); /* zero or subnormal: man * 2^-24 */
+        return sign ? -f : f;
+    }
+    bits = sign | (exp == 31 ? 0x7f800000u | (man << 13) : ((exp + 112) << 23) | (man << 13));
     float f;
     memcpy(&f, &bits, 4);
     return f;
 }
+static inline uint16_t f32_to_f16(float f) { return qt_f32_to_f16(f); }
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+const int8_t cpu_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                      1,    13,   25,  38,  53,  69,  89,  113};
+const int8_t cpu_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 /* ---- activation converters ---- */
 

@@ -9,6 +9,7 @@
 #define HN_CPU_DOT_INT_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "dot.h"
 
@@ -22,8 +23,14 @@ void cpu_act_q8_K(const float *restrict x, void *restrict y, int64_t n);
 extern const int8_t cpu_kvalues_iq4nl[16];
 extern const int8_t cpu_kvalues_mxfp4[16];
 
-/* MXFP4's E8M0 block exponent as a float scale, halved (its levels are doubled). */
-float cpu_e8m0_half(uint8_t e);
+/* MXFP4's E8M0 block exponent as a float scale, halved (its levels are doubled):
+ * 2^(e-127) / 2 = 2^(e-128); e < 2 gives a subnormal float. */
+static inline float cpu_e8m0_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
 
 #if defined(__x86_64__)
 /* AVX2+FMA+F16C kernels (dot_avx2.c); call only when the CPU has all three. */
