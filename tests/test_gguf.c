@@ -10,6 +10,8 @@
 
 #include "core/alloc.h"
 #include "gguf/gguf.h"
+#include "gguf/gguf_int.h"
+#include "quant/quant.h"
 #include "test.h"
 
 static int sanitized(void) {
@@ -905,7 +907,25 @@ static void test_cli_info(void) {
     CHECK(rc == 2);
 }
 
+/* gguf's private block-shape table agrees with the quant module's traits */
+static void test_type_table(void) {
+    int known = 0;
+    for (uint32_t id = 0; id < 64; id++) {
+        int64_t blck = 0;
+        size_t size = 0;
+        bool g = gguf_type_shape(id, &blck, &size);
+        const qt_type_traits *tr = id < QT_TYPE_COUNT ? qt_traits((qt_type)id) : NULL;
+        if (g) known++;
+        if (g && tr) CHECKF(tr->blck_size == blck && tr->type_size == size, "type %u: %lld/%zu vs %lld/%zu", id,
+                            (long long)blck, size, (long long)tr->blck_size, tr->type_size);
+        if (tr) CHECKF(g, "type %u (%s) known to quant but not to gguf", id, tr->name);
+        if (g && tr) CHECKF(!strcmp(gguf_type_name(id), tr->name), "type %u name %s vs %s", id, gguf_type_name(id), tr->name);
+    }
+    CHECK(known == 32);
+}
+
 int main(void) {
+    test_type_table();
     test_real_models();
     test_real_vocab();
     test_missing_file();
