@@ -187,6 +187,65 @@ void cpu_dot_mxfp4_avx2(int64_t n, float *restrict s, const void *restrict vw, c
     *s = hsum8(acc);
 }
 
+/* Bit j of a 32-bit word as byte j (0x00 or 0xff), in the nibbles32 order. */
+static inline __m256i bits32(const uint8_t *p) {
+    uint32_t u;
+    memcpy(&u, p, 4);
+    const __m256i idx = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll, 0x0101010101010101ll, 0);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)u), idx);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+/* 8 i32 sums of the activation codes (for the Q4_1/Q5_1 min term). */
+static inline __m256i sum_i8(__m256i a) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), a), _mm256_set1_epi16(1));
+}
+
+void cpu_dot_q5_0_avx2(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const block_q5_0 *w = vw;
+    const block_q8_0 *a = va;
+    const __m256i b16 = _mm256_set1_epi8(0x10);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK5_0; i++) {
+        __m256i q = _mm256_or_si256(nibbles32(w[i].qs), _mm256_and_si256(bits32(w[i].qh), b16));
+        __m256i p = dot_i8_signed(_mm256_sub_epi8(q, b16), _mm256_loadu_si256((const __m256i *)a[i].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(p), acc);
+    }
+    *s = hsum8(acc);
+}
+
+void cpu_dot_q4_1_avx2(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const block_q4_1 *w = vw;
+    const block_q8_1 *a = va;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        __m256i av = _mm256_loadu_si256((const __m256i *)a[i].qs);
+        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles32(w[i].qs), av), ones);
+        float da = h2f(a[i].d);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * da), _mm256_cvtepi32_ps(p), acc);
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].m) * da), _mm256_cvtepi32_ps(sum_i8(av)), accm);
+    }
+    *s = hsum8(_mm256_add_ps(acc, accm));
+}
+
+void cpu_dot_q5_1_avx2(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const block_q5_1 *w = vw;
+    const block_q8_1 *a = va;
+    const __m256i ones = _mm256_set1_epi16(1), b16 = _mm256_set1_epi8(0x10);
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK5_1; i++) {
+        __m256i av = _mm256_loadu_si256((const __m256i *)a[i].qs);
+        __m256i q = _mm256_or_si256(nibbles32(w[i].qs), _mm256_and_si256(bits32(w[i].qh), b16));
+        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, av), ones);
+        float da = h2f(a[i].d);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * da), _mm256_cvtepi32_ps(p), acc);
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].m) * da), _mm256_cvtepi32_ps(sum_i8(av)), accm);
+    }
+    *s = hsum8(_mm256_add_ps(acc, accm));
+}
+
 /* ---- K-quants against Q8_K ---- */
 
 /* Q4_K/Q5_K's 12 scale bytes -> sc[0..8) and m[0..8) as bytes (6 bits each). */
@@ -316,6 +375,87 @@ void cpu_dot_q6_K_avx2(int64_t n, float *restrict s, const void *restrict vw, co
         }
         sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * offs, 0, 0, 0, 0, 0, 0, 0));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * da), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum8(acc);
+}
+
+void cpu_dot_q2_K_avx2(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const block_q2_K *w = vw;
+    const block_q8_K *a = va;
+    const __m256i lo2 = _mm256_set1_epi8(0x03);
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float da = a[i].d;
+        /* mins: high nibbles of the 16 scale bytes against the 16 bsums */
+        __m128i scv = _mm_loadu_si128((const __m128i *)w[i].scales);
+        __m128i mv = _mm_and_si128(_mm_srli_epi16(scv, 4), _mm_set1_epi8(0x0f));
+        __m128i bs0 = _mm_loadu_si128((const __m128i *)a[i].bsums), bs1 = _mm_loadu_si128((const __m128i *)(a[i].bsums + 8));
+        int summ = hsum_i32_4(_mm_add_epi32(_mm_madd_epi16(_mm_cvtepu8_epi16(mv), bs0),
+                                            _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(mv, 8)), bs1)));
+        accm += h2f(w[i].dmin) * da * (float)summ;
+
+        const uint8_t *q = w[i].qs, *sc = w[i].scales;
+        const int8_t *aq = a[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int half = 0; half < 2; half++, q += 32) {
+            __m256i qq = _mm256_loadu_si256((const __m256i *)q);
+            for (int shift = 0; shift < 8; shift += 2, sc += 2, aq += 32) {
+                __m256i v = _mm256_and_si256(_mm256_srli_epi16(qq, shift), lo2);
+                __m256i p = _mm256_maddubs_epi16(v, _mm256_loadu_si256((const __m256i *)aq));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_pair(sc[0] & 0xf, sc[1] & 0xf)));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * da), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum8(acc) - accm;
+}
+
+/* Q3_K's 12 scale bytes -> 16 signed scales (6 bits, minus 32). */
+static inline void q3_unpack(const uint8_t *p, int8_t out[16]) {
+    uint32_t u0, u1, u2, t[4];
+    memcpy(&u0, p, 4);
+    memcpy(&u1, p + 4, 4);
+    memcpy(&u2, p + 8, 4);
+    t[0] = (u0 & 0x0f0f0f0f) | ((u2 & 0x03030303) << 4);
+    t[1] = (u1 & 0x0f0f0f0f) | (((u2 >> 2) & 0x03030303) << 4);
+    t[2] = ((u0 >> 4) & 0x0f0f0f0f) | (((u2 >> 4) & 0x03030303) << 4);
+    t[3] = ((u1 >> 4) & 0x0f0f0f0f) | (((u2 >> 6) & 0x03030303) << 4);
+    __m128i v = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)t), _mm_set1_epi8(32));
+    _mm_storeu_si128((__m128i *)out, v);
+}
+
+void cpu_dot_q3_K_avx2(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
+    const block_q3_K *w = vw;
+    const block_q8_K *a = va;
+    const __m256i lo2 = _mm256_set1_epi8(0x03), four = _mm256_set1_epi8(4);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int8_t sc[16];
+        q3_unpack(w[i].scales, sc);
+        /* codes are taken as (low 2 bits | high bit << 2) in 0..7, minus 4:
+         * the -4 comes back as 4 * sum_k sc[k] * bsums[k] */
+        __m128i scv = _mm_loadu_si128((const __m128i *)sc);
+        __m128i bs0 = _mm_loadu_si128((const __m128i *)a[i].bsums), bs1 = _mm_loadu_si128((const __m128i *)(a[i].bsums + 8));
+        int offs = hsum_i32_4(_mm_add_epi32(_mm_madd_epi16(_mm_cvtepi8_epi16(scv), bs0),
+                                            _mm_madd_epi16(_mm_cvtepi8_epi16(_mm_srli_si128(scv, 8)), bs1)));
+        const uint8_t *q = w[i].qs;
+        const int8_t *aq = a[i].qs;
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)w[i].hmask);
+        __m256i sumi = _mm256_setzero_si256();
+        int is = 0;
+        for (int half = 0; half < 2; half++, q += 32) {
+            __m256i qq = _mm256_loadu_si256((const __m256i *)q);
+            for (int j = 0; j < 4; j++, is += 2, aq += 32) {
+                __m256i bit = _mm256_set1_epi8((char)(1 << (4 * half + j)));
+                __m256i h4 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), four);
+                __m256i v = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qq, 2 * j), lo2), h4);
+                __m256i p = _mm256_maddubs_epi16(v, _mm256_loadu_si256((const __m256i *)aq));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_pair(sc[is], sc[is + 1])));
+            }
+        }
+        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(4 * offs, 0, 0, 0, 0, 0, 0, 0));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     *s = hsum8(acc);
 }

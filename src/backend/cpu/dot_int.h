@@ -41,6 +41,11 @@ void cpu_dot_q8_0_avx2(int64_t n, float *restrict s, const void *restrict w, con
 void cpu_dot_q4_0_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
 void cpu_dot_mxfp4_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
 void cpu_dot_iq4_nl_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void cpu_dot_q4_1_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void cpu_dot_q5_0_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void cpu_dot_q5_1_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void cpu_dot_q2_K_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+void cpu_dot_q3_K_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
 void cpu_dot_q4_K_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
 void cpu_dot_q5_K_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
 void cpu_dot_q6_K_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
