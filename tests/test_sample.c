@@ -136,6 +136,45 @@ int main(void) {
     CHECK(freq[0] > 0.99 && freq[1] == 0 && freq[2] == 0 && freq[3] == 0);
     smp_free(s);
 
+    /* top-p (bucketed selection) against a brute-force sort on a random vocabulary */
+    {
+        enum { V = 2000 };
+        static float lv[V];
+        static int order[V], kept[V];
+        for (int i = 0; i < V; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            lv[i] = (float)((x >> 33) % 100000) / 10000.0f; /* [0, 10): a long tail */
+            order[i] = i;
+        }
+        double z = 0;
+        for (int i = 0; i < V; i++) z += exp(lv[i]);
+        for (int i = 1; i < V; i++) /* insertion sort, best first, ties by id */
+            for (int j = i; j > 0 && (lv[order[j]] > lv[order[j - 1]] ||
+                                      (lv[order[j]] == lv[order[j - 1]] && order[j] < order[j - 1])); j--) {
+                int t = order[j];
+                order[j] = order[j - 1];
+                order[j - 1] = t;
+            }
+        double cum = 0;
+        int nkept = 0;
+        memset(kept, 0, sizeof(kept));
+        while (cum < 0.6 * z) {
+            cum += exp(lv[order[nkept]]);
+            kept[order[nkept++]] = 1;
+        }
+        p = plain();
+        p.top_p = 0.6f;
+        s = smp_new(&p, V);
+        int outside = 0, seen_top = 0;
+        for (int i = 0; i < 4000; i++) {
+            int32_t t = smp_sample(s, lv);
+            outside += !(t >= 0 && t < V && kept[t]);
+            seen_top |= t == order[0];
+        }
+        CHECKF(outside == 0 && seen_top && nkept > 10, "top-p brute force: %d outside of %d kept", outside, nkept);
+        smp_free(s);
+    }
+
     /* distribution: plain sampling at temperature 1 and 2 matches the softmax */
     float ld[5] = {1.0f, 2.0f, 0.0f, -1.0f, 1.5f};
     for (int ti = 0; ti < 2; ti++) {
