@@ -99,7 +99,7 @@ float qt_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     uint32_t exp = (h >> 10) & 0x1f;
     uint32_t man = h & 0x3ff;
-    if (exp == 0x1f) return u2f(sign | 0x7f800000 | (man << 13));  /* inf, NaN (payload kept) */
+    if (exp == 0x1f) return u2f(sign | 0x7f800000 | (man ? 0x400000 | (man << 13) : 0)); /* inf; NaN made quiet */
     if (exp != 0) return u2f(sign | ((exp + 112) << 23) | (man << 13));
     /* zero or subnormal: man * 2^-24, exact in f32 */
     float v = (float)man * 0x1p-24f;
