@@ -4,7 +4,10 @@
  * convert them: to_float dequantizes, from_float quantizes (the reference
  * quantizer, byte-identical to llama.cpp's for the same input where the type
  * has one). These are the references that every fast kernel is tested against.
- * Rows are whole blocks: n must be a multiple of blck_size. */
+ * Rows are whole blocks: n must be a multiple of blck_size.
+ * For iq4_nl/iq4_xs, from_float is the variant llama-quantize writes files with
+ * (scale search, no importance matrix); for q8_K an all-zero block gets zero
+ * bsums (llama.cpp leaves them unwritten). */
 #ifndef HN_QUANT_H
 #define HN_QUANT_H
 
