@@ -1,0 +1,129 @@
+/* engine.h: the inference engine as other threads see it.
+ *
+ * One engine owns a model, its KV pool (paged, with the prefix cache) and one
+ * engine thread that runs steps: each step batches the decode token of every
+ * running sequence with chunks of pending prefills, under a per-step token
+ * budget, runs one forward, samples, and delivers tokens. Any thread may
+ * submit and cancel requests; results come back through the request's event
+ * callback, which runs ON THE ENGINE THREAD and must be quick and must not
+ * call back into the engine except eng_cancel (typically it pushes the event
+ * onto the caller's own queue and signals a condition variable).
+ *
+ * A request is tokens in, tokens out: chat templates, stop strings, tool-call
+ * parsing and detokenizing belong to the caller (server/). The engine stops a
+ * request at an end-of-generation token (unless ignore_eog), at max_tokens, on
+ * cancel, or when its context would exceed the model's. Every request ends
+ * with exactly one ENG_EV_DONE event (after which the engine never touches
+ * its callback or ctx again). */
+#ifndef HN_ENGINE_H
+#define HN_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../core/status.h"
+#include "../sample/sample.h"
+
+typedef struct eng_engine eng_engine;
+typedef uint64_t eng_req_id;
+
+typedef struct eng_params {
+    const char *model_path;
+    int n_threads;            /* 0: all CPUs */
+    int32_t n_ctx;            /* most positions per sequence; 0: the model's trained context */
+    size_t kv_max_bytes;      /* cap on KV memory; 0: a default fraction of RAM */
+    int block_size;           /* KV positions per block; 0: default */
+    int32_t step_tokens;      /* token budget per step (decode + prefill chunks); 0: default */
+    int32_t max_running;      /* most sequences in one step; 0: default */
+    bool prefix_cache;        /* reuse cached prompt blocks across requests (default on: set by eng_default_params) */
+    int kv_type;              /* 0: f32, later f16/q8_0/k8v4 */
+} eng_params;
+
+/* Defaults for every field (model_path NULL). */
+eng_params eng_default_params(void);
+
+typedef enum eng_finish {
+    ENG_FINISH_NONE = 0,
+    ENG_FINISH_EOG,        /* the model emitted an end-of-generation token (not delivered as text) */
+    ENG_FINISH_LENGTH,     /* max_tokens reached */
+    ENG_FINISH_CONTEXT,    /* the sequence filled the context */
+    ENG_FINISH_CANCELLED,
+    ENG_FINISH_ERROR,
+} eng_finish;
+
+typedef struct eng_req_stats {
+    int32_t n_prompt;      /* prompt tokens submitted */
+    int32_t n_cached;      /* of which served from the prefix cache */
+    int32_t n_generated;
+    double t_queued_ms;    /* submit -> first step that worked on it */
+    double t_first_ms;     /* submit -> first generated token (TTFT) */
+    double t_total_ms;     /* submit -> done */
+} eng_req_stats;
+
+typedef enum eng_event_type { ENG_EV_TOKEN, ENG_EV_DONE } eng_event_type;
+
+typedef struct eng_event {
+    eng_event_type type;
+    eng_req_id id;
+    int32_t token;         /* ENG_EV_TOKEN: the sampled token */
+    eng_finish finish;     /* ENG_EV_DONE: why it ended */
+    hn_status status;      /* ENG_EV_DONE: HN_OK unless finish == ENG_FINISH_ERROR */
+    const char *error;     /* ENG_EV_DONE with an error: a message (valid during the callback) */
+    eng_req_stats stats;   /* counters so far (final at ENG_EV_DONE) */
+} eng_event;
+
+typedef void (*eng_event_fn)(void *ctx, const eng_event *ev);
+
+typedef struct eng_request {
+    const int32_t *prompt;     /* copied by eng_submit */
+    int32_t n_prompt;
+    smp_params sampling;
+    int32_t max_tokens;        /* <= 0: until the context is full */
+    bool ignore_eog;
+    /* Optional constraint (grammar): mask runs before each sample, accept
+     * after each sampled token; both on the engine thread, with mask_ctx. */
+    smp_mask_fn mask;
+    void (*accept)(void *mask_ctx, int32_t token);
+    void *mask_ctx;
+    eng_event_fn on_event;     /* required */
+    void *ctx;
+} eng_request;
+
+/* Loads the model, creates the KV pool and starts the engine thread. */
+hn_status eng_create(const eng_params *p, eng_engine **out, hn_err *err);
+/* Cancels everything, stops the thread (each pending request gets its DONE event), frees all. */
+void eng_free(eng_engine *e);
+
+/* Queues a request; returns its id in *id. Fails (without any event) with
+ * HN_ERR_INVALID for an empty prompt or bad tokens and HN_ERR_RANGE for a
+ * prompt that cannot fit the context. Thread-safe. */
+hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err *err);
+/* Cancels a request: its blocks go back to the pool before the next step and
+ * it receives DONE with ENG_FINISH_CANCELLED (unless already done). Thread-safe. */
+void eng_cancel(eng_engine *e, eng_req_id id);
+
+typedef struct eng_stats {
+    int32_t blocks_total;      /* blocks currently backed by memory */
+    int32_t blocks_used;       /* referenced by running sequences */
+    int32_t blocks_cached;     /* unreferenced but holding reusable prefixes */
+    int32_t blocks_free;
+    size_t kv_bytes;           /* memory backing the pool now */
+    size_t kv_peak_bytes;
+    uint64_t prompt_tokens;    /* submitted, all requests */
+    uint64_t cached_tokens;    /* served from the prefix cache */
+    uint64_t generated_tokens;
+    int32_t n_running, n_waiting;
+} eng_stats;
+
+/* A consistent snapshot of engine-wide counters. Thread-safe. */
+void eng_get_stats(eng_engine *e, eng_stats *out);
+
+/* The tokenizer and model facts a server needs (valid for the engine's life). */
+struct tok_vocab;
+struct gguf_ctx;
+const struct tok_vocab *eng_vocab(const eng_engine *e);
+const struct gguf_ctx *eng_gguf(const eng_engine *e);
+int32_t eng_n_ctx(const eng_engine *e);
+
+#endif
