@@ -206,13 +206,14 @@ static void fuzz_malformed(const char *name, const tok_vocab *v, unsigned seed) 
         }
     }
     int iters = getenv("HONE_SANITIZED") ? 30 : 200;
+    static const char alphabet[] = "ab <|> \n\t\xe2\x96\x81\xf0\x9f\x98\x80'sS1";
     char buf[97];
     for (int it = 0; it < iters; it++) {
         size_t n = (size_t)(seed % 96);
         for (size_t k = 0; k < n; k++) {
             seed = seed * 1103515245u + 12345u;
             unsigned r = (seed >> 16) & 0xFF;
-            buf[k] = r < 100 ? "ab <|> \n\t\xe2\x96\x81\xf0\x9f\x98\x80'sS1"[r % 22] : (char)r;
+            buf[k] = r < 100 ? alphabet[r % (sizeof alphabet - 1)] : (char)r;
         }
         seed = seed * 1103515245u + 12345u;
         int32_t ids[512];
