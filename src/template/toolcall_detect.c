@@ -30,7 +30,7 @@ static int hermes_shape(const char *src) {
             if (q[i] != '{') continue;
             const char *r = q + i + 1;
             if (*r == '\\') r++;
-            if (!strncmp(r, "\"name\"", 6)) return 1;
+            if (!strncmp(r, "\"name", 5)) return 1;
         }
     }
     return 0;
