@@ -8,6 +8,7 @@
  * concatenate to a JSON object, no delta splits a UTF-8 sequence, ids are
  * "call_" + 24 alphanumerics and unique across the whole process. */
 #include <ctype.h>
+#include <time.h>
 #include <jansson.h>
 
 #include "core/alloc.h"
@@ -535,6 +536,42 @@ static void test_alloc_failures(json_t *tools) {
     CHECKF(failures > 0, "allocation failures were injected and reported");
 }
 
+static void count_ev(void *u, const tc_event *e) {
+    size_t *n = u;
+    n[e->kind] += e->kind == TC_EV_CALL_ARGS ? e->len : 1;
+}
+
+/* Long calls fed in small pieces stay linear: a 256 KiB Hermes call and a
+ * 256 KiB Qwen XML string parameter, 3 bytes per feed. */
+static void test_long(json_t *tools) {
+    const size_t big = 256 * 1024;
+    for (int f = 0; f < 2; f++) {
+        char *s = malloc(big + 512);
+        const char *head = f ? "<tool_call>\n<function=write_file>\n<parameter=content>\n"
+                             : "<tool_call>\n{\"name\": \"write_file\", \"arguments\": {\"content\": \"";
+        const char *tail = f ? "\n</parameter>\n</function>\n</tool_call>" : "\"}}\n</tool_call>";
+        size_t n = strlen(head);
+        memcpy(s, head, n);
+        for (size_t i = 0; i < big; i++) s[n++] = "abc xyz\\n"[i % 9];
+        memcpy(s + n, tail, strlen(tail));
+        n += strlen(tail);
+        tc_parser *p = NULL;
+        tc_options o = {0};
+        CHECK(tc_parser_new(f ? X : H, tools, &o, &p, NULL) == HN_OK);
+        size_t counts[8] = {0};
+        clock_t t0 = clock();
+        for (size_t i = 0; i < n; i += 3) tc_parser_feed(p, s + i, n - i < 3 ? n - i : 3, count_ev, counts);
+        tc_parser_finish(p, count_ev, counts);
+        double sec = (double)(clock() - t0) / CLOCKS_PER_SEC;
+        CHECKF(counts[TC_EV_CALL_START] == 1 && counts[TC_EV_CALL_END] == 1 && counts[TC_EV_CONTENT] == 0 &&
+                   counts[TC_EV_CALL_ARGS] > big,
+               "long %s call parsed as one call", f ? "xml" : "hermes");
+        CHECKF(sec < 2.0, "long %s call in %.2f s", f ? "xml" : "hermes", sec);
+        tc_parser_free(p);
+        free(s);
+    }
+}
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 static void test_ids(void) {
@@ -578,6 +615,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) test_case(&CASES[i], tools);
     test_incremental(tools);
     test_claude_tools();
+    test_long(tools);
     g_utf8_check = 0;
     test_alloc_failures(tools);
     g_utf8_check = 1;
