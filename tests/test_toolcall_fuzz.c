@@ -127,7 +127,7 @@ static void run(tc_format fmt, unsigned flags, int sr, json_t *tools, const char
     tc_parser_free(p);
 }
 
-static int same(const rec *a, const rec *b) { return a->n == b->n && !memcmp(a->buf, b->buf, a->n); }
+static int same(const rec *a, const rec *b) { return a->n == b->n && (a->n == 0 || !memcmp(a->buf, b->buf, a->n)); }
 
 static void show(const char *what, const char *s, size_t n) {
     fprintf(stderr, "%s (%zu bytes): ", what, n);
