@@ -73,7 +73,7 @@ void tpl_sb_init(tpl_sb *b, tpl_arena *ar, size_t limit) {
 
 static bool sb_reserve(tpl_sb *b, size_t extra) {
     if (b->failed) return false;
-    if (b->limit && b->n + extra > b->limit) {
+    if ((b->limit && b->n + extra > b->limit) || extra > UINT32_MAX - 16 || b->n + extra > UINT32_MAX - 16) {
         b->failed = b->over_limit = true;
         return false;
     }
