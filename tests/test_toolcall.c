@@ -536,6 +536,30 @@ static void test_alloc_failures(json_t *tools) {
     CHECKF(failures > 0, "allocation failures were injected and reported");
 }
 
+static void test_truncated(json_t *tools) {
+    static const struct {
+        const char *name;
+        int trunc;
+    } T[] = {{"x parallel", 0}, {"x unterminated value", 1}, {"x eof after param", 1}, {"x text after call", 0},
+             {"h no close tag at end", 0}};
+    for (size_t i = 0; i < sizeof T / sizeof T[0]; i++) {
+        const tcase *c = NULL;
+        for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++)
+            if (!strcmp(CASES[k].name, T[i].name)) c = &CASES[k];
+        CHECKF(c != NULL, "case %s", T[i].name);
+        if (!c) continue;
+        tc_parser *p = make(c, tools);
+        rec r;
+        memset(&r, 0, sizeof r);
+        r.open = -1;
+        tc_parser_feed(p, c->in, strlen(c->in), on_event, &r);
+        tc_parser_finish(p, on_event, &r);
+        CHECKF(tc_parser_truncated(p) == T[i].trunc, "%s: truncated %d", c->name, T[i].trunc);
+        tc_parser_free(p);
+        rec_free(&r);
+    }
+}
+
 static void count_ev(void *u, const tc_event *e) {
     size_t *n = u;
     n[e->kind] += e->kind == TC_EV_CALL_ARGS ? e->len : 1;
@@ -616,6 +640,7 @@ int main(void) {
     test_incremental(tools);
     test_claude_tools();
     test_long(tools);
+    test_truncated(tools);
     g_utf8_check = 0;
     test_alloc_failures(tools);
     g_utf8_check = 1;

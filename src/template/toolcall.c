@@ -75,6 +75,7 @@ struct tc_parser {
     size_t scan;   /* bytes of pending input already searched for a terminator */
 
     int ncalls;
+    int truncated;       /* the stream ended inside a committed call */
     const tc_tool *tool; /* tool of the open XML call (NULL: unknown name) */
     int nparams;         /* parameters emitted in the open XML call */
     int pstring;         /* the open parameter is a streamed JSON string */
@@ -743,6 +744,7 @@ static int step_x_func(tc_parser *p) {
     }
     if (!n) {
         if (!p->eof) return 0;
+        p->truncated = 1;
         xml_close_call(p);
         after_call(p);
         return 1;
@@ -828,6 +830,7 @@ static int step_x_value(tc_parser *p) {
     }
     if (which >= 0 || p->eof) {
         size_t e = which >= 0 ? best : n;
+        if (which < 0) p->truncated = 1;
         xml_end_param(p, w, e);
         consume(p, e + (which == 0 ? strlen(T_PARAM_END) : 0));
         p->state = S_X_FUNC;
@@ -956,6 +959,8 @@ hn_status tc_parser_finish(tc_parser *p, tc_event_fn fn, void *user) {
 }
 
 int tc_parser_ncalls(const tc_parser *p) { return p->ncalls; }
+
+int tc_parser_truncated(const tc_parser *p) { return p->truncated; }
 
 void tc_parser_free(tc_parser *p) {
     if (!p) return;

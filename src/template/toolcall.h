@@ -130,6 +130,12 @@ hn_status tc_parser_finish(tc_parser *p, tc_event_fn fn, void *user);
 /* Returns the number of tool calls started so far. */
 int tc_parser_ncalls(const tc_parser *p);
 
+/* Returns non-zero when the stream ended inside a committed Qwen XML call (in
+ * a parameter, or before </function>): the call was closed with what had
+ * arrived, so its last value may be cut short. Servers should not report such
+ * a call as complete (e.g. finish_reason "length" rather than "tool_calls"). */
+int tc_parser_truncated(const tc_parser *p);
+
 /* Frees a parser (NULL is fine). */
 void tc_parser_free(tc_parser *p);
 
