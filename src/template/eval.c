@@ -682,7 +682,7 @@ static int eval(tpl_rt *rt, tpl_frame *f, const tpl_node *n, tv *out) {
         if (eval(rt, f, n->a, &a) || eval_args(rt, f, n, &ca)) return -1;
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)(n->lit.n < 63 ? n->lit.n : 63), n->lit.u.s);
-        bool res;
+        bool res = false;
         rt->line = n->line;
         rc = tpl_test(rt, name, a, ca.pos, ca.npos, &res);
         *out = tv_bool(res);
