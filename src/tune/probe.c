@@ -253,9 +253,10 @@ const char *tn_probe_isa_str(uint32_t isa, char *buf, size_t cap) {
     if (cap) buf[0] = 0;
     for (int i = 0; i < TN_ISA_COUNT; i++) {
         if (!(isa & (1u << i))) continue;
-        int n = snprintf(buf + at, cap > at ? cap - at : 0, "%s%s", at ? " " : "", k_isa_names[i]);
-        if (n < 0 || at + (size_t)n >= cap) break;
-        at += (size_t)n;
+        size_t n = strlen(k_isa_names[i]) + (at ? 1 : 0);
+        if (at + n >= cap) break;
+        snprintf(buf + at, cap - at, "%s%s", at ? " " : "", k_isa_names[i]);
+        at += n;
     }
     return buf;
 }

@@ -96,7 +96,10 @@ const char *tn_cfg_str(const tn_case *c, const int *cfg, char *buf, size_t cap) 
             lab = num;
         }
         int n = snprintf(buf + at, cap > at ? cap - at : 0, "%s%s=%s", p ? "," : "", pr->name, lab);
-        if (n < 0 || at + (size_t)n >= cap) break;
+        if (n < 0 || at + (size_t)n >= cap) {
+            if (at < cap) buf[at] = 0; /* whole items only */
+            break;
+        }
         at += (size_t)n;
     }
     return buf;
