@@ -30,6 +30,7 @@ struct tn_tuner {
     bool corrupt;
     double t_start;
     int cases_done;
+    double weight_done;
 };
 
 /* one evaluated configuration */
@@ -203,6 +204,7 @@ hn_status tn_tuner_open(const char *fingerprint, const tn_opts *opts, tn_tuner *
     if (opts) t->o = *opts;
     if (t->o.budget_s <= 0) t->o.budget_s = 30.0;
     if (t->o.n_cases <= 0) t->o.n_cases = 1;
+    if (t->o.total_weight <= 0) t->o.total_weight = t->o.n_cases;
     if (t->o.margin < 0) t->o.margin = TN_DEFAULT_MARGIN;
     t->t_start = now_s();
     if (!t->o.no_cache) {
@@ -311,6 +313,7 @@ typedef struct search {
     tn_tuner *t;
     const tn_case *c;
     float *ref, *out;
+    float tol_abs; /* c->tol_abs + c->tol_max * max|ref| */
     point *pts;
     int n_pts, cap_pts;
     double deadline;
@@ -355,6 +358,7 @@ static int eval(search *s, const int *idx) {
     int cfg[TN_MAX_PARAMS];
     cfg_of(c, idx, cfg);
     for (size_t i = 0; i < c->n_out; i++) s->out[i] = NAN; /* catches outputs a candidate never writes */
+    if (c->reset) c->reset(c->ctx);
     double t0 = now_s();
     bool ran = c->run(c->ctx, cfg, s->out);
     double t1 = now_s() - t0;
@@ -363,7 +367,7 @@ static int eval(search *s, const int *idx) {
         s->res->n_skipped++;
     } else {
         s->res->n_tried++;
-        if (!tn_validate(s->ref, s->out, c->n_out, c->tol_abs, c->tol_rel, NULL)) {
+        if (!tn_validate(s->ref, s->out, c->n_out, s->tol_abs, c->tol_rel, NULL)) {
             pt->state = 1;
             s->res->n_rejected++;
         } else {
@@ -374,7 +378,10 @@ static int eval(search *s, const int *idx) {
             double want = TN_MIN_SAMPLE_NS * 1e-9;
             int reps = t1 > 0 ? (int)(want / t1) + 1 : 1000;
             pt->reps = reps < 1 ? 1 : reps > 10000 ? 10000 : reps;
-            pt->ns = time_point(s, pt, TN_SCREEN_SAMPLES);
+            if (s->n_pts > 0 && s->pts[0].state == 0 && t1 * 1e9 > TN_SLOW_FACTOR * s->pts[0].ns)
+                pt->ns = t1 * 1e9; /* far slower than the default: cannot win, do not spend samples */
+            else
+                pt->ns = time_point(s, pt, TN_SCREEN_SAMPLES);
         }
     }
     (void)t1;
@@ -396,14 +403,6 @@ static int grid_size(const tn_case *c) {
         if (n > 1000000) return 1000000;
     }
     return (int)n;
-}
-
-/* Best (fastest valid) point so far, or -1. */
-static int best_point(const search *s) {
-    int b = -1;
-    for (int i = 0; i < s->n_pts; i++)
-        if (s->pts[i].state == 0 && (b < 0 || s->pts[i].ns < s->pts[b].ns)) b = i;
-    return b;
 }
 
 static hn_status search_run(search *s, hn_err *err) {
@@ -464,6 +463,7 @@ hn_status tn_tune(tn_tuner *t, const tn_case *c, tn_result *res, hn_err *err) {
         for (int p = 0; p < c->n_params; p++)
             res->changed |= res->cfg[p] != c->params[p].values[c->params[p].def];
         t->cases_done++;
+        t->weight_done += c->weight > 0 ? c->weight : 1.0;
         progress(t, c, 0);
         return HN_OK;
     }
@@ -473,9 +473,11 @@ hn_status tn_tune(tn_tuner *t, const tn_case *c, tn_result *res, hn_err *err) {
     s.t = t;
     s.c = c;
     s.res = res;
-    int left = t->o.n_cases - t->cases_done;
+    double w = c->weight > 0 ? c->weight : 1.0;
+    double w_left = t->o.total_weight - t->weight_done;
     double remaining = t->o.budget_s - tn_tuner_elapsed(t);
-    s.deadline = now_s() + (remaining > 0 ? remaining : 0) / (left > 1 ? left : 1);
+    double share = w_left > w ? w / w_left : 1.0;
+    s.deadline = now_s() + (remaining > 0 ? remaining : 0) * share;
     int g = grid_size(c);
     if (g <= TN_EXHAUSTIVE) s.planned = g;
     else
@@ -485,25 +487,44 @@ hn_status tn_tune(tn_tuner *t, const tn_case *c, tn_result *res, hn_err *err) {
     hn_status st = HN_OK;
     if (!s.ref || !s.out) st = hn_errf(err, HN_ERR_NOMEM, "tune: out of memory for %zu outputs", c->n_out);
     if (st == HN_OK) st = c->reference(c->ctx, s.ref, err);
-    if (st == HN_OK) st = search_run(&s, err);
     if (st == HN_OK) {
-        int d = 0, b = best_point(&s);
-        double def_ns = s.pts[d].ns, best_ns = def_ns;
-        if (b >= 0 && b != d) {
-            /* confirm: time best and default alternately, more samples each */
-            double vd[TN_CONFIRM_SAMPLES], vb[TN_CONFIRM_SAMPLES];
-            for (int k = 0; k < TN_CONFIRM_SAMPLES; k++) {
-                vd[k] = time_point(&s, &s.pts[d], 1);
-                vb[k] = time_point(&s, &s.pts[b], 1);
+        float mx = 0;
+        for (size_t i = 0; i < c->n_out; i++)
+            if (isfinite(s.ref[i]) && fabsf(s.ref[i]) > mx) mx = fabsf(s.ref[i]);
+        s.tol_abs = c->tol_abs + c->tol_max * mx;
+        st = search_run(&s, err);
+    }
+    if (st == HN_OK) {
+        /* confirm: the fastest few and the default, timed in turn, more samples each */
+        int top[TN_CONFIRM_TOP + 1], n_top = 0;
+        top[n_top++] = 0; /* the default is point 0 */
+        for (int k = 0; k < TN_CONFIRM_TOP; k++) {
+            int b = -1;
+            for (int i = 1; i < s.n_pts; i++) {
+                bool taken = false;
+                for (int j = 0; j < n_top; j++) taken |= top[j] == i;
+                if (!taken && s.pts[i].state == 0 && (b < 0 || s.pts[i].ns < s.pts[b].ns)) b = i;
             }
-            def_ns = median(vd, TN_CONFIRM_SAMPLES);
-            best_ns = median(vb, TN_CONFIRM_SAMPLES);
+            if (b < 0) break;
+            top[n_top++] = b;
         }
-        const point *win = (b >= 0 && tn_margin_wins(def_ns, best_ns, t->o.margin)) ? &s.pts[b] : &s.pts[d];
+        double med[TN_CONFIRM_TOP + 1];
+        med[0] = s.pts[0].ns;
+        if (n_top > 1) {
+            double v[TN_CONFIRM_TOP + 1][TN_CONFIRM_SAMPLES];
+            for (int k = 0; k < TN_CONFIRM_SAMPLES; k++)
+                for (int j = 0; j < n_top; j++) v[j][k] = time_point(&s, &s.pts[top[j]], 1);
+            for (int j = 0; j < n_top; j++) med[j] = median(v[j], TN_CONFIRM_SAMPLES);
+        }
+        int best = 0;
+        for (int j = 1; j < n_top; j++)
+            if (med[j] < med[best]) best = j;
+        if (best != 0 && !tn_margin_wins(med[0], med[best], t->o.margin)) best = 0;
+        const point *win = &s.pts[top[best]];
         cfg_of(c, win->idx, res->cfg);
-        res->default_ns = def_ns;
-        res->tuned_ns = win == &s.pts[d] ? def_ns : best_ns;
-        res->changed = win != &s.pts[d];
+        res->default_ns = med[0];
+        res->tuned_ns = med[best];
+        res->changed = best != 0;
         res->partial = s.partial;
         if (!s.partial) {
             entry e;
@@ -520,6 +541,7 @@ hn_status tn_tune(tn_tuner *t, const tn_case *c, tn_result *res, hn_err *err) {
         }
     }
     t->cases_done++;
+    t->weight_done += w;
     progress(t, c, 0);
     hn_free(s.pts);
     hn_free(s.ref);

@@ -11,16 +11,18 @@
  *      TN_EXHAUSTIVE configurations, else coordinate descent from the default:
  *      one parameter at a time over all its values, repeated until nothing
  *      moves): fills the output with NaN, runs once (this is also the warm-up)
- *      and validates every element, |out - ref| <= tol_abs + tol_rel * |ref|
- *      with NaN only where the reference has NaN; a candidate that fails is
+ *      and validates every element, |out - ref| <= tol_abs + tol_max *
+ *      max|ref| + tol_rel * |ref|, with NaN only where the reference has NaN
+ *      (infinities must match); a candidate that fails is
  *      rejected whatever its speed; the default itself must pass, else
  *      tn_tune fails with HN_ERR_INTERNAL;
  *   3. times survivors: repetitions calibrated so one sample covers at least
  *      TN_MIN_SAMPLE_NS, TN_SCREEN_SAMPLES samples, median;
- *   4. confirms: the best survivor and the default are re-timed alternately
- *      with TN_CONFIRM_SAMPLES samples each; the best is kept only when its
- *      median beats the default's by the margin (tn_margin_wins), else the
- *      default stays.
+ *   4. confirms: the TN_CONFIRM_TOP fastest survivors and the default are
+ *      re-timed in turn, TN_CONFIRM_SAMPLES samples each (a noisy screening
+ *      sample cannot crown or sink a candidate alone); the fastest of them is
+ *      kept only when its median beats the default's by the margin
+ *      (tn_margin_wins), else the default stays.
  *
  * Results are cached on disk in <cache dir>/tune-<fingerprint>.txt, one line
  * per (kernel, shape), holding the kernel's implementation version: a lookup
@@ -30,7 +32,10 @@
  * Searches cut short by the time budget are reported (partial) but not cached.
  *
  * A total time budget is shared among the cases the caller announces
- * (tn_opts.n_cases); with opts.progress a progress bar is drawn on stderr. */
+ * (tn_opts.n_cases, total_weight) in proportion to each case's weight; with
+ * opts.progress a progress bar is drawn on stderr. A candidate whose first
+ * timed run is TN_SLOW_FACTOR times slower than the default's median is not
+ * sampled further (it cannot win), which keeps slow scalar variants cheap. */
 #ifndef HN_TN_TUNE_H
 #define HN_TN_TUNE_H
 
@@ -46,6 +51,8 @@
 #define TN_MIN_SAMPLE_NS 1000000 /* a timed sample covers at least 1 ms of runs */
 #define TN_SCREEN_SAMPLES 3
 #define TN_CONFIRM_SAMPLES 7
+#define TN_CONFIRM_TOP 3
+#define TN_SLOW_FACTOR 3.0
 #define TN_DEFAULT_MARGIN 0.03   /* a winner must be 3% faster than the default */
 #define TN_CACHE_VERSION 1       /* the cache file's format and the search's definition */
 
@@ -69,12 +76,19 @@ typedef struct tn_case {
     tn_param params[TN_MAX_PARAMS];
     size_t n_out;         /* floats written by reference and run */
     float tol_abs, tol_rel;
+    float tol_max; /* adds tol_max * max|ref| to tol_abs (error that scales with the output) */
     void *ctx;
     /* Writes the trusted output for the shape into out. */
     hn_status (*reference)(void *ctx, float *out, hn_err *err);
     /* Runs the real shape once with cfg[i] = a value of params[i], writing out;
      * returns false if the configuration cannot run here (it is skipped). */
     bool (*run)(void *ctx, const int *cfg, float *out);
+    /* Optional: called before every validation run so that run computes what
+     * the reference did (e.g. rewinds a rotation over copies of the weights). */
+    void (*reset)(void *ctx);
+    /* Share of the budget relative to the other cases (e.g. bytes one run
+     * reads); <= 0 means 1. */
+    double weight;
 } tn_case;
 
 typedef struct tn_result {
@@ -91,7 +105,8 @@ typedef struct tn_result {
 
 typedef struct tn_opts {
     double budget_s; /* total for this tuner; <= 0 means 30 s */
-    int n_cases;     /* cases the caller will tune (shares the budget); <= 0 means 1 */
+    int n_cases;     /* cases the caller will tune; <= 0 means 1 */
+    double total_weight; /* sum of their weights (shares the budget); <= 0 means n_cases */
     double margin;   /* < 0 means TN_DEFAULT_MARGIN */
     bool force;      /* ignore cached entries (they are replaced) */
     bool progress;   /* draw a progress bar on stderr */
