@@ -95,7 +95,7 @@ static void detect_model(tn_probe *p) {
     snprintf(p->model, sizeof p->model, "unknown");
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f) return;
-    char line[512], part[64] = "", impl[64] = "";
+    char line[512], part[32] = "", impl[32] = "";
     while (fgets(line, sizeof line, f)) {
         char *colon = strchr(line, ':');
         if (!colon) continue;
@@ -110,7 +110,7 @@ static void detect_model(tn_probe *p) {
         if (!strncmp(line, "CPU part", 8) && !part[0]) snprintf(part, sizeof part, "%s", v);
     }
     fclose(f);
-    if (!strcmp(p->model, "unknown") && impl[0]) snprintf(p->model, sizeof p->model, "arm %s/%s", impl, part);
+    if (!strcmp(p->model, "unknown") && impl[0]) snprintf(p->model, sizeof p->model, "arm %.40s/%.40s", impl, part);
 }
 
 static void detect_cores(tn_probe *p) {
