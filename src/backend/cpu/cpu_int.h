@@ -1,0 +1,54 @@
+/* cpu_int.h: state shared by the CPU backend's files (private to backend/cpu). */
+#ifndef HN_BACKEND_CPU_INT_H
+#define HN_BACKEND_CPU_INT_H
+
+#include <stdatomic.h>
+
+#include "cpu.h"
+
+/* attention scores kept at once per head (positions of one block, at most this many) */
+#define CPU_ATTN_SCORE_CAP 64
+
+typedef struct cpu_be {
+    be_backend base;
+    pool *pool;
+    int nth;
+    bool force_ref;
+    be_limits lim;
+    /* matmul scratch */
+    unsigned char *act;   /* converted activation rows: max_rows x (4 * max_k) bytes */
+    size_t act_cap;
+    float *deq;           /* per-thread dequantized weight row: nth x max_k */
+    int32_t *ident;       /* 0..max_rows-1 */
+    int32_t *order_in;    /* moe: activation row of each (row, slot), grouped by expert */
+    int32_t *order_out;   /* moe: output row of each (row, slot), grouped by expert */
+    int32_t *counts;      /* moe: max_experts + 1 */
+    void *groups;         /* moe: max_experts matmul groups */
+    /* attention scratch: per thread max_group x (max_head_dim + 2 + CPU_ATTN_SCORE_CAP) floats */
+    float *attn;
+    size_t attn_stride;
+    float *route;         /* max_experts floats */
+} cpu_be;
+
+static inline cpu_be *cpu_of(be_backend *b) { return (cpu_be *)b->impl; }
+
+/* f32 dot product with independent partial sums (vectorizes without -ffast-math). */
+static inline float cpu_dot_f32(const float *a, const float *b, int64_t n) {
+    float s[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += a[i + j] * b[i + j];
+    float t = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    for (; i < n; i++) t += a[i] * b[i];
+    return t;
+}
+
+/* ops implemented in cpu_matmul.c and cpu_attn.c */
+hn_status cpu_matmul_reserve(cpu_be *cb, hn_err *err);
+void cpu_matmul_free(cpu_be *cb);
+void cpu_op_matmul(be_backend *b, const be_weight *w, int mat, const float *x, int n, float *y);
+void cpu_op_moe_matmul(be_backend *b, const be_weight *w, const float *x, bool x_shared, int n, int k,
+                       const int32_t *ids, float *y);
+void cpu_op_attention(be_backend *b, const be_attn_args *a);
+
+#endif

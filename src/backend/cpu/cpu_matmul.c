@@ -1,0 +1,225 @@
+/* cpu_matmul.c: matmul of f32 activations with a quantized weight, dense and
+ * grouped by expert (MoE). This is the hot loop of the forward pass.
+ *
+ * One core serves both: a list of groups, each "matrix e of W times these
+ * activation rows into those output rows". Dense matmul is one group over
+ * every row. Work:
+ *   1. convert each activation row once into the dot kernel's act_type
+ *      (threaded over rows when there are several);
+ *   2. split every group's weight rows into chunks and let threads take chunks
+ *      from an atomic counter (balances load when another process steals a
+ *      core). Inside a chunk, activation rows are taken in tiles so a tile
+ *      stays in cache while the chunk's weight rows stream past it.
+ * Decode (one row) reads each weight row exactly once, spread over threads.
+ * Without a dot kernel for the type, each weight row is dequantized with the
+ * reference to_float into a per-thread buffer and dotted in f32. */
+#include <string.h>
+
+#include "../../core/alloc.h"
+#include "../../quant/quant.h"
+#include "cpu_int.h"
+#include "dot.h"
+
+#define TILE_ROWS 16
+
+typedef struct mm_group {
+    int mat;              /* matrix (expert) index */
+    int n;                /* activation rows in this group */
+    const int32_t *in;    /* their indices into the converted rows */
+    const int32_t *out;   /* their output rows in y */
+    int first_chunk;      /* chunk ids [first_chunk, first_chunk + n_chunks) */
+} mm_group;
+
+typedef struct mm_task {
+    cpu_be *cb;
+    const be_weight *w;
+    const cpu_dot_kernel *kern;  /* NULL: dequantize + f32 */
+    const float *x;              /* f32 input rows (K floats each) */
+    int n_x;
+    const unsigned char *act;    /* converted rows (kern) or x itself */
+    size_t act_row;              /* bytes per converted row */
+    float *y;                    /* output rows of N floats */
+    const mm_group *groups;
+    int n_groups;
+    int64_t chunk_rows;
+    int total_chunks;
+    _Atomic int next;
+} mm_task;
+
+hn_status cpu_matmul_reserve(cpu_be *cb, hn_err *err) {
+    cpu_matmul_free(cb);
+    const be_limits *l = &cb->lim;
+    size_t rows = (size_t)(l->max_rows > 0 ? l->max_rows : 1);
+    size_t k = (size_t)(l->max_k > 0 ? l->max_k : 1);
+    size_t ne = (size_t)(l->max_experts > 0 ? l->max_experts : 1);
+    /* 4 bytes per element bounds every act_type's row size (q8_0: 34/32, q8_K: 292/256, f16: 2) */
+    cb->act_cap = rows * 4 * k + 64;
+    cb->act = hn_pages_alloc(cb->act_cap);
+    cb->deq = hn_malloc(sizeof(float) * (size_t)cb->nth * k);
+    cb->ident = hn_malloc(sizeof(int32_t) * rows);
+    cb->order_in = hn_malloc(sizeof(int32_t) * rows);
+    cb->order_out = hn_malloc(sizeof(int32_t) * rows);
+    cb->counts = hn_malloc(sizeof(int32_t) * (ne + 1));
+    cb->groups = hn_malloc(sizeof(mm_group) * ne);
+    cb->route = hn_malloc(sizeof(float) * ne);
+    if (!cb->act || !cb->deq || !cb->ident || !cb->order_in || !cb->order_out || !cb->counts || !cb->groups ||
+        !cb->route) {
+        cpu_matmul_free(cb);
+        return hn_errf(err, HN_ERR_NOMEM, "cpu backend: cannot allocate matmul scratch (%zu rows x %zu)", rows, k);
+    }
+    for (size_t i = 0; i < rows; i++) cb->ident[i] = (int32_t)i;
+    return HN_OK;
+}
+
+void cpu_matmul_free(cpu_be *cb) {
+    if (cb->act) hn_pages_free(cb->act, cb->act_cap);
+    cb->act = NULL;
+    hn_free(cb->deq);
+    hn_free(cb->ident);
+    hn_free(cb->order_in);
+    hn_free(cb->order_out);
+    hn_free(cb->counts);
+    hn_free(cb->groups);
+    hn_free(cb->route);
+    cb->deq = NULL;
+    cb->ident = cb->order_in = cb->order_out = cb->counts = NULL;
+    cb->groups = NULL;
+    cb->route = NULL;
+}
+
+/* phase 1: convert activation rows, split over threads */
+static void mm_convert(void *ctx, int ith, int nth) {
+    mm_task *t = ctx;
+    int64_t k = t->w->ne[0];
+    int r0 = (int)((int64_t)t->n_x * ith / nth), r1 = (int)((int64_t)t->n_x * (ith + 1) / nth);
+    for (int r = r0; r < r1; r++)
+        t->kern->act(t->x + (size_t)r * (size_t)k, (unsigned char *)t->act + (size_t)r * t->act_row, k);
+}
+
+/* phase 2: chunks of weight rows against their group's activation rows */
+static void mm_dots(void *ctx, int ith, int nth) {
+    (void)nth;
+    mm_task *t = ctx;
+    const be_weight *w = t->w;
+    const int64_t k = w->ne[0], n_out = w->ne[1];
+    const qt_type_traits *tr = qt_traits(w->type);
+    float *deq = t->cb->deq + (size_t)ith * (size_t)k;
+    int g = 0;
+    for (;;) {
+        int c = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+        if (c >= t->total_chunks) break;
+        while (g + 1 < t->n_groups && t->groups[g + 1].first_chunk <= c) g++;
+        while (g > 0 && t->groups[g].first_chunk > c) g--;
+        const mm_group *gr = &t->groups[g];
+        int64_t j0 = (int64_t)(c - gr->first_chunk) * t->chunk_rows;
+        int64_t j1 = j0 + t->chunk_rows < n_out ? j0 + t->chunk_rows : n_out;
+        const unsigned char *wm = (const unsigned char *)w->data + (size_t)gr->mat * w->mat_bytes;
+        if (t->kern) {
+            cpu_dot_fn dot = t->kern->dot;
+            for (int r0 = 0; r0 < gr->n; r0 += TILE_ROWS) {
+                int r1 = r0 + TILE_ROWS < gr->n ? r0 + TILE_ROWS : gr->n;
+                for (int64_t j = j0; j < j1; j++) {
+                    const void *wr = wm + (size_t)j * w->row_bytes;
+                    for (int r = r0; r < r1; r++) {
+                        float s;
+                        dot(k, &s, wr, t->act + (size_t)gr->in[r] * t->act_row);
+                        t->y[(size_t)gr->out[r] * (size_t)n_out + (size_t)j] = s;
+                    }
+                }
+            }
+        } else {
+            for (int64_t j = j0; j < j1; j++) {
+                const void *wr = wm + (size_t)j * w->row_bytes;
+                const float *wf;
+                if (w->type == QT_F32) {
+                    wf = wr;
+                } else {
+                    tr->to_float(wr, deq, k);
+                    wf = deq;
+                }
+                for (int r = 0; r < gr->n; r++)
+                    t->y[(size_t)gr->out[r] * (size_t)n_out + (size_t)j] =
+                        cpu_dot_f32(wf, t->x + (size_t)gr->in[r] * (size_t)k, k);
+            }
+        }
+    }
+}
+
+/* Runs groups over the pool: converts the n_x input rows, then the dots. */
+static void mm_run(cpu_be *cb, const be_weight *w, const float *x, int n_x, float *y, mm_group *groups,
+                   int n_groups, int total_rows) {
+    mm_task t;
+    memset(&t, 0, sizeof t);
+    t.cb = cb;
+    t.w = w;
+    t.x = x;
+    t.n_x = n_x;
+    t.y = y;
+    t.groups = groups;
+    t.n_groups = n_groups;
+    t.kern = cb->force_ref ? NULL : cpu_dot_best(w->type);
+    const int64_t k = w->ne[0], n_out = w->ne[1];
+    if (t.kern && t.kern->act_type == QT_F32) {
+        t.act = (const unsigned char *)x;  /* nothing to convert */
+        t.act_row = sizeof(float) * (size_t)k;
+    } else if (t.kern) {
+        t.act = cb->act;
+        t.act_row = qt_row_size(t.kern->act_type, k);
+        if (n_x * (int64_t)k < 4096 || cb->nth == 1)
+            mm_convert(&t, 0, 1);
+        else
+            pool_run(cb->pool, mm_convert, &t);
+    }
+    /* chunks: about 4 per thread per group when decoding, smaller as rows grow */
+    int64_t per = n_out / (cb->nth * 4);
+    if (total_rows > 64) per = n_out / (cb->nth * 8);
+    if (per < 4) per = 4;
+    if (per > n_out) per = n_out;
+    t.chunk_rows = per;
+    int chunks_per_group = (int)((n_out + per - 1) / per);
+    int c = 0;
+    for (int g = 0; g < n_groups; g++) {
+        groups[g].first_chunk = c;
+        c += chunks_per_group;
+    }
+    t.total_chunks = c;
+    atomic_store(&t.next, 0);
+    if (cb->nth == 1 || (int64_t)total_rows * n_out * k < 32768)
+        mm_dots(&t, 0, 1);
+    else
+        pool_run(cb->pool, mm_dots, &t);
+}
+
+void cpu_op_matmul(be_backend *b, const be_weight *w, int mat, const float *x, int n, float *y) {
+    cpu_be *cb = cpu_of(b);
+    mm_group g = {.mat = mat, .n = n, .in = cb->ident, .out = cb->ident};
+    mm_run(cb, w, x, n, y, &g, 1, n);
+}
+
+void cpu_op_moe_matmul(be_backend *b, const be_weight *w, const float *x, bool x_shared, int n, int k,
+                       const int32_t *ids, float *y) {
+    cpu_be *cb = cpu_of(b);
+    int n_exp = (int)w->ne[2];
+    int total = n * k;
+    /* counting sort of the (row, slot) items by expert */
+    int32_t *cnt = cb->counts;
+    memset(cnt, 0, sizeof(int32_t) * (size_t)(n_exp + 1));
+    for (int i = 0; i < total; i++) cnt[ids[i] + 1]++;
+    for (int e = 0; e < n_exp; e++) cnt[e + 1] += cnt[e];
+    mm_group *groups = cb->groups;
+    int n_groups = 0;
+    for (int e = 0; e < n_exp; e++) {
+        if (cnt[e + 1] == cnt[e]) continue;
+        mm_group *g = &groups[n_groups++];
+        g->mat = e;
+        g->n = cnt[e + 1] - cnt[e];
+        g->in = cb->order_in + cnt[e];
+        g->out = cb->order_out + cnt[e];
+    }
+    for (int i = 0; i < total; i++) {
+        int32_t at = cnt[ids[i]]++;
+        cb->order_in[at] = x_shared ? i / k : i;
+        cb->order_out[at] = i;
+    }
+    mm_run(cb, w, x, x_shared ? n : total, y, groups, n_groups, total);
+}

@@ -1,0 +1,184 @@
+/* pool.c: the thread pool. Workers wait on `gen` (a generation counter the
+ * caller bumps to publish a job); the caller waits on `left` (workers still
+ * running the job). Both waits spin for a short while and then sleep on a
+ * futex (Linux) or a condition variable (elsewhere). */
+#include "pool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <unistd.h>
+
+#include "alloc.h"
+
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+#define SPIN_ITERS 20000
+
+struct pool {
+    int n;
+    pthread_t *threads;
+    pool_fn fn;
+    void *ctx;
+    _Atomic int gen;      /* bumped once per job; workers wake on change */
+    _Atomic int left;     /* workers that have not finished the current job */
+    _Atomic int stop;
+    _Atomic int sleepers; /* threads sleeping (or about to) on gen or left */
+#ifndef __linux__
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+#endif
+};
+
+typedef struct {
+    pool *p;
+    int ith;
+} worker_arg;
+
+/* Sleeps while *addr == val (spurious wake-ups are fine: callers loop). */
+static void wait_on(pool *p, _Atomic int *addr, int val) {
+#ifdef __linux__
+    (void)p;
+    syscall(SYS_futex, (int *)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+#else
+    pthread_mutex_lock(&p->mu);
+    if (atomic_load(addr) == val) pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+#endif
+}
+
+static void wake_all(pool *p, _Atomic int *addr) {
+#ifdef __linux__
+    (void)p;
+    syscall(SYS_futex, (int *)addr, FUTEX_WAKE_PRIVATE, 1 << 30, NULL, NULL, 0);
+#else
+    (void)addr;
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+#endif
+}
+
+/* Waits until *addr != val: spin, then sleep. */
+static void await_change(pool *p, _Atomic int *addr, int val) {
+    for (int i = 0; i < SPIN_ITERS; i++) {
+        if (atomic_load_explicit(addr, memory_order_acquire) != val) return;
+        cpu_relax();
+    }
+    while (atomic_load_explicit(addr, memory_order_acquire) == val) {
+        atomic_fetch_add(&p->sleepers, 1); /* seq_cst, then re-check: no lost wake-up */
+        if (atomic_load(addr) == val) wait_on(p, addr, val);
+        atomic_fetch_sub(&p->sleepers, 1);
+    }
+}
+
+static void *worker_main(void *arg) {
+    worker_arg a = *(worker_arg *)arg;
+    hn_free(arg);
+    pool *p = a.p;
+    int seen = atomic_load(&p->gen);
+    for (;;) {
+        await_change(p, &p->gen, seen);
+        seen = atomic_load_explicit(&p->gen, memory_order_acquire);
+        if (atomic_load(&p->stop)) break;
+        p->fn(p->ctx, a.ith, p->n);
+        if (atomic_fetch_sub(&p->left, 1) == 1 &&
+            atomic_load(&p->sleepers) > 0)
+            wake_all(p, &p->left);
+    }
+    return NULL;
+}
+
+hn_status pool_create(int n_threads, pool **out, hn_err *err) {
+    *out = NULL;
+    if (n_threads < 1 || n_threads > 1024)
+        return hn_errf(err, HN_ERR_INVALID, "pool: %d threads (want 1..1024)", n_threads);
+    pool *p = hn_calloc(1, sizeof *p);
+    if (!p) return hn_errf(err, HN_ERR_NOMEM, "pool: out of memory");
+    p->n = n_threads;
+#ifndef __linux__
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+#endif
+    if (n_threads > 1) {
+        p->threads = hn_calloc((size_t)n_threads - 1, sizeof *p->threads);
+        if (!p->threads) {
+            hn_free(p);
+            return hn_errf(err, HN_ERR_NOMEM, "pool: out of memory");
+        }
+    }
+    for (int i = 1; i < n_threads; i++) {
+        worker_arg *a = hn_malloc(sizeof *a);
+        if (a) {
+            a->p = p;
+            a->ith = i;
+        }
+        if (!a || pthread_create(&p->threads[i - 1], NULL, worker_main, a) != 0) {
+            hn_free(a);
+            p->n = i; /* join the ones that started */
+            pool_free(p);
+            return hn_errf(err, HN_ERR_NOMEM, "pool: cannot start thread %d", i);
+        }
+    }
+    *out = p;
+    return HN_OK;
+}
+
+void pool_free(pool *p) {
+    if (!p) return;
+    atomic_store(&p->stop, 1);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    wake_all(p, &p->gen);
+    for (int i = 1; i < p->n; i++) pthread_join(p->threads[i - 1], NULL);
+#ifndef __linux__
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+#endif
+    hn_free(p->threads);
+    hn_free(p);
+}
+
+int pool_n_threads(const pool *p) { return p ? p->n : 1; }
+
+void pool_run(pool *p, pool_fn fn, void *ctx) {
+    if (!p || p->n == 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->ctx = ctx;
+    atomic_store_explicit(&p->left, p->n - 1, memory_order_relaxed);
+    atomic_fetch_add(&p->gen, 1); /* seq_cst: pairs with the sleepers count */
+    if (atomic_load(&p->sleepers) > 0) wake_all(p, &p->gen);
+    fn(ctx, 0, p->n);
+    for (;;) {
+        int left = atomic_load_explicit(&p->left, memory_order_acquire);
+        if (left == 0) break;
+        await_change(p, &p->left, left);
+    }
+}
+
+int pool_cpu_count(void) {
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0) return n;
+    }
+#endif
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}

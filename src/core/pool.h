@@ -1,0 +1,30 @@
+/* pool.h: a fixed thread pool for data-parallel kernels.
+ *
+ * A pool of n threads is the caller plus n-1 workers. pool_run(p, fn, ctx)
+ * calls fn(ctx, ith, n) once on every thread (the caller is ith 0) and returns
+ * when all calls have returned, so a kernel splits its work by ith/nth and
+ * needs no locking. Dispatch is a generation counter: idle workers spin
+ * briefly on it (a matmul follows a matmul within microseconds in the token
+ * loop) and then sleep on a futex, so an idle pool burns no CPU. pool_run
+ * does not allocate. It must not be called from inside fn, nor from two
+ * threads at once on the same pool. */
+#ifndef HN_POOL_H
+#define HN_POOL_H
+
+#include "status.h"
+
+typedef struct pool pool;
+typedef void (*pool_fn)(void *ctx, int ith, int nth);
+
+/* Creates a pool of n_threads (>= 1; 1 means the caller only). */
+hn_status pool_create(int n_threads, pool **out, hn_err *err);
+/* Stops and joins the workers and frees the pool (NULL is fine). */
+void pool_free(pool *p);
+/* The number of threads, caller included. */
+int pool_n_threads(const pool *p);
+/* Runs fn(ctx, ith, nth) on every thread and waits for all of them. */
+void pool_run(pool *p, pool_fn fn, void *ctx);
+/* Number of CPUs this process may run on (at least 1). */
+int pool_cpu_count(void);
+
+#endif

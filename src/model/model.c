@@ -1,0 +1,347 @@
+/* model.c: loading a model: hyper-parameters from `<arch>.*` metadata, weight
+ * binding with shape checks, the thread pool, the backend and the scratch.
+ * The forward pass is in model_forward.c. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../backend/cpu/cpu.h"
+#include "../core/alloc.h"
+#include "../quant/quant.h"
+#include "model_int.h"
+
+#define MAX_DIM (1 << 20)
+
+static const struct {
+    const char *name;
+    model_arch arch;
+    be_rope_mode rope;
+    bool qk_norm;
+    bool moe;
+} arch_table[] = {
+    {"llama", MODEL_LLAMA, BE_ROPE_NORM, false, false},
+    {"qwen2", MODEL_QWEN2, BE_ROPE_NEOX, false, false},
+    {"qwen3", MODEL_QWEN3, BE_ROPE_NEOX, true, false},
+    {"qwen3moe", MODEL_QWEN3MOE, BE_ROPE_NEOX, true, true},
+};
+
+/* ---- hyper-parameters ---- */
+
+/* Reads `<arch>.<key>` as a positive int; missing keys give def (or an error when def < 0). */
+static hn_status get_int(const gguf_ctx *g, const char *arch, const char *key, int32_t def, int32_t *out,
+                         hn_err *err) {
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    if (!gguf_get(g, full)) {
+        if (def < 0) return hn_errf(err, HN_ERR_FORMAT, "model: missing metadata %s", full);
+        *out = def;
+        return HN_OK;
+    }
+    uint32_t v;
+    if (!gguf_get_u32(g, full, &v))
+        return hn_errf(err, HN_ERR_UNSUPPORTED, "model: metadata %s is not a single unsigned integer", full);
+    if (v > MAX_DIM) return hn_errf(err, HN_ERR_FORMAT, "model: metadata %s = %u is out of range", full, v);
+    *out = (int32_t)v;
+    return HN_OK;
+}
+
+static hn_status get_float(const gguf_ctx *g, const char *arch, const char *key, float def, bool required,
+                           float *out, hn_err *err) {
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    if (!gguf_get(g, full)) {
+        if (required) return hn_errf(err, HN_ERR_FORMAT, "model: missing metadata %s", full);
+        *out = def;
+        return HN_OK;
+    }
+    if (!gguf_get_f32(g, full, out) || !isfinite(*out))
+        return hn_errf(err, HN_ERR_FORMAT, "model: metadata %s is not a finite number", full);
+    return HN_OK;
+}
+
+static hn_status read_hparams(const gguf_ctx *g, model_hparams *hp, bool *moe, hn_err *err) {
+    memset(hp, 0, sizeof *hp);
+    const char *arch = gguf_get_str(g, "general.architecture");
+    if (!arch) return hn_errf(err, HN_ERR_FORMAT, "model: missing general.architecture");
+    size_t ai = 0;
+    while (ai < sizeof arch_table / sizeof arch_table[0] && strcmp(arch_table[ai].name, arch)) ai++;
+    if (ai == sizeof arch_table / sizeof arch_table[0])
+        return hn_errf(err, HN_ERR_UNSUPPORTED, "model: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe)",
+                       arch);
+    hp->arch = arch_table[ai].arch;
+    snprintf(hp->arch_name, sizeof hp->arch_name, "%s", arch);
+    hp->rope_mode = arch_table[ai].rope;
+    hp->qk_norm = arch_table[ai].qk_norm;
+    *moe = arch_table[ai].moe;
+    hn_status st;
+    if ((st = get_int(g, arch, "block_count", -1, &hp->n_layer, err)) ||
+        (st = get_int(g, arch, "embedding_length", -1, &hp->n_embd, err)) ||
+        (st = get_int(g, arch, "attention.head_count", -1, &hp->n_head, err)) ||
+        (st = get_int(g, arch, "attention.head_count_kv", hp->n_head, &hp->n_head_kv, err)) ||
+        (st = get_int(g, arch, "context_length", 4096, &hp->n_ctx_train, err)) ||
+        (st = get_int(g, arch, "attention.sliding_window", 0, &hp->sliding_window, err)) ||
+        (st = get_float(g, arch, "rope.freq_base", 10000.0f, false, &hp->rope_base, err)) ||
+        (st = get_float(g, arch, "attention.layer_norm_rms_epsilon", 0, true, &hp->rms_eps, err)))
+        return st;
+    if (hp->n_layer < 1 || hp->n_embd < 1 || hp->n_head < 1 || hp->n_head_kv < 1 || hp->n_head % hp->n_head_kv)
+        return hn_errf(err, HN_ERR_FORMAT, "model: bad shape: %d layers, width %d, %d heads, %d kv heads", hp->n_layer,
+                       hp->n_embd, hp->n_head, hp->n_head_kv);
+    int32_t def_hd = hp->n_embd % hp->n_head == 0 ? hp->n_embd / hp->n_head : -1;
+    int32_t vdim;
+    if ((st = get_int(g, arch, "attention.key_length", def_hd, &hp->head_dim, err)) ||
+        (st = get_int(g, arch, "attention.value_length", hp->head_dim, &vdim, err)) ||
+        (st = get_int(g, arch, "rope.dimension_count", hp->head_dim, &hp->n_rot, err)))
+        return st;
+    if (vdim != hp->head_dim)
+        return hn_errf(err, HN_ERR_UNSUPPORTED, "model: value_length %d differs from key_length %d", vdim, hp->head_dim);
+    if (hp->head_dim < 2 || hp->head_dim > 1024 || hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->n_rot < 2)
+        return hn_errf(err, HN_ERR_FORMAT, "model: head dim %d with %d rotated dims is not supported", hp->head_dim,
+                       hp->n_rot);
+    if (*moe) {
+        if ((st = get_int(g, arch, "expert_count", -1, &hp->n_expert, err)) ||
+            (st = get_int(g, arch, "expert_used_count", -1, &hp->n_expert_used, err)) ||
+            (st = get_int(g, arch, "expert_feed_forward_length", -1, &hp->n_ff_exp, err)))
+            return st;
+        if (hp->n_expert < 1 || hp->n_expert > 1024 || hp->n_expert_used < 1 || hp->n_expert_used > hp->n_expert ||
+            hp->n_ff_exp < 1)
+            return hn_errf(err, HN_ERR_FORMAT, "model: bad experts: %d of %d used, width %d", hp->n_expert_used,
+                           hp->n_expert, hp->n_ff_exp);
+    } else {
+        if ((st = get_int(g, arch, "feed_forward_length", -1, &hp->n_ff, err))) return st;
+        if (hp->n_ff < 1) return hn_errf(err, HN_ERR_FORMAT, "model: feed_forward_length is 0");
+    }
+    if (!(hp->rms_eps > 0.0f) || !(hp->rope_base > 0.0f))
+        return hn_errf(err, HN_ERR_FORMAT, "model: rms epsilon %g and rope base %g must be positive", hp->rms_eps,
+                       hp->rope_base);
+    return HN_OK;
+}
+
+/* ---- weight binding ---- */
+
+/* Binds tensor `name` checking its dims against ne[0..n_dims). Missing and not
+ * required: *w stays zeroed (data NULL). */
+static hn_status bind(const gguf_ctx *g, const char *name, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
+                      bool required, be_weight *w, hn_err *err) {
+    memset(w, 0, sizeof *w);
+    const gguf_tensor *t = gguf_find_tensor(g, name);
+    if (!t) {
+        if (required) return hn_errf(err, HN_ERR_FORMAT, "model: missing tensor %s", name);
+        return HN_OK;
+    }
+    int64_t want[3] = {ne0, ne1, ne2};
+    bool ok = t->n_dims <= n_dims || (t->n_dims == n_dims + 1 && t->ne[n_dims] == 1);
+    for (int i = 0; i < 3 && ok; i++) ok = t->ne[i] == (i < n_dims ? want[i] : 1);
+    if (!ok)
+        return hn_errf(err, HN_ERR_FORMAT,
+                       "model: tensor %s has shape [%lld, %lld, %lld], the metadata says [%lld, %lld, %lld]", name,
+                       (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)want[0],
+                       (long long)(n_dims > 1 ? want[1] : 1), (long long)(n_dims > 2 ? want[2] : 1));
+    const qt_type_traits *tr = qt_traits(t->type);
+    if (!tr || !tr->to_float)
+        return hn_errf(err, HN_ERR_UNSUPPORTED, "model: tensor %s has type %s, which hone cannot compute with", name,
+                       qt_name(t->type));
+    w->type = t->type;
+    w->ne[0] = t->ne[0];
+    w->ne[1] = t->ne[1];
+    w->ne[2] = t->ne[2];
+    w->row_bytes = qt_row_size(t->type, t->ne[0]);
+    w->mat_bytes = w->row_bytes * (size_t)t->ne[1];
+    if (w->row_bytes == 0 || w->mat_bytes * (size_t)t->ne[2] > t->nbytes)
+        return hn_errf(err, HN_ERR_FORMAT, "model: tensor %s: rows of %lld do not fit type %s", name,
+                       (long long)t->ne[0], qt_name(t->type));
+    w->data = t->data;
+    return HN_OK;
+}
+
+/* Binds an f32 vector of n elements (norm weights, biases). */
+static hn_status bind_vec(const gguf_ctx *g, const char *name, int64_t n, bool required, const float **out,
+                          hn_err *err) {
+    be_weight w;
+    *out = NULL;
+    hn_status st = bind(g, name, 1, n, 1, 1, required, &w, err);
+    if (st || !w.data) return st;
+    if (w.type != QT_F32)
+        return hn_errf(err, HN_ERR_UNSUPPORTED, "model: tensor %s is %s; hone expects f32 norms and biases", name,
+                       qt_name(w.type));
+    *out = w.data;
+    return HN_OK;
+}
+
+static hn_status bind_layer(const gguf_ctx *g, const model_hparams *hp, int il, model_layer *L, hn_err *err) {
+    char nm[96];
+    const int64_t E = hp->n_embd, HD = hp->head_dim, NQ = (int64_t)hp->n_head * HD, NKV = (int64_t)hp->n_head_kv * HD;
+    hn_status st;
+#define N(s) (snprintf(nm, sizeof nm, "blk.%d." s, il), nm)
+    if ((st = bind_vec(g, N("attn_norm.weight"), E, true, &L->attn_norm, err)) ||
+        (st = bind(g, N("attn_q.weight"), 2, E, NQ, 1, true, &L->wq, err)) ||
+        (st = bind(g, N("attn_k.weight"), 2, E, NKV, 1, true, &L->wk, err)) ||
+        (st = bind(g, N("attn_v.weight"), 2, E, NKV, 1, true, &L->wv, err)) ||
+        (st = bind(g, N("attn_output.weight"), 2, NQ, E, 1, true, &L->wo, err)) ||
+        (st = bind_vec(g, N("attn_q.bias"), NQ, hp->arch == MODEL_QWEN2, &L->bq, err)) ||
+        (st = bind_vec(g, N("attn_k.bias"), NKV, hp->arch == MODEL_QWEN2, &L->bk, err)) ||
+        (st = bind_vec(g, N("attn_v.bias"), NKV, hp->arch == MODEL_QWEN2, &L->bv, err)) ||
+        (st = bind_vec(g, N("ffn_norm.weight"), E, true, &L->ffn_norm, err)))
+        return st;
+    if (hp->qk_norm && ((st = bind_vec(g, N("attn_q_norm.weight"), HD, true, &L->q_norm, err)) ||
+                        (st = bind_vec(g, N("attn_k_norm.weight"), HD, true, &L->k_norm, err))))
+        return st;
+    if (hp->n_expert > 0) {
+        const int64_t X = hp->n_expert, F = hp->n_ff_exp;
+        if ((st = bind(g, N("ffn_gate_inp.weight"), 2, E, X, 1, true, &L->gate_inp, err)) ||
+            (st = bind(g, N("ffn_gate_exps.weight"), 3, E, F, X, true, &L->gate_exps, err)) ||
+            (st = bind(g, N("ffn_up_exps.weight"), 3, E, F, X, true, &L->up_exps, err)) ||
+            (st = bind(g, N("ffn_down_exps.weight"), 3, F, E, X, true, &L->down_exps, err)))
+            return st;
+    } else {
+        const int64_t F = hp->n_ff;
+        if ((st = bind(g, N("ffn_gate.weight"), 2, E, F, 1, true, &L->w_gate, err)) ||
+            (st = bind(g, N("ffn_up.weight"), 2, E, F, 1, true, &L->w_up, err)) ||
+            (st = bind(g, N("ffn_down.weight"), 2, F, E, 1, true, &L->w_down, err)))
+            return st;
+    }
+#undef N
+    return HN_OK;
+}
+
+/* ---- scratch ---- */
+
+static hn_status alloc_scratch(model *m, hn_err *err) {
+    const model_hparams *hp = &m->hp;
+    size_t B = (size_t)m->params.max_batch, K = hp->n_expert > 0 ? (size_t)hp->n_expert_used : 1;
+    size_t E = (size_t)hp->n_embd, NQ = (size_t)hp->n_head * (size_t)hp->head_dim,
+           NKV = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    size_t FF = hp->n_expert > 0 ? K * (size_t)hp->n_ff_exp : (size_t)hp->n_ff;
+    struct {
+        void **p;
+        size_t bytes;
+    } parts[] = {
+        {(void **)&m->s.x, B * E * 4},
+        {(void **)&m->s.xb, B * E * 4},
+        {(void **)&m->s.xb2, B * E * 4},
+        {(void **)&m->s.q, B * NQ * 4},
+        {(void **)&m->s.k, B * NKV * 4},
+        {(void **)&m->s.v, B * NKV * 4},
+        {(void **)&m->s.att, B * NQ * 4},
+        {(void **)&m->s.hb, B * FF * 4},
+        {(void **)&m->s.hb2, B * FF * 4},
+        {(void **)&m->s.router, B * (size_t)(hp->n_expert > 0 ? hp->n_expert : 1) * 4},
+        {(void **)&m->s.exp_ids, B * K * 4},
+        {(void **)&m->s.exp_w, B * K * 4},
+        {(void **)&m->s.moe_out, hp->n_expert > 0 ? B * K * E * 4 : 4},
+        {(void **)&m->s.tok_seq, B * sizeof(kv_seq *)},
+        {(void **)&m->s.out_rows, B * 4},
+        {(void **)&m->s.seq_fill, (size_t)m->params.max_seqs * 4},
+    };
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) total += (parts[i].bytes + 63) & ~(size_t)63;
+    unsigned char *mem = hn_malloc(total + 64);
+    if (!mem) return hn_errf(err, HN_ERR_NOMEM, "model: cannot allocate %zu bytes of scratch", total);
+    m->scratch_mem = mem;
+    unsigned char *p = (unsigned char *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        *parts[i].p = p;
+        p += (parts[i].bytes + 63) & ~(size_t)63;
+    }
+    return HN_OK;
+}
+
+/* ---- load / free ---- */
+
+hn_status model_load_gguf(const gguf_ctx *g, const model_params *p, model **out, hn_err *err) {
+    *out = NULL;
+    model *m = hn_calloc(1, sizeof *m);
+    if (!m) return hn_errf(err, HN_ERR_NOMEM, "model: out of memory");
+    m->g = g;
+    if (p) m->params = *p;
+    if (m->params.n_threads <= 0) m->params.n_threads = pool_cpu_count();
+    if (m->params.max_batch <= 0) m->params.max_batch = 512;
+    if (m->params.max_seqs <= 0) m->params.max_seqs = 64;
+    bool moe;
+    model_hparams *hp = &m->hp;
+    hn_status st = read_hparams(g, hp, &moe, err);
+    if (st) goto fail;
+    /* the embedding table fixes the vocabulary */
+    const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
+    if (!te) {
+        st = hn_errf(err, HN_ERR_FORMAT, "model: missing tensor token_embd.weight");
+        goto fail;
+    }
+    if (te->ne[1] < 1 || te->ne[1] > INT32_MAX / 2) {
+        st = hn_errf(err, HN_ERR_FORMAT, "model: token_embd.weight has %lld rows", (long long)te->ne[1]);
+        goto fail;
+    }
+    hp->n_vocab = (int32_t)te->ne[1];
+    if ((st = bind(g, "token_embd.weight", 2, hp->n_embd, hp->n_vocab, 1, true, &m->tok_embd, err)) ||
+        (st = bind_vec(g, "output_norm.weight", hp->n_embd, true, &m->output_norm, err)) ||
+        (st = bind(g, "output.weight", 2, hp->n_embd, hp->n_vocab, 1, false, &m->output, err)))
+        goto fail;
+    hp->tied_output = m->output.data == NULL;
+    if (hp->tied_output) m->output = m->tok_embd;
+    m->layers = hn_calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) {
+        st = hn_errf(err, HN_ERR_NOMEM, "model: out of memory");
+        goto fail;
+    }
+    for (int il = 0; il < hp->n_layer; il++)
+        if ((st = bind_layer(g, hp, il, &m->layers[il], err))) goto fail;
+    if ((st = pool_create(m->params.n_threads, &m->pool, err)) || (st = be_cpu_create(m->pool, &m->be, err)) ||
+        (st = alloc_scratch(m, err)))
+        goto fail;
+    int64_t max_k = hp->n_embd;
+    int64_t widths[] = {(int64_t)hp->n_head * hp->head_dim, hp->n_ff, hp->n_ff_exp};
+    for (int i = 0; i < 3; i++)
+        if (widths[i] > max_k) max_k = widths[i];
+    be_limits lim = {
+        .max_rows = m->params.max_batch * (hp->n_expert > 0 ? hp->n_expert_used : 1),
+        .max_k = max_k,
+        .max_head_dim = hp->head_dim,
+        .max_group = hp->n_head / hp->n_head_kv,
+        .max_experts = hp->n_expert,
+    };
+    if ((st = m->be->ops->reserve(m->be, &lim, err))) goto fail;
+    *out = m;
+    return HN_OK;
+fail:
+    model_free(m);
+    return st;
+}
+
+hn_status model_load(const char *path, const model_params *p, model **out, hn_err *err) {
+    *out = NULL;
+    gguf_ctx *g;
+    hn_status st = gguf_open(path, &g, err);
+    if (st) return st;
+    st = model_load_gguf(g, p, out, err);
+    if (st) {
+        gguf_close(g);
+        return st;
+    }
+    (*out)->owned = g;
+    return HN_OK;
+}
+
+void model_free(model *m) {
+    if (!m) return;
+    be_free(m->be);
+    pool_free(m->pool);
+    hn_free(m->scratch_mem);
+    hn_free(m->layers);
+    if (m->owned) gguf_close(m->owned);
+    hn_free(m);
+}
+
+const model_hparams *model_hp(const model *m) { return &m->hp; }
+const gguf_ctx *model_gguf(const model *m) { return m->g; }
+int model_n_threads(const model *m) { return pool_n_threads(m->pool); }
+
+kv_config model_kv_config(const model *m, int32_t n_blocks, int block_size) {
+    kv_config c = {
+        .n_layer = m->hp.n_layer,
+        .n_head_kv = m->hp.n_head_kv,
+        .head_dim = m->hp.head_dim,
+        .block_size = block_size,
+        .n_blocks = n_blocks,
+        .type = QT_F32,
+    };
+    return c;
+}
