@@ -89,7 +89,7 @@ static void *worker_main(void *arg) {
     worker_arg a = *(worker_arg *)arg;
     hn_free(arg);
     pool *p = a.p;
-    int seen = atomic_load(&p->gen);
+    int seen = 0; /* gen starts at 0: a job published before this thread ran is still seen */
     for (;;) {
         await_change(p, &p->gen, seen);
         seen = atomic_load_explicit(&p->gen, memory_order_acquire);
