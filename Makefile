@@ -11,6 +11,8 @@ OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
 WARN     = -std=c11 -Wall -Wextra -Werror
 DEFS     = -D_GNU_SOURCE
+# hone serve uses the engine once its implementation (src/sched/*.c) exists
+DEFS    += $(if $(wildcard src/sched/*.c),-DHONE_HAVE_ENGINE)
 DEPFLAGS = -MMD -MP
 LIBS     = -lpcre2-8 -lutf8proc -ljansson -lxxhash -lmicrohttpd -lpthread -lm
 ARCH    := $(shell uname -m)

@@ -17,6 +17,7 @@ static const command commands[] = {
     {"info", cmd_info, "print a GGUF file's metadata and tensor table"},
     {"quantize", cmd_quantize, "convert a GGUF model to another tensor type"},
     {"template", cmd_template, "render a chat template with a JSON context"},
+    {"serve", cmd_serve, "serve OpenAI, Responses and Anthropic APIs over HTTP"},
 };
 
 static void usage(FILE *f) {

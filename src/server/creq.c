@@ -409,6 +409,7 @@ void creq_free(creq *r) {
     hn_free(r->model);
     json_decref(r->messages);
     json_decref(r->tools);
+    json_decref(r->custom_tools);
     hn_free(r->prompt);
     hn_free(r->prompt_tokens);
     hn_free(r->tool_name);

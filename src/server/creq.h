@@ -55,6 +55,7 @@ typedef struct creq {
 
     json_t *messages;         /* normalised (see above); NULL for API_COMPLETIONS */
     json_t *tools;            /* OpenAI function form, or NULL when none */
+    json_t *custom_tools;     /* Responses: names of freeform (custom) tools among them, or NULL */
     char *prompt;             /* API_COMPLETIONS: the raw prompt text (or NULL) */
     int32_t *prompt_tokens;   /* API_COMPLETIONS given as token ids (hn_malloc'd) */
     int32_t n_prompt_tokens;

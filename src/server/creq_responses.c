@@ -173,6 +173,8 @@ static bool resp_tools(const json_t *tools, creq *r, api_error *e) {
                                                 params, NULL);
                 json_decref(params);
                 ok = (nt && !json_array_append_new(out, nt)) || OOM(e);
+                if (ok && !r->custom_tools) r->custom_tools = json_array();
+                if (ok && r->custom_tools) json_array_append_new(r->custom_tools, json_string(name));
             }
         }
         if (!ok) {

@@ -1,0 +1,225 @@
+/* cmd_serve.c: `hone serve` — the OpenAI-, Responses- and Anthropic-
+ * compatible HTTP server (src/server/) on one model.
+ *
+ *   hone serve -m FILE [--host 127.0.0.1] [--port 8080] [--api-key KEY]
+ *              [--alias NAME] [--ctx N] [--max-tokens N] [-t THREADS]
+ *              [--kv-bytes SIZE] [--verbose] [--test-engine]
+ *
+ * The engine (src/sched/engine.h) loads the model and generates;
+ * --test-engine replaces it by the scripted engine of server/testeng.h (the
+ * model file then only supplies the tokenizer and the chat template), for
+ * protocol tests. Runs until SIGINT/SIGTERM. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/alloc.h"
+#include "../gguf/gguf.h"
+#include "../sched/engine.h"
+#include "../server/prompt.h"
+#include "../server/server.h"
+#include "../server/testeng.h"
+#include "../tokenizer/tokenizer.h"
+#include "cli.h"
+
+#ifdef HONE_HAVE_ENGINE
+static hn_status real_submit(void *ctx, const eng_request *r, eng_req_id *id, hn_err *err) {
+    return eng_submit(ctx, r, id, err);
+}
+static void real_cancel(void *ctx, eng_req_id id) { eng_cancel(ctx, id); }
+#endif
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: hone serve -m FILE [options]\n"
+            "  -m, --model FILE     GGUF model to serve\n"
+            "  --host ADDR          address to bind (default 127.0.0.1; 0.0.0.0 exposes it to the network)\n"
+            "  --port N             port (default 8080; 0 picks a free one)\n"
+            "  --api-key KEY        require this key (Authorization: Bearer KEY or x-api-key: KEY);\n"
+            "                       also read from HONE_API_KEY\n"
+            "  --alias NAME         model name reported to clients (default: the file's general.name)\n"
+            "  --ctx N              context length per sequence (default: the model's)\n"
+            "  --max-tokens N       most tokens one request may generate (default: no cap)\n"
+            "  -t, --threads N      compute threads (default: all cores)\n"
+            "  --kv-bytes SIZE      cap on KV cache memory, e.g. 4G or 512M\n"
+            "  --max-body SIZE      largest request body (default 32M)\n"
+            "  --verbose            log every request to stderr\n"
+            "  --test-engine        scripted engine instead of the model (protocol tests only)\n");
+}
+
+static bool parse_size(const char *s, size_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0) return false;
+    double m = 1;
+    switch (*end) {
+    case 'k': case 'K': m = 1024.0; end++; break;
+    case 'm': case 'M': m = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': m = 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': m = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    }
+    if (*end == 'i' || *end == 'b' || *end == 'B') end++;
+    if (*end) return false;
+    *out = (size_t)(v * m);
+    return true;
+}
+
+static bool parse_int(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model = NULL, *alias = NULL, *api_key = getenv("HONE_API_KEY");
+    srv_config cfg = srv_default_config();
+    long ctx = 0, max_tokens = 0, threads = 0;
+    size_t kv_bytes = 0;
+    bool test_engine = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long n;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
+            cfg.log_requests = true;
+            continue;
+        } else if (!strcmp(a, "--test-engine")) {
+            test_engine = true;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "hone serve: %s needs a value (or is unknown)\n", a);
+            usage(stderr);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--host")) cfg.host = v;
+        else if (!strcmp(a, "--port") && parse_int(v, 0, 65535, &n)) cfg.port = (int)n;
+        else if (!strcmp(a, "--api-key")) api_key = v;
+        else if (!strcmp(a, "--alias")) alias = v;
+        else if (!strcmp(a, "--ctx") && parse_int(v, 16, 1L << 24, &ctx)) {}
+        else if (!strcmp(a, "--max-tokens") && parse_int(v, 1, 1L << 24, &max_tokens)) {}
+        else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && parse_int(v, 1, 4096, &threads)) {}
+        else if (!strcmp(a, "--kv-bytes") && parse_size(v, &kv_bytes)) {}
+        else if (!strcmp(a, "--max-body") && parse_size(v, &cfg.max_body) && cfg.max_body >= 1024) {}
+        else if (!strcmp(a, "--ping-ms") && parse_int(v, 10, 600000, &n)) cfg.ping_ms = (int)n;
+        else {
+            fprintf(stderr, "hone serve: bad option or value: %s %s\n", a, v);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!model) {
+        fprintf(stderr, "hone serve: -m FILE is required\n");
+        usage(stderr);
+        return 2;
+    }
+
+    /* SIGINT/SIGTERM end the server: blocked here (every thread inherits
+     * the mask) and awaited with sigwait below. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    hn_err err = {0};
+    gguf_ctx *g = NULL;
+    tok_vocab *vocab = NULL;
+    teng *te = NULL;
+    eng_engine *eng = NULL;
+    srv_engine se;
+    const gguf_ctx *meta;
+    const tok_vocab *voc;
+    int32_t n_ctx;
+    int rc = 1;
+    if (test_engine) {
+        if (gguf_open(model, &g, &err) != HN_OK || tok_load(g, &vocab, &err) != HN_OK) {
+            fprintf(stderr, "hone serve: %s: %s\n", model, err.msg);
+            goto out;
+        }
+        int64_t trained = 0;
+        char key[128];
+        const char *arch = gguf_get_str(g, "general.architecture");
+        snprintf(key, sizeof key, "%s.context_length", arch ? arch : "llama");
+        if (!gguf_get_i64(g, key, &trained) || trained <= 0) trained = 4096;
+        n_ctx = ctx > 0 ? (int32_t)ctx : (int32_t)(trained < 32768 ? trained : 32768);
+        if (teng_create(vocab, n_ctx, &te, &err) != HN_OK) {
+            fprintf(stderr, "hone serve: %s\n", err.msg);
+            goto out;
+        }
+        se = teng_engine(te);
+        meta = g;
+        voc = vocab;
+    } else {
+#ifdef HONE_HAVE_ENGINE
+        eng_params ep = eng_default_params();
+        ep.model_path = model;
+        ep.n_threads = (int)threads;
+        ep.n_ctx = (int32_t)ctx;
+        ep.kv_max_bytes = kv_bytes;
+        if (eng_create(&ep, &eng, &err) != HN_OK) {
+            fprintf(stderr, "hone serve: %s: %s\n", model, err.msg);
+            goto out;
+        }
+        se = (srv_engine){.ctx = eng, .submit = real_submit, .cancel = real_cancel};
+        meta = eng_gguf(eng);
+        voc = eng_vocab(eng);
+        n_ctx = eng_n_ctx(eng);
+#else
+        (void)threads;
+        (void)kv_bytes;
+        fprintf(stderr, "hone serve: this build has no inference engine yet (src/sched); "
+                        "only --test-engine is available\n");
+        goto out;
+#endif
+    }
+    {
+        prm_model pm;
+        if (prm_model_init(&pm, meta, voc, &err) != HN_OK) {
+            fprintf(stderr, "hone serve: the model's chat template: %s\n", err.msg);
+            goto out;
+        }
+        const char *name = alias ? alias : gguf_get_str(meta, "general.name");
+        cfg.model_name = name && *name ? name : "hone";
+        cfg.api_key = api_key;
+        cfg.n_ctx = n_ctx;
+        cfg.max_tokens = (int32_t)max_tokens;
+        srv_server *srv;
+        if (srv_start(&cfg, &se, &pm, &srv, &err) != HN_OK) {
+            fprintf(stderr, "hone serve: %s\n", err.msg);
+            prm_model_free(&pm);
+            goto out;
+        }
+        fprintf(stderr, "hone serve: %s on http://%s:%d (context %d%s%s; tool calls: %s)\n", cfg.model_name,
+                cfg.host, srv_port(srv), n_ctx, api_key && *api_key ? ", API key required" : "",
+                test_engine ? ", TEST ENGINE" : "", tc_format_name(pm.det.format));
+        int sig = 0;
+        sigwait(&sigs, &sig);
+        fprintf(stderr, "hone serve: stopping (signal %d)\n", sig);
+        srv_stop(srv);
+        prm_model_free(&pm);
+        rc = 0;
+    }
+out:
+    teng_free(te);
+#ifdef HONE_HAVE_ENGINE
+    eng_free(eng);
+#else
+    (void)eng;
+#endif
+    tok_free(vocab);
+    gguf_close(g);
+    return rc;
+}

@@ -1,0 +1,402 @@
+/* server.c: the libmicrohttpd daemon, routing, limits, authentication and
+ * the small endpoints (see server.h). Generation lives in srv_gen.c. */
+#include "srv_int.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "../core/alloc.h"
+
+srv_config srv_default_config(void) {
+    srv_config c = {0};
+    c.host = "127.0.0.1";
+    c.port = 8080;
+    c.model_name = "hone";
+    c.max_body = 32u << 20;
+    c.max_header = 64u << 10;
+    c.max_connections = 256;
+    c.ping_ms = 5000;
+    c.sampling = smp_default_params();
+    return c;
+}
+
+double srv_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+bool srv_key_equal(const char *given, size_t given_len, const char *want) {
+    size_t wl = strlen(want);
+    /* every byte of the longer input is looked at; no early exit */
+    size_t n = given_len > wl ? given_len : wl;
+    unsigned diff = (unsigned)(given_len ^ wl);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char a = i < given_len ? (unsigned char)given[i] : 0;
+        unsigned char b = i < wl ? (unsigned char)want[i] : 0;
+        diff |= (unsigned)(a ^ b);
+    }
+    return diff == 0 && wl > 0;
+}
+
+bool srv_utf8_valid(const char *str, size_t n) {
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int len;
+        unsigned cp, min;
+        if ((c & 0xe0) == 0xc0) len = 2, cp = c & 0x1f, min = 0x80;
+        else if ((c & 0xf0) == 0xe0) len = 3, cp = c & 0x0f, min = 0x800;
+        else if ((c & 0xf8) == 0xf0) len = 4, cp = c & 0x07, min = 0x10000;
+        else return false;
+        if (i + (size_t)len > n) return false;
+        for (int k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80) return false;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+        i += (size_t)len;
+    }
+    return true;
+}
+
+/* ---- responses ---- */
+
+static void common_headers(srv_conn *c, struct MHD_Response *r) {
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    if (c->api == API_MESSAGES) {
+        char id[40];
+        api_make_id(id, sizeof id, "req_", 24);
+        MHD_add_response_header(r, "request-id", id);
+    }
+}
+
+enum MHD_Result srv_send(srv_conn *c, int status, const char *ctype, const char *body, size_t len) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    if (ctype) MHD_add_response_header(r, "Content-Type", ctype);
+    common_headers(c, r);
+    enum MHD_Result ret = MHD_queue_response(c->mc, (unsigned)status, r);
+    MHD_destroy_response(r);
+    if (c->s->cfg.log_requests)
+        fprintf(stderr, "hone serve: %d (%.0f ms)\n", status, srv_now_ms() - c->t_start);
+    return ret;
+}
+
+enum MHD_Result srv_send_error(srv_conn *c, api_kind api, const api_error *e) {
+    sbuf b = {0};
+    api_error_json(api, e, &b);
+    enum MHD_Result r = b.oom ? MHD_NO : srv_send(c, api_http_status(api, e->kind), "application/json", b.data, b.len);
+    sb_free(&b);
+    return r;
+}
+
+static enum MHD_Result send_json(srv_conn *c, int status, json_t *v) {
+    char *s = json_dumps(v, JSON_COMPACT);
+    json_decref(v);
+    if (!s) return MHD_NO;
+    enum MHD_Result r = srv_send(c, status, "application/json", s, strlen(s));
+    free(s);
+    return r;
+}
+
+/* ---- routing ---- */
+
+static int route_of(const char *url, const char *method, api_kind *api, bool *known_path) {
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    bool post = !strcmp(method, "POST");
+    /* tolerate a trailing slash */
+    char path[128];
+    size_t l = strlen(url);
+    if (l >= sizeof path) l = sizeof path - 1;
+    memcpy(path, url, l);
+    path[l] = 0;
+    while (l > 1 && path[l - 1] == '/') path[--l] = 0;
+    const char *p = path;
+    if (!strncmp(p, "/v1/", 4)) p += 3;
+    *known_path = true;
+    *api = API_CHAT;
+    if (!strcmp(path, "/")) return get ? R_ROOT : R_NONE;
+    if (!strcmp(p, "/health")) return get ? R_HEALTH : R_NONE;
+    if (!strcmp(p, "/models")) return get ? R_MODELS : R_NONE;
+    if (!strncmp(p, "/models/", 8)) return get ? R_MODEL_ONE : R_NONE;
+    if (!strcmp(path, "/api/version")) return get ? R_OLLAMA_VERSION : R_NONE;
+    if (!strcmp(path, "/api/tags")) return get ? R_OLLAMA_TAGS : R_NONE;
+    if (!strcmp(p, "/chat/completions")) return post ? R_CHAT : R_NONE;
+    if (!strcmp(p, "/completions")) return *api = API_COMPLETIONS, post ? R_COMPLETIONS : R_NONE;
+    if (!strcmp(p, "/responses")) return *api = API_RESPONSES, post ? R_RESPONSES : R_NONE;
+    if (!strcmp(p, "/messages")) return *api = API_MESSAGES, post ? R_MESSAGES : R_NONE;
+    if (!strcmp(p, "/messages/count_tokens")) return *api = API_MESSAGES, post ? R_COUNT_TOKENS : R_NONE;
+    if (!strcmp(p, "/debug/render") || !strcmp(path, "/apply-template")) return post ? R_RENDER : R_NONE;
+    *known_path = false;
+    if (strstr(path, "messages")) *api = API_MESSAGES;
+    return R_NONE;
+}
+
+static bool authorized(srv_conn *c) {
+    const char *key = c->s->api_key;
+    if (!key || !*key) return true;
+    if (c->route == R_ROOT || c->route == R_HEALTH) return true;
+    const char *auth = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Authorization");
+    if (auth && !strncasecmp(auth, "Bearer ", 7)) {
+        const char *t = auth + 7;
+        while (*t == ' ') t++;
+        if (srv_key_equal(t, strlen(t), key)) return true;
+    }
+    const char *x = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "x-api-key");
+    if (x && srv_key_equal(x, strlen(x), key)) return true;
+    return false;
+}
+
+static json_t *model_obj(srv_server *s) {
+    return json_pack("{s:s,s:s,s:i,s:s,s:s,s:i}", "id", s->model_name, "object", "model", "created", (json_int_t)0,
+                     "owned_by", "hone", "display_name", s->model_name, "context_length", (json_int_t)s->cfg.n_ctx);
+}
+
+static enum MHD_Result simple_get(srv_conn *c) {
+    srv_server *s = c->s;
+    switch (c->route) {
+    case R_ROOT: return srv_send(c, 200, "text/plain", "hone is running\n", 16);
+    case R_HEALTH: return send_json(c, 200, json_pack("{s:s}", "status", "ok"));
+    case R_MODELS: {
+        json_t *m = model_obj(s);
+        return send_json(c, 200, m ? json_pack("{s:s,s:[o],s:b}", "object", "list", "data", m, "has_more", 0) : NULL);
+    }
+    case R_MODEL_ONE: return send_json(c, 200, model_obj(s));
+    case R_OLLAMA_VERSION: return send_json(c, 200, json_pack("{s:s}", "version", "0.0.0-hone"));
+    case R_OLLAMA_TAGS:
+        return send_json(c, 200, json_pack("{s:[{s:s,s:s}]}", "models", "name", s->model_name, "model", s->model_name));
+    }
+    return MHD_NO;
+}
+
+static bool is_generation(int route) {
+    return route == R_CHAT || route == R_COMPLETIONS || route == R_RESPONSES || route == R_MESSAGES ||
+           route == R_COUNT_TOKENS || route == R_RENDER;
+}
+
+/* The API a render request describes: ?api=, else guessed from the body. */
+static api_kind render_api(srv_conn *c, const json_t *body) {
+    const char *q = MHD_lookup_connection_value(c->mc, MHD_GET_ARGUMENT_KIND, "api");
+    if (q) {
+        if (!strcmp(q, "messages") || !strcmp(q, "anthropic")) return API_MESSAGES;
+        if (!strcmp(q, "responses")) return API_RESPONSES;
+        if (!strcmp(q, "completions")) return API_COMPLETIONS;
+        return API_CHAT;
+    }
+    if (json_object_get(body, "input")) return API_RESPONSES;
+    if (json_object_get(body, "prompt")) return API_COMPLETIONS;
+    if (MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "anthropic-version") || json_is_array(json_object_get(body, "system")) ||
+        json_is_string(json_object_get(body, "system")))
+        return API_MESSAGES;
+    return API_CHAT;
+}
+
+static enum MHD_Result finish_body(srv_conn *c) {
+    api_error e;
+    if (c->too_large) {
+        api_seterr(&e, APIE_TOO_LARGE, NULL, "request body is larger than %zu bytes", c->s->cfg.max_body);
+        return srv_send_error(c, c->api, &e);
+    }
+    const char *data = c->body.data ? c->body.data : "";
+    if (!srv_utf8_valid(data, c->body.len)) {
+        api_seterr(&e, APIE_INVALID, NULL, "request body is not valid UTF-8");
+        return srv_send_error(c, c->api, &e);
+    }
+    json_error_t je;
+    json_t *body = json_loadb(data, c->body.len, 0, &je);
+    if (!body) {
+        api_seterr(&e, APIE_INVALID, NULL, "malformed JSON in request body: %s (line %d, column %d)", je.text, je.line,
+                   je.column);
+        return srv_send_error(c, c->api, &e);
+    }
+    if (!json_is_object(body)) {
+        json_decref(body);
+        api_seterr(&e, APIE_INVALID, NULL, "the request body must be a JSON object");
+        return srv_send_error(c, c->api, &e);
+    }
+    bool render = c->route == R_RENDER;
+    if (render) c->api = render_api(c, body);
+    enum MHD_Result r = srv_generate(c, body, c->route == R_COUNT_TOKENS, render);
+    json_decref(body);
+    return r;
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
+                               const char *version, const char *upload_data, size_t *upload_size, void **con_cls) {
+    (void)version;
+    srv_server *s = cls;
+    srv_conn *c = *con_cls;
+    if (!c) {
+        c = hn_calloc(1, sizeof *c);
+        if (!c) return MHD_NO;
+        c->s = s;
+        c->mc = mc;
+        c->refs = 1;
+        c->t_start = srv_now_ms();
+        pthread_mutex_init(&c->mu, NULL);
+        *con_cls = c;
+        bool known;
+        c->route = route_of(url, method, &c->api, &known);
+        if (s->cfg.log_requests) fprintf(stderr, "hone serve: %s %s\n", method, url);
+        api_error e;
+        if (c->route == R_NONE) {
+            if (!strcmp(method, "OPTIONS")) return srv_send(c, 204, NULL, "", 0);
+            if (known) return srv_send_error(c, c->api, api_seterr(&e, APIE_METHOD, NULL, "method %s not allowed on %s", method, url));
+            return srv_send_error(c, c->api, api_seterr(&e, APIE_NOT_FOUND, NULL, "no route for %s %s", method, url));
+        }
+        /* authentication before any body is read */
+        if (!authorized(c))
+            return srv_send_error(c, c->api,
+                                  api_seterr(&e, APIE_AUTH, NULL, "invalid API key (send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY')"));
+        if (is_generation(c->route)) {
+            const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+            if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body)
+                return srv_send_error(c, c->api,
+                                      api_seterr(&e, APIE_TOO_LARGE, NULL, "request body is larger than %zu bytes", s->cfg.max_body));
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!c->too_large) {
+            if (c->body.len + *upload_size > c->s->cfg.max_body) {
+                c->too_large = true;
+                sb_free(&c->body);
+            } else {
+                sb_add(&c->body, upload_data, *upload_size);
+                if (c->body.oom) return MHD_NO;
+            }
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (!is_generation(c->route)) return simple_get(c);
+    return finish_body(c);
+}
+
+void srv_conn_release(srv_conn *c) {
+    pthread_mutex_lock(&c->mu);
+    int left = --c->refs;
+    pthread_mutex_unlock(&c->mu);
+    if (left > 0) return;
+    if (c->job && !c->finished) c->s->eng.cancel(c->s->eng.ctx, c->job->id);
+    if (c->job) {
+        srv_job *j = c->job;
+        pthread_mutex_lock(&j->mu);
+        int jl = --j->refs;
+        pthread_mutex_unlock(&j->mu);
+        if (jl == 0) {
+            pthread_mutex_destroy(&j->mu);
+            pthread_cond_destroy(&j->cv);
+            hn_free(j->toks);
+            hn_free(j);
+        }
+    }
+    gen_free(c->g);
+    wr_free(c->w);
+    if (c->have_req) creq_free(&c->req);
+    prm_prompt_free(&c->prompt);
+    sb_free(&c->out);
+    sb_free(&c->body);
+    pthread_mutex_destroy(&c->mu);
+    hn_free(c);
+}
+
+static void completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    (void)mc;
+    srv_conn *c = *con_cls;
+    if (!c) return;
+    *con_cls = NULL;
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) c->cancelled = true;
+    srv_conn_release(c);
+}
+
+static void log_mhd(void *cls, const char *fmt, va_list ap) {
+    srv_server *s = cls;
+    if (!s->cfg.log_requests) return;
+    fprintf(stderr, "hone serve (http): ");
+    vfprintf(stderr, fmt, ap);
+}
+
+hn_status srv_start(const srv_config *cfg, const srv_engine *eng, const prm_model *pm, srv_server **out, hn_err *err) {
+    *out = NULL;
+    srv_server *s = hn_calloc(1, sizeof *s);
+    if (!s) return hn_errf(err, HN_ERR_NOMEM, "out of memory");
+    s->cfg = *cfg;
+    s->host = hn_strdup(cfg->host && *cfg->host ? cfg->host : "127.0.0.1");
+    s->api_key = cfg->api_key && *cfg->api_key ? hn_strdup(cfg->api_key) : NULL;
+    s->model_name = hn_strdup(cfg->model_name && *cfg->model_name ? cfg->model_name : "hone");
+    s->eng = *eng;
+    s->pm = pm;
+    if (!s->host || !s->model_name || (cfg->api_key && *cfg->api_key && !s->api_key)) {
+        srv_stop(s);
+        return hn_errf(err, HN_ERR_NOMEM, "out of memory");
+    }
+    if (!s->cfg.max_body) s->cfg.max_body = 32u << 20;
+    if (!s->cfg.max_header) s->cfg.max_header = 64u << 10;
+    if (s->cfg.max_connections <= 0) s->cfg.max_connections = 256;
+    if (s->cfg.ping_ms <= 0) s->cfg.ping_ms = 5000;
+
+    struct sockaddr_in a4;
+    struct sockaddr_in6 a6;
+    memset(&a4, 0, sizeof a4);
+    memset(&a6, 0, sizeof a6);
+    const char *h = !strcmp(s->host, "localhost") ? "127.0.0.1" : s->host;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    const struct sockaddr *sa;
+    if (cfg->port < 0 || cfg->port > 65535) {
+        srv_stop(s);
+        return hn_errf(err, HN_ERR_INVALID, "port %d is out of range", cfg->port);
+    }
+    if (inet_pton(AF_INET, h, &a4.sin_addr) == 1) {
+        a4.sin_family = AF_INET;
+        a4.sin_port = htons((uint16_t)cfg->port);
+        sa = (const struct sockaddr *)&a4;
+    } else if (inet_pton(AF_INET6, h, &a6.sin6_addr) == 1) {
+        a6.sin6_family = AF_INET6;
+        a6.sin6_port = htons((uint16_t)cfg->port);
+        sa = (const struct sockaddr *)&a6;
+        flags |= MHD_USE_IPv6;
+    } else {
+        srv_stop(s);
+        return hn_errf(err, HN_ERR_INVALID, "host '%s' is not an IPv4/IPv6 address (or localhost)", s->host);
+    }
+    s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, handler, s,
+                            MHD_OPTION_EXTERNAL_LOGGER, log_mhd, s,
+                            MHD_OPTION_SOCK_ADDR, sa,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, s->cfg.max_header,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
+                            MHD_OPTION_END);
+    if (!s->d) {
+        srv_stop(s);
+        return hn_errf(err, HN_ERR_IO, "cannot listen on %s:%d (in use, or not permitted)", h, cfg->port);
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : cfg->port;
+    *out = s;
+    return HN_OK;
+}
+
+int srv_port(const srv_server *s) { return s->port; }
+
+void srv_stop(srv_server *s) {
+    if (!s) return;
+    atomic_store(&s->stopping, true);
+    if (s->d) MHD_stop_daemon(s->d);
+    hn_free(s->host);
+    hn_free(s->api_key);
+    hn_free(s->model_name);
+    hn_free(s);
+}
