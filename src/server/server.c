@@ -289,6 +289,7 @@ void srv_conn_release(srv_conn *c) {
     pthread_mutex_unlock(&c->mu);
     if (left > 0) return;
     if (c->job && !c->finished) c->s->eng.cancel(c->s->eng.ctx, c->job->id);
+    if (c->counted) atomic_fetch_sub(&c->s->n_running, 1);
     if (c->job) {
         srv_job *j = c->job;
         pthread_mutex_lock(&j->mu);
@@ -390,6 +391,7 @@ hn_status srv_start(const srv_config *cfg, const srv_engine *eng, const prm_mode
 }
 
 int srv_port(const srv_server *s) { return s->port; }
+int srv_running(const srv_server *s) { return atomic_load(&((srv_server *)s)->n_running); }
 
 void srv_stop(srv_server *s) {
     if (!s) return;

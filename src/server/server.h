@@ -66,6 +66,8 @@ srv_config srv_default_config(void);
 hn_status srv_start(const srv_config *cfg, const srv_engine *eng, const prm_model *pm, srv_server **out, hn_err *err);
 /* The port actually bound. */
 int srv_port(const srv_server *s);
+/* Generations in progress (for tests and status). */
+int srv_running(const srv_server *s);
 /* Stops accepting, cancels running generations, waits for connections, frees. */
 void srv_stop(srv_server *s);
 

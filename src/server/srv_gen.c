@@ -101,7 +101,8 @@ static bool pump(srv_conn *c, int wait_ms) {
         if (fin == ENG_FINISH_CANCELLED && !gen_stopped(c->g)) fin = ENG_FINISH_EOG;
         gen_end(c->g, fin, err, &st, &c->out);
         c->finished = true;
-        atomic_fetch_sub(&c->s->n_running, 1);
+        if (c->counted) atomic_fetch_sub(&c->s->n_running, 1);
+        c->counted = false;
         if (c->s->cfg.log_requests)
             fprintf(stderr, "hone serve: done: %d prompt (%d cached), %d generated, %.0f ms\n", st.n_prompt, st.n_cached,
                     st.n_generated, srv_now_ms() - c->t_start);
@@ -269,6 +270,7 @@ enum MHD_Result srv_generate(srv_conn *c, json_t *body, bool count_only, bool re
     }
     c->job = j;
     atomic_fetch_add(&s->n_running, 1);
+    c->counted = true;
 
     if (c->req.stream) {
         /* the first events go out at once, before any token */

@@ -66,6 +66,7 @@ typedef struct srv_conn {
     size_t out_off;
     bool finished;        /* the writer has ended the response */
     bool cancelled;
+    bool counted;         /* counted in s->n_running */
     double last_send;     /* monotonic ms of the last bytes handed to MHD */
 } srv_conn;
 

@@ -266,6 +266,14 @@ void teng_free(teng *t) {
     hn_free(t);
 }
 
+int teng_active(teng *t) {
+    pthread_mutex_lock(&t->mu);
+    int n = 0;
+    for (tjob *j = t->jobs; j; j = j->next) n++;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
 srv_engine teng_engine(teng *t) {
     srv_engine e = {.ctx = t, .submit = teng_submit, .cancel = teng_cancel};
     return e;

@@ -30,6 +30,8 @@ typedef struct teng teng;
 hn_status teng_create(const tok_vocab *vocab, int32_t n_ctx, teng **out, hn_err *err);
 /* Cancels everything (each request gets DONE), stops the thread, frees. */
 void teng_free(teng *t);
+/* Requests submitted and not yet ended (for tests). */
+int teng_active(teng *t);
 /* The srv_engine calls bound to t. */
 srv_engine teng_engine(teng *t);
 
