@@ -476,7 +476,10 @@ hn_status tn_tune(tn_tuner *t, const tn_case *c, tn_result *res, hn_err *err) {
     double w = c->weight > 0 ? c->weight : 1.0;
     double w_left = t->o.total_weight - t->weight_done;
     double remaining = t->o.budget_s - tn_tuner_elapsed(t);
-    double share = w_left > w ? w / w_left : 1.0;
+    /* half shared equally (every case pays fixed costs: samples of at least
+     * TN_MIN_SAMPLE_NS), half by weight (big shapes cost more per run) */
+    int c_left = t->o.n_cases - t->cases_done;
+    double share = 0.5 * (w_left > w ? w / w_left : 1.0) + 0.5 / (c_left > 1 ? c_left : 1);
     s.deadline = now_s() + (remaining > 0 ? remaining : 0) * share;
     int g = grid_size(c);
     if (g <= TN_EXHAUSTIVE) s.planned = g;

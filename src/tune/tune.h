@@ -32,7 +32,8 @@
  * Searches cut short by the time budget are reported (partial) but not cached.
  *
  * A total time budget is shared among the cases the caller announces
- * (tn_opts.n_cases, total_weight) in proportion to each case's weight; with
+ * (tn_opts.n_cases, total_weight), half equally and half in proportion to
+ * each case's weight; with
  * opts.progress a progress bar is drawn on stderr. A candidate whose first
  * timed run is TN_SLOW_FACTOR times slower than the default's median is not
  * sampled further (it cannot win), which keeps slow scalar variants cheap. */
