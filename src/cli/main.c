@@ -18,6 +18,7 @@ static const command commands[] = {
     {"quantize", cmd_quantize, "convert a GGUF model to another tensor type"},
     {"template", cmd_template, "render a chat template with a JSON context"},
     {"serve", cmd_serve, "serve OpenAI, Responses and Anthropic APIs over HTTP"},
+    {"tune", cmd_tune, "probe this machine and tune the CPU kernels (cached per device)"},
 };
 
 static void usage(FILE *f) {
