@@ -33,9 +33,9 @@
 #define RX_LLAMA3 RX_APOS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*" RX_WS_TAIL
 #define RX_QWEN2 RX_APOS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*" RX_WS_TAIL
 #define RX_QWEN35 RX_APOS "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*" RX_WS_TAIL
-#define RX_CASED(L) \
-    "[^\\r\\n\\p{L}\\p{N}]?((?=[" L "])([^a-z]))*((?=[" L "])([^A-Z]))+" RX_APOS "?|" \
-    "[^\\r\\n\\p{L}\\p{N}]?((?=[" L "])([^a-z]))+((?=[" L "])([^A-Z]))*" RX_APOS "?"
+#define RX_CASED(L, SUF) \
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[" L "])([^a-z]))*((?=[" L "])([^A-Z]))+" SUF "|" \
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[" L "])([^a-z]))+((?=[" L "])([^A-Z]))*" SUF
 #define RX_CJK_DS "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+"
 #define RX_PORO " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{964}\\x{6D4}\\x{60C})]+"
 #define RX_NEWLINES "[^\\n]+|[\\n]+"
@@ -61,10 +61,9 @@
     "\\x{FF21}-\\x{FF3A}\\x{FF41}-\\x{FF5A}\\x{10400}-\\x{1044F}\\x{104B0}-\\x{104D3}"                  \
     "\\x{104D8}-\\x{104FB}\\x{10C80}-\\x{10CB2}\\x{10CC0}-\\x{10CF2}\\x{118A0}-\\x{118DF}"              \
     "\\x{1E900}-\\x{1E943}]+"
-/* DeepSeek LLM's punctuation class. Its last range starts at U+3000, which
- * llama.cpp never matches (it turns non-ASCII whitespace into \v first), so
- * the range here starts at U+3001. */
-#define RX_DS_PUNCT "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3001}-\\x{3002}]+"
+/* DeepSeek LLM's punctuation class (U+3000 in its last range never matches:
+ * whitespace reaches the matcher as U+FFFE). */
+#define RX_DS_PUNCT "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+"
 
 typedef struct pre_def {
     const char *names; /* space-separated `tokenizer.ggml.pre` values */
@@ -99,12 +98,12 @@ static const pre_def pre_defs[] = {
     {"bloom gpt3-finnish", {RX_PORO}, F_STD},
     {"viking", {RX_PORO, "\\p{N}"}, F_NOCLEAN},
     {"tekken",
-     {RX_CASED("\\p{L}") "|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*" RX_WS_TAIL},
+     {RX_CASED("\\p{L}", "") "|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*" RX_WS_TAIL},
      {false, true, 1, true, false, false, false}},
-    {"gpt-4o llama4 kanana2 talkie minimax-m2", {RX_CASED("\\p{L}") "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*" RX_WS_TAIL},
+    {"gpt-4o llama4 kanana2 talkie minimax-m2", {RX_CASED("\\p{L}", RX_APOS "?") "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*" RX_WS_TAIL},
      F_NOCLEAN},
     {"granite-embed-multi-97m",
-     {RX_CASED("\\p{L}\\p{M}") "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*" RX_WS_TAIL},
+     {RX_CASED("\\p{L}\\p{M}", RX_APOS "?") "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*" RX_WS_TAIL},
      {false, true, -1, true, false, false, false}},
     {"chameleon",
      {"<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", "([\\t\\n]|    |  )", "\\p{N}",
@@ -134,8 +133,15 @@ static const pre_def pre_defs[] = {
     {"sarvam-moe", {RX_NEWLINES}, {false, false, -1, false, true, false, false}},
 };
 
-/* llama.cpp's whitespace set (Unicode White_Space), for \s. */
-#define WS_CLASS "\\t\\n\\x0B\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+/* llama.cpp's whitespace set (Unicode White_Space) as the subject shows it:
+ * the 3-byte members arrive as U+FFFE (see tok_pre_split). */
+#define WS_CLASS "\\t\\n\\x0B\\f\\r \\x{85}\\x{A0}\\x{FFFE}"
+
+/* The 3-byte members of White_Space. */
+static bool is_ws3(uint32_t cp) {
+    return cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+           cp == 0x205F || cp == 0x3000;
+}
 
 struct tok_pre {
     char *name;
@@ -163,12 +169,29 @@ static bool put(char *dst, size_t cap, size_t *n, const char *s, size_t len) {
     return true;
 }
 
+/* Whether the class starting at p ('[') mentions \p{S} but no literal '~'. */
+static bool class_needs_tilde_fix(const char *p) {
+    bool sym = false, tilde = false;
+    for (p++; *p && *p != ']'; p++) {
+        if (*p == '\\' && p[1]) {
+            if (!strncmp(p, "\\p{S}", 5)) sym = true;
+            if (p[1] == '~') tilde = true;
+            p++;
+        } else if (*p == '~') {
+            tilde = true;
+        }
+    }
+    return sym && !tilde;
+}
+
 /* Translates a pattern from the ECMAScript dialect llama.cpp feeds std::regex
  * into PCRE2: \s/\S become the explicit whitespace set, \p{Lu} and friends
- * become \p{L}, and capturing groups become non-capturing (nothing reads them). */
+ * become \p{L}, and capturing groups become non-capturing (nothing reads them).
+ * llama.cpp's \p{S} leaves out '~' (its ASCII symbol list lacks it), so a
+ * class with \p{S} is wrapped to exclude '~' (or, negated, to admit it). */
 static bool rewrite(const char *src, char *dst, size_t cap) {
     size_t n = 0;
-    bool in_class = false;
+    bool in_class = false, close_group = false;
     dst[0] = 0;
     for (const char *p = src; *p; p++) {
         if (*p == '\\' && p[1]) {
@@ -187,6 +210,11 @@ static bool rewrite(const char *src, char *dst, size_t cap) {
                 const char *end = strchr(p, '}');
                 if (!end) return false;
                 size_t len = (size_t)(end - p) + 1;
+                if (!in_class && len == 5 && p[3] == 'S') {
+                    if (!put(dst, cap, &n, "(?:(?!~)\\p{S})", 14)) return false;
+                    p = end;
+                    continue;
+                }
                 bool sub_letter = len == 6 && p[3] == 'L' &&
                                   (p[4] == 'u' || p[4] == 'l' || p[4] == 't' || p[4] == 'm' || p[4] == 'o');
                 if (!(sub_letter ? put(dst, cap, &n, "\\p{L}", 5) : put(dst, cap, &n, p, len))) return false;
@@ -200,6 +228,9 @@ static bool rewrite(const char *src, char *dst, size_t cap) {
         }
         if (!in_class && *p == '[') {
             in_class = true;
+            close_group = class_needs_tilde_fix(p);
+            if (close_group && !put(dst, cap, &n, p[1] == '^' ? "(?:~|" : "(?:(?!~)", p[1] == '^' ? 5 : 8))
+                return false;
             if (!put(dst, cap, &n, p, 1)) return false;
             if (p[1] == '^') {
                 if (!put(dst, cap, &n, "^", 1)) return false;
@@ -207,7 +238,12 @@ static bool rewrite(const char *src, char *dst, size_t cap) {
             }
             continue;
         }
-        if (in_class && *p == ']') in_class = false;
+        if (in_class && *p == ']') {
+            in_class = false;
+            if (!put(dst, cap, &n, "]", 1) || (close_group && !put(dst, cap, &n, ")", 1))) return false;
+            close_group = false;
+            continue;
+        }
         if (!in_class && *p == '(' && p[1] != '?') {
             if (!put(dst, cap, &n, "(?:", 3)) return false;
             continue;
@@ -407,34 +443,38 @@ int64_t tok_pre_split(const tok_pre *p, const char *text, size_t len, char **cle
     char *clean = hn_malloc(len * 3 + 1);
     if (!clean) return -1;
     size_t cn = 0;
-    bool surrogates = false;
+    bool proxy_needed = false;
     const unsigned char *s = (const unsigned char *)text;
     for (size_t i = 0; i < len;) {
         size_t adv;
         uint32_t cp = decode_lenient(s + i, len - i, &adv);
         i += adv;
-        if (cp >= 0xD800 && cp <= 0xDFFF) surrogates = true;
+        if ((cp >= 0xD800 && cp <= 0xDFFF) || cp == 0xFFFE || is_ws3(cp)) proxy_needed = true;
         cn += tok_utf8_put(cp, clean + cn);
     }
     clean[cn] = 0;
-    /* 2. PCRE2 needs valid UTF-8: surrogates (kept in the words, as llama.cpp
-     * does) are matched as U+E000, another 3-byte "other" code point */
+    /* 2. the subject PCRE2 sees: same length, three substitutions
+     *   - surrogates (kept in the words, as llama.cpp does, but not valid
+     *     UTF-8 for PCRE2) become U+E000, another "other" code point;
+     *   - 3-byte whitespace becomes U+FFFE, which WS_CLASS lists: llama.cpp
+     *     turns non-ASCII whitespace into \v before matching, so it must not
+     *     fall into literal ranges such as DeepSeek's [\x{800}-\x{4E00}];
+     *   - a real U+FFFE becomes U+FFFF (both unassigned: match no class). */
     char *subject = clean;
-    if (surrogates) {
+    if (proxy_needed) {
         subject = hn_malloc(cn + 1);
         if (!subject) {
             hn_free(clean);
             return -1;
         }
         memcpy(subject, clean, cn + 1);
+        unsigned char *u = (unsigned char *)subject;
         for (size_t i = 0; i + 2 < cn; i++) {
-            unsigned char c = (unsigned char)subject[i];
-            if (c == 0xED && ((unsigned char)subject[i + 1] & 0xE0) == 0xA0) {
-                subject[i] = (char)0xEE;
-                subject[i + 1] = (char)0x80;
-                subject[i + 2] = (char)0x80;
-                i += 2;
-            }
+            if (u[i] < 0xE0 || u[i] > 0xEF) continue;
+            uint32_t cp = ((uint32_t)(u[i] & 0x0F) << 12) | ((uint32_t)(u[i + 1] & 0x3F) << 6) | (u[i + 2] & 0x3F);
+            uint32_t to = cp >= 0xD800 && cp <= 0xDFFF ? 0xE000 : is_ws3(cp) ? 0xFFFE : cp == 0xFFFE ? 0xFFFF : cp;
+            if (to != cp) tok_utf8_put(to, subject + i);
+            i += 2;
         }
     }
     /* 3. apply the patterns in order */
