@@ -40,12 +40,6 @@ static bool text_is(const tok_vocab *v, int32_t id, const char *s) {
     return n == strlen(s) && memcmp(t, s, n) == 0;
 }
 
-static bool text_in(const tok_vocab *v, int32_t id, const char *const *list) {
-    for (; *list; list++)
-        if (text_is(v, id, *list)) return true;
-    return false;
-}
-
 /* Texts by which llama.cpp recognises special tokens the metadata may not name. */
 static const char *const eot_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
                                         "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
@@ -71,17 +65,15 @@ static const char *const eog_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "
                                         "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "[e~[",
                                         NULL};
 
-/* If *id is unset, the first token (by id) whose text is in list becomes it
- * and is made a control token. */
+/* If *id is unset, the lowest-id token whose text is in list becomes it and
+ * is made a control token. */
 static void detect_by_text(tok_vocab *v, int32_t *id, const char *const *list) {
     if (*id >= 0) return;
-    for (int32_t i = 0; i < v->n_vocab; i++) {
-        if (text_in(v, i, list)) {
-            *id = i;
-            v->attr[i] |= TOK_ATTR_CONTROL;
-            return;
-        }
+    for (; *list; list++) {
+        int32_t t = find_text(v, *list);
+        if (t >= 0 && (*id < 0 || t < *id)) *id = t;
     }
+    if (*id >= 0) v->attr[*id] |= TOK_ATTR_CONTROL;
 }
 
 static uint32_t attr_of_type(int64_t t) {
@@ -339,13 +331,17 @@ static void setup_eog(tok_vocab *v) {
     if (v->fim_pad >= 0) v->eog[v->fim_pad] = 1;
     if (v->fim_rep >= 0) v->eog[v->fim_rep] = 1;
     if (v->fim_sep >= 0) v->eog[v->fim_sep] = 1;
+    /* by text: the token a text maps to (the last one, for a repeated text) */
+    for (const char *const *t = eog_texts; *t; t++) {
+        int32_t i = find_text(v, *t);
+        if (i < 0) continue;
+        v->eog[i] = 1;
+        v->attr[i] |= TOK_ATTR_CONTROL;
+    }
     static const char *const render[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", NULL};
-    for (int32_t i = 0; i < v->n_vocab; i++) {
-        if (text_in(v, i, eog_texts)) {
-            v->eog[i] = 1;
-            v->attr[i] |= TOK_ATTR_CONTROL;
-        }
-        if (text_in(v, i, render)) v->attr[i] = TOK_ATTR_USER_DEFINED; /* gpt-oss: always rendered */
+    for (const char *const *t = render; *t; t++) { /* gpt-oss: always rendered */
+        int32_t i = find_text(v, *t);
+        if (i >= 0) v->attr[i] = TOK_ATTR_USER_DEFINED;
     }
     if (v->eos >= 0) v->eog[v->eos] = 1;
     if (v->eot >= 0) v->eog[v->eot] = 1;
