@@ -1,13 +1,20 @@
-/* pool.c: the thread pool. Workers wait on `gen` (a generation counter the
- * caller bumps to publish a job); the caller waits on `left` (workers still
- * running the job). Both waits spin for a short while and then sleep on a
- * futex (Linux) or a condition variable (elsewhere). */
+/* pool.c: the thread pool.
+ *
+ * A job is published by bumping `gen` after resetting `ticket`, a 64-bit word:
+ * high 32 bits the job's generation, bit 31 "closed", low bits the number of
+ * workers that joined. A worker joins by CAS-incrementing the ticket while it
+ * still names the job and is open, runs fn, then increments `done`. For a
+ * shared job the caller closes the ticket after its own fn call and waits for
+ * exactly the workers that joined; for a full job it waits for all n-1. Both
+ * waits spin for a short while and then sleep on a futex (Linux) or a
+ * condition variable (elsewhere). */
 #include "pool.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -27,16 +34,18 @@
 #endif
 
 #define SPIN_ITERS 20000
+#define TICKET_CLOSED 0x80000000u
 
 struct pool {
     int n;
     pthread_t *threads;
     pool_fn fn;
     void *ctx;
-    _Atomic int gen;      /* bumped once per job; workers wake on change */
-    _Atomic int left;     /* workers that have not finished the current job */
+    _Atomic int gen;          /* bumped once per job; workers wake on change */
+    _Atomic uint64_t ticket;  /* gen << 32 | closed | joined */
+    _Atomic int done;         /* workers that finished the current job */
     _Atomic int stop;
-    _Atomic int sleepers; /* threads sleeping (or about to) on gen or left */
+    _Atomic int sleepers;     /* threads sleeping (or about to) on gen or done */
 #ifndef __linux__
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -92,12 +101,21 @@ static void *worker_main(void *arg) {
     int seen = 0; /* gen starts at 0: a job published before this thread ran is still seen */
     for (;;) {
         await_change(p, &p->gen, seen);
-        seen = atomic_load_explicit(&p->gen, memory_order_acquire);
+        seen = atomic_load(&p->gen);
         if (atomic_load(&p->stop)) break;
+        /* join the job if it is still the current one and open */
+        uint64_t t = atomic_load(&p->ticket);
+        bool joined = false;
+        while ((uint32_t)(t >> 32) == (uint32_t)seen && !(t & TICKET_CLOSED)) {
+            if (atomic_compare_exchange_weak(&p->ticket, &t, t + 1)) {
+                joined = true;
+                break;
+            }
+        }
+        if (!joined) continue;
         p->fn(p->ctx, a.ith, p->n);
-        if (atomic_fetch_sub(&p->left, 1) == 1 &&
-            atomic_load(&p->sleepers) > 0)
-            wake_all(p, &p->left);
+        atomic_fetch_add(&p->done, 1);
+        if (atomic_load(&p->sleepers) > 0) wake_all(p, &p->done);
     }
     return NULL;
 }
@@ -140,7 +158,7 @@ hn_status pool_create(int n_threads, pool **out, hn_err *err) {
 void pool_free(pool *p) {
     if (!p) return;
     atomic_store(&p->stop, 1);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    atomic_fetch_add(&p->gen, 1);
     wake_all(p, &p->gen);
     for (int i = 1; i < p->n; i++) pthread_join(p->threads[i - 1], NULL);
 #ifndef __linux__
@@ -153,23 +171,30 @@ void pool_free(pool *p) {
 
 int pool_n_threads(const pool *p) { return p ? p->n : 1; }
 
-void pool_run(pool *p, pool_fn fn, void *ctx) {
+static void run(pool *p, pool_fn fn, void *ctx, bool shared) {
     if (!p || p->n == 1) {
         fn(ctx, 0, 1);
         return;
     }
     p->fn = fn;
     p->ctx = ctx;
-    atomic_store_explicit(&p->left, p->n - 1, memory_order_relaxed);
-    atomic_fetch_add(&p->gen, 1); /* seq_cst: pairs with the sleepers count */
+    atomic_store(&p->done, 0);
+    int g = atomic_load(&p->gen) + 1;
+    atomic_store(&p->ticket, (uint64_t)(uint32_t)g << 32);
+    atomic_store(&p->gen, g); /* seq_cst: pairs with the sleepers count */
     if (atomic_load(&p->sleepers) > 0) wake_all(p, &p->gen);
     fn(ctx, 0, p->n);
+    int want = p->n - 1;
+    if (shared) want = (int)(atomic_fetch_or(&p->ticket, TICKET_CLOSED) & 0x7fffffffu);
     for (;;) {
-        int left = atomic_load_explicit(&p->left, memory_order_acquire);
-        if (left == 0) break;
-        await_change(p, &p->left, left);
+        int d = atomic_load(&p->done);
+        if (d >= want) break;
+        await_change(p, &p->done, d);
     }
 }
+
+void pool_run(pool *p, pool_fn fn, void *ctx) { run(p, fn, ctx, false); }
+void pool_run_shared(pool *p, pool_fn fn, void *ctx) { run(p, fn, ctx, true); }
 
 int pool_cpu_count(void) {
 #ifdef __linux__

@@ -6,7 +6,7 @@
  * needs no locking. Dispatch is a generation counter: idle workers spin
  * briefly on it (a matmul follows a matmul within microseconds in the token
  * loop) and then sleep on a futex, so an idle pool burns no CPU. pool_run
- * does not allocate. It must not be called from inside fn, nor from two
+ * does not allocate (nor does pool_run_shared). It must not be called from inside fn, nor from two
  * threads at once on the same pool. */
 #ifndef HN_POOL_H
 #define HN_POOL_H
@@ -24,6 +24,12 @@ void pool_free(pool *p);
 int pool_n_threads(const pool *p);
 /* Runs fn(ctx, ith, nth) on every thread and waits for all of them. */
 void pool_run(pool *p, pool_fn fn, void *ctx);
+/* Work-sharing run: fn runs on the caller and on the workers that pick the job
+ * up before the caller's call returns; workers that arrive later skip it. fn
+ * must therefore share its work dynamically (an atomic counter of chunks) so
+ * that any subset of threads finishes it; ith is still unique per call. On a
+ * busy machine this avoids waiting for a worker the OS has not scheduled. */
+void pool_run_shared(pool *p, pool_fn fn, void *ctx);
 /* Number of CPUs this process may run on (at least 1). */
 int pool_cpu_count(void);
 

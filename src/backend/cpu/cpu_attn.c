@@ -98,5 +98,5 @@ void cpu_op_attention(be_backend *b, const be_attn_args *a) {
     if (cb->nth == 1 || a->n_tokens * a->n_head_kv == 1)
         attn_worker(&t, 0, 1);
     else
-        pool_run(cb->pool, attn_worker, &t);
+        pool_run_shared(cb->pool, attn_worker, &t);
 }

@@ -18,22 +18,30 @@ typedef void (*rows_fn)(void *ctx, int r0, int r1);
 typedef struct {
     rows_fn fn;
     void *ctx;
-    int n;
+    int n, chunk;
+    _Atomic int next;
 } rows_task;
 
 static void rows_worker(void *ctx, int ith, int nth) {
+    (void)ith;
+    (void)nth;
     rows_task *t = ctx;
-    int r0 = (int)((int64_t)t->n * ith / nth), r1 = (int)((int64_t)t->n * (ith + 1) / nth);
-    if (r0 < r1) t->fn(t->ctx, r0, r1);
+    for (;;) {
+        int r0 = atomic_fetch_add_explicit(&t->next, t->chunk, memory_order_relaxed);
+        if (r0 >= t->n) break;
+        t->fn(t->ctx, r0, r0 + t->chunk < t->n ? r0 + t->chunk : t->n);
+    }
 }
 
+/* Runs fn over rows [0, n) in chunks shared among the threads that show up. */
 static void par_rows(cpu_be *cb, int n, rows_fn fn, void *ctx) {
     if (cb->nth == 1 || n < PAR_MIN_ROWS) {
         fn(ctx, 0, n);
         return;
     }
-    rows_task t = {fn, ctx, n};
-    pool_run(cb->pool, rows_worker, &t);
+    rows_task t = {.fn = fn, .ctx = ctx, .n = n, .chunk = (n + cb->nth * 4 - 1) / (cb->nth * 4)};
+    atomic_store(&t.next, 0);
+    pool_run_shared(cb->pool, rows_worker, &t);
 }
 
 /* ---- embedding lookup ---- */

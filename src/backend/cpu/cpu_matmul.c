@@ -21,6 +21,9 @@
 #include "dot.h"
 
 #define TILE_ROWS 16
+/* multiply-adds below which a matmul runs on the caller: a dispatch costs a few
+ * microseconds, more when the OS has to wake a worker */
+#define MM_MIN_PARALLEL (1 << 17)
 
 typedef struct mm_group {
     int mat;              /* matrix (expert) index */
@@ -87,13 +90,17 @@ void cpu_matmul_free(cpu_be *cb) {
     cb->route = NULL;
 }
 
-/* phase 1: convert activation rows, split over threads */
+/* phase 1: convert activation rows, shared among the threads that show up */
 static void mm_convert(void *ctx, int ith, int nth) {
+    (void)ith;
+    (void)nth;
     mm_task *t = ctx;
     int64_t k = t->w->ne[0];
-    int r0 = (int)((int64_t)t->n_x * ith / nth), r1 = (int)((int64_t)t->n_x * (ith + 1) / nth);
-    for (int r = r0; r < r1; r++)
+    for (;;) {
+        int r = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+        if (r >= t->n_x) break;
         t->kern->act(t->x + (size_t)r * (size_t)k, (unsigned char *)t->act + (size_t)r * t->act_row, k);
+    }
 }
 
 /* phase 2: chunks of weight rows against their group's activation rows */
@@ -165,10 +172,11 @@ static void mm_run(cpu_be *cb, const be_weight *w, const float *x, int n_x, floa
     } else if (t.kern) {
         t.act = cb->act;
         t.act_row = qt_row_size(t.kern->act_type, k);
-        if (n_x * (int64_t)k < 4096 || cb->nth == 1)
+        atomic_store(&t.next, 0);
+        if (n_x * (int64_t)k < 65536 || cb->nth == 1)
             mm_convert(&t, 0, 1);
         else
-            pool_run(cb->pool, mm_convert, &t);
+            pool_run_shared(cb->pool, mm_convert, &t);
     }
     /* chunks: about 4 per thread per group when decoding, smaller as rows grow */
     int64_t per = n_out / (cb->nth * 4);
@@ -184,10 +192,10 @@ static void mm_run(cpu_be *cb, const be_weight *w, const float *x, int n_x, floa
     }
     t.total_chunks = c;
     atomic_store(&t.next, 0);
-    if (cb->nth == 1 || (int64_t)total_rows * n_out * k < 32768)
+    if (cb->nth == 1 || (int64_t)total_rows * n_out * k < MM_MIN_PARALLEL)
         mm_dots(&t, 0, 1);
     else
-        pool_run(cb->pool, mm_dots, &t);
+        pool_run_shared(cb->pool, mm_dots, &t);
 }
 
 void cpu_op_matmul(be_backend *b, const be_weight *w, int mat, const float *x, int n, float *y) {
