@@ -7,9 +7,18 @@ missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
-SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-echo "setup: installing$missing" >&2
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq $missing >/dev/null
+if [ -n "$missing" ]; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+    echo "setup: installing$missing" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+# The server's end-to-end tests drive `hone serve` with the official SDKs
+# (npm packages pinned in tests/server/package-lock.json).
+e2e="$(dirname "$0")/../tests/server"
+if [ ! -d "$e2e/node_modules" ] && command -v npm >/dev/null 2>&1; then
+    echo "setup: npm ci in tests/server" >&2
+    (cd "$e2e" && npm ci --no-audit --no-fund --loglevel=error) ||
+        echo "setup: npm ci failed; the SDK end-to-end tests will be skipped" >&2
+fi

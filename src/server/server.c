@@ -260,9 +260,14 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
                                   api_seterr(&e, APIE_AUTH, NULL, "invalid API key (send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY')"));
         if (is_generation(c->route)) {
             const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-            if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body)
+            unsigned long long len = cl ? strtoull(cl, NULL, 10) : 0;
+            /* a body somewhat over the limit is read and dropped, so that the
+             * client, still uploading, gets to read the 413; a huge one is
+             * refused at once */
+            if (len > 4ull * s->cfg.max_body)
                 return srv_send_error(c, c->api,
                                       api_seterr(&e, APIE_TOO_LARGE, NULL, "request body is larger than %zu bytes", s->cfg.max_body));
+            if (len > s->cfg.max_body) c->too_large = true;
         }
         return MHD_YES;
     }
