@@ -16,10 +16,12 @@ struct gen_state {
     int32_t n_reasoning;
     bool saw_reasoning, saw_content; /* in the current token */
     int stop;          /* matched stop index or -1 */
+    bool halted;       /* single_call: the first call ended */
 };
 
 static void on_tc(void *user, const tc_event *ev) {
     gen_state *g = user;
+    if (g->halted) return;
     switch (ev->kind) {
     case TC_EV_CONTENT:
         wr_text(g->w, g->out, ev->text, ev->len);
@@ -31,7 +33,10 @@ static void on_tc(void *user, const tc_event *ev) {
         break;
     case TC_EV_CALL_START: wr_call_start(g->w, g->out, ev->index, ev->id, ev->name); break;
     case TC_EV_CALL_ARGS: wr_call_args(g->w, g->out, ev->index, ev->text, ev->len); break;
-    case TC_EV_CALL_END: wr_call_end(g->w, g->out, ev->index); break;
+    case TC_EV_CALL_END:
+        wr_call_end(g->w, g->out, ev->index);
+        if (g->o.single_call) g->halted = true;
+        break;
     }
 }
 
@@ -60,7 +65,7 @@ void gen_free(gen_state *g) {
     hn_free(g);
 }
 
-bool gen_stopped(const gen_state *g) { return g->stop >= 0; }
+bool gen_stopped(const gen_state *g) { return g->stop >= 0 || g->halted; }
 
 /* Text released by the stop matcher goes to the parser or straight out. */
 static void emit(gen_state *g, const char *s, size_t n, sbuf *out) {
@@ -74,7 +79,7 @@ static void emit(gen_state *g, const char *s, size_t n, sbuf *out) {
 }
 
 bool gen_token(gen_state *g, int32_t token, sbuf *out) {
-    if (g->stop >= 0) return true;
+    if (g->stop >= 0 || g->halted) return true;
     char piece[1024];
     size_t n = tok_stream_push(g->o.vocab, &g->ts, token, piece, sizeof piece);
     g->saw_reasoning = g->saw_content = false;
@@ -83,7 +88,7 @@ bool gen_token(gen_state *g, int32_t token, sbuf *out) {
     emit(g, g->text.data, g->text.len, out);
     if (g->saw_reasoning && !g->saw_content) g->n_reasoning++;
     if (m >= 0) g->stop = m;
-    return m >= 0;
+    return m >= 0 || g->halted;
 }
 
 void gen_end(gen_state *g, eng_finish fin, const char *errmsg, const eng_req_stats *st, sbuf *out) {
@@ -100,7 +105,7 @@ void gen_end(gen_state *g, eng_finish fin, const char *errmsg, const eng_req_sta
         return;
     }
     /* flush: detokenizer tail, held stop-string prefix, parser */
-    if (g->stop < 0) {
+    if (g->stop < 0 && !g->halted) {
         char tail[8];
         size_t n = tok_stream_flush(&g->ts, tail, sizeof tail);
         sb_reset(&g->text);
@@ -111,7 +116,7 @@ void gen_end(gen_state *g, eng_finish fin, const char *errmsg, const eng_req_sta
     bool truncated = false;
     if (g->tc) {
         g->out = out;
-        if (!g->o.drop_output && tc_parser_finish(g->tc, on_tc, g) != HN_OK) out->oom = true;
+        if (!g->o.drop_output && !g->halted && tc_parser_finish(g->tc, on_tc, g) != HN_OK) out->oom = true;
         truncated = tc_parser_truncated(g->tc) != 0;
     }
     u.reasoning_tokens = g->n_reasoning;

@@ -33,6 +33,7 @@ typedef struct gen_opts {
     char *const *stops;      /* borrowed */
     int n_stops;
     bool drop_output;        /* Anthropic max_tokens = 0 (cache warm-up): generate nothing visible */
+    bool single_call;        /* parallel_tool_calls false: end the answer after the first call */
 } gen_opts;
 
 typedef struct gen_state gen_state;
@@ -51,7 +52,7 @@ bool gen_token(gen_state *g, int32_t token, sbuf *out);
  * (fin == ENG_FINISH_ERROR) becomes the API's error (errmsg). */
 void gen_end(gen_state *g, eng_finish fin, const char *errmsg, const eng_req_stats *st, sbuf *out);
 
-/* Whether a stop string has matched. */
+/* Whether the output ended early (a stop string, or the first call with single_call). */
 bool gen_stopped(const gen_state *g);
 
 #endif

@@ -236,7 +236,8 @@ enum MHD_Result srv_generate(srv_conn *c, json_t *body, bool count_only, bool re
                    .tools = c->req.tools,
                    .stops = c->req.stop,
                    .n_stops = c->req.n_stop,
-                   .drop_output = drop};
+                   .drop_output = drop,
+                   .single_call = !c->req.parallel_tool_calls};
     /* with tool_choice none the tools stay in the prompt (a stable prefix) but
      * calls are not parsed; without tools there is nothing to parse either */
     c->g = c->w ? gen_new(&go, c->w) : NULL;

@@ -1,0 +1,214 @@
+/* test_server_gen.c: stop strings (server/stopstr.h) under every split of
+ * the text, and the token -> text -> events -> bytes pipeline (server/gen.h)
+ * on the real Qwen3 vocabulary and chat template: reasoning, tool calls,
+ * stop strings across tokens, one call only, UTF-8, engine errors. */
+#include <jansson.h>
+#include <string.h>
+
+#include "gguf/gguf.h"
+#include "server/gen.h"
+#include "server/prompt.h"
+#include "test.h"
+
+static void feed_split(char *const *stops, int n, const char *text, const size_t *cuts, int ncuts, sbuf *out,
+                       int *matched) {
+    ss_matcher m;
+    ss_init(&m, stops, n);
+    size_t prev = 0;
+    *matched = -1;
+    for (int i = 0; i <= ncuts; i++) {
+        size_t end = i < ncuts ? cuts[i] : strlen(text);
+        int r = ss_feed(&m, text + prev, end - prev, out);
+        if (r >= 0 && *matched < 0) *matched = r;
+        prev = end;
+    }
+    if (*matched < 0) ss_flush(&m, out);
+    ss_free(&m);
+}
+
+static void test_stopstr(void) {
+    char *stops[] = {"STOP", "ab"};
+    const char *text = "xxSTyyaSTOPzzab";
+    size_t len = strlen(text);
+    int bad = 0;
+    /* every single cut and every pair of cuts */
+    for (size_t a = 0; a <= len; a++)
+        for (size_t b = a; b <= len; b++) {
+            size_t cuts[2] = {a, b};
+            sbuf out = {0};
+            int m;
+            feed_split(stops, 2, text, cuts, 2, &out, &m);
+            if (m != 0 || out.len != 7 || memcmp(out.data, "xxSTyya", 7)) bad++;
+            sb_free(&out);
+        }
+    CHECKF(bad == 0, "stop strings under all splits (%d bad)", bad);
+    /* byte at a time, and held text is released when it cannot match */
+    ss_matcher m;
+    ss_init(&m, stops, 2);
+    sbuf out = {0};
+    CHECK(ss_feed(&m, "xxS", 3, &out) < 0 && out.len == 2);
+    CHECK(ss_feed(&m, "T", 1, &out) < 0 && out.len == 2);
+    CHECK(ss_feed(&m, "q", 1, &out) < 0 && out.len == 5 && !memcmp(out.data, "xxSTq", 5));
+    CHECK(ss_feed(&m, "a", 1, &out) < 0 && out.len == 5);
+    ss_flush(&m, &out);
+    CHECK(out.len == 6 && out.data[5] == 'a');
+    ss_free(&m);
+    sb_free(&out);
+    /* earliest match wins; no stops: passthrough */
+    char *st2[] = {"cd", "bcde"};
+    int mm;
+    size_t none[1] = {0};
+    feed_split(st2, 2, "abcdef", none, 0, &out, &mm);
+    CHECK(mm == 1 && out.len == 1 && out.data[0] == 'a');
+    sb_free(&out);
+    feed_split(NULL, 0, "abc", none, 0, &out, &mm);
+    CHECK(mm < 0 && out.len == 3);
+    sb_free(&out);
+}
+
+static const tok_vocab *V;
+static prm_model PM;
+
+/* Runs text (tokenized) through the pipeline into a non-streaming chat body. */
+static json_t *run(const char *text, const json_t *tools, char **stops, int n_stops, bool single, eng_finish fin,
+                   int *reasoning_tokens) {
+    int32_t toks[4096];
+    int64_t n = tok_encode(V, text, strlen(text), false, true, toks, 4096);
+    wr_meta wm = {.api = API_CHAT, .model = "m"};
+    wr_writer *w = wr_new(&wm);
+    gen_opts o = {.vocab = V, .parse = true, .format = tools ? PM.det.format : TC_FORMAT_NONE, .tc_flags = PM.det.flags,
+                  .tools = tools, .stops = stops, .n_stops = n_stops, .single_call = single};
+    gen_state *g = gen_new(&o, w);
+    sbuf out = {0};
+    int32_t i = 0;
+    for (; i < n; i++)
+        if (gen_token(g, toks[i], &out)) break;
+    eng_req_stats st = {.n_prompt = 10, .n_generated = i};
+    gen_end(g, fin, "kaput", &st, &out);
+    json_t *v = json_loads(out.data ? out.data : "", 0, NULL);
+    if (reasoning_tokens) {
+        json_t *u = json_object_get(json_object_get(v, "usage"), "completion_tokens_details");
+        *reasoning_tokens = (int)json_integer_value(json_object_get(u, "reasoning_tokens"));
+    }
+    gen_free(g);
+    wr_free(w);
+    sb_free(&out);
+    return v;
+}
+
+static json_t *msg_of(json_t *v) { return json_object_get(json_array_get(json_object_get(v, "choices"), 0), "message"); }
+static const char *finish_of(json_t *v) {
+    return json_string_value(json_object_get(json_array_get(json_object_get(v, "choices"), 0), "finish_reason"));
+}
+static bool streq(const char *a, const char *b) { return a && b && !strcmp(a, b); }
+
+static void test_gen(void) {
+    json_t *tools = json_pack("[{s:s,s:{s:s,s:{s:s,s:{s:{s:s}}}}}]", "type", "function", "function", "name", "bash",
+                              "parameters", "type", "object", "properties", "command", "type", "string");
+    int rt = 0;
+    json_t *v = run("<think>\nhmm, let me see\n</think>\n\nSure.\n<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"command\": \"ls\"}}\n</tool_call>",
+                    tools, NULL, 0, false, ENG_FINISH_EOG, &rt);
+    json_t *m = msg_of(v);
+    CHECKF(streq(json_string_value(json_object_get(m, "reasoning_content")), "hmm, let me see"), "reasoning: %s",
+           json_string_value(json_object_get(m, "reasoning_content")));
+    CHECKF(streq(json_string_value(json_object_get(m, "content")), "Sure."), "content: %s", json_string_value(json_object_get(m, "content")));
+    json_t *calls = json_object_get(m, "tool_calls");
+    CHECK(json_array_size(calls) == 1);
+    json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+    CHECK(streq(json_string_value(json_object_get(fn, "name")), "bash"));
+    json_t *args = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
+    CHECK(streq(json_string_value(json_object_get(args, "command")), "ls"));
+    json_decref(args);
+    CHECK(streq(finish_of(v), "tool_calls"));
+    CHECK(rt > 0);
+    json_decref(v);
+
+    /* without tools the markup is plain content */
+    v = run("<tool_call>\n{\"name\": \"bash\"}\n</tool_call>", NULL, NULL, 0, false, ENG_FINISH_EOG, NULL);
+    CHECK(json_object_get(msg_of(v), "tool_calls") == NULL);
+    CHECK(strstr(json_string_value(json_object_get(msg_of(v), "content")), "<tool_call>") != NULL);
+    json_decref(v);
+
+    /* a stop string across token boundaries */
+    char *stops[] = {"o th"};
+    v = run("one two three four", NULL, stops, 1, false, ENG_FINISH_CANCELLED, NULL);
+    CHECKF(streq(json_string_value(json_object_get(msg_of(v), "content")), "one tw"), "stop: %s",
+           json_string_value(json_object_get(msg_of(v), "content")));
+    CHECK(streq(finish_of(v), "stop"));
+    json_decref(v);
+
+    /* parallel_tool_calls false: the answer ends after the first call */
+    const char *two = "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"command\": \"a\"}}\n</tool_call>\n"
+                      "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"command\": \"b\"}}\n</tool_call>";
+    v = run(two, tools, NULL, 0, false, ENG_FINISH_EOG, NULL);
+    CHECK(json_array_size(json_object_get(msg_of(v), "tool_calls")) == 2);
+    json_decref(v);
+    v = run(two, tools, NULL, 0, true, ENG_FINISH_CANCELLED, NULL);
+    CHECK(json_array_size(json_object_get(msg_of(v), "tool_calls")) == 1);
+    CHECK(streq(finish_of(v), "tool_calls"));
+    json_decref(v);
+
+    /* UTF-8 across tokens; length finish */
+    v = run("h\xc3\xa9llo \xe4\xb8\x96\xe7\x95\x8c \xf0\x9f\x8e\x89", NULL, NULL, 0, false, ENG_FINISH_LENGTH, NULL);
+    CHECK(streq(json_string_value(json_object_get(msg_of(v), "content")), "h\xc3\xa9llo \xe4\xb8\x96\xe7\x95\x8c \xf0\x9f\x8e\x89"));
+    CHECK(streq(finish_of(v), "length"));
+    json_decref(v);
+
+    /* an engine error becomes the API's error */
+    v = run("abc", NULL, NULL, 0, false, ENG_FINISH_ERROR, NULL);
+    CHECK(v && strstr(json_string_value(json_object_get(json_object_get(v, "error"), "message")), "kaput"));
+    json_decref(v);
+    json_decref(tools);
+}
+
+static void test_prompt(void) {
+    const char *body =
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"list\"},"
+        "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+        "\"function\":{\"name\":\"bash\",\"arguments\":\"{\\\"command\\\":\\\"ls\\\"}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"out\"},{\"role\":\"user\",\"content\":\"thanks\"},"
+        "{\"role\":\"assistant\",\"content\":\"Sure\"}],"
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"bash\",\"parameters\":{\"type\":\"object\"}}}],"
+        "\"reasoning_effort\":\"none\"}";
+    json_t *b = json_loads(body, 0, NULL);
+    creq r;
+    api_error e;
+    CHECK(b && creq_from_chat(b, &r, &e));
+    prm_prompt p;
+    CHECK(prm_build(&PM, &r, &p, &e));
+    const char *t = p.text.data ? p.text.data : "";
+    const char *head = "<|im_start|>system\nS\n\n# Tools";
+    CHECK(!strncmp(t, head, strlen(head)));
+    CHECK(strstr(t, "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"command\": \"ls\"}}\n</tool_call>") != NULL);
+    CHECK(strstr(t, "<|im_start|>user\n<tool_response>\nout\n</tool_response><|im_end|>") != NULL);
+    /* a final assistant message is continued (after the empty think block: thinking is off) */
+    const char *tail = "<|im_start|>assistant\n<think>\n\n</think>\n\nSure";
+    size_t l = strlen(t), tl = strlen(tail);
+    CHECKF(l > tl && !strcmp(t + l - tl, tail), "prefill: %s", l > 60 ? t + l - 60 : t);
+    CHECK(p.n_tokens > 20 && !p.start_in_reasoning);
+    prm_prompt_free(&p);
+    creq_free(&r);
+    json_decref(b);
+}
+
+int main(void) {
+    test_stopstr();
+    char path[512];
+    test_data_path(path, sizeof path, "data/models/qwen3-real-q8_0.gguf");
+    gguf_ctx *g = NULL;
+    tok_vocab *v = NULL;
+    hn_err err = {0};
+    if (gguf_open(path, &g, &err) != HN_OK || tok_load(g, &v, &err) != HN_OK) {
+        CHECKF(0, "load %s: %s", path, err.msg);
+        TEST_DONE();
+    }
+    V = v;
+    CHECK(prm_model_init(&PM, g, v, &err) == HN_OK);
+    CHECK(PM.det.format == TC_FORMAT_HERMES && (PM.det.flags & TC_FLAG_REASONING));
+    test_gen();
+    test_prompt();
+    prm_model_free(&PM);
+    tok_free(v);
+    gguf_close(g);
+    TEST_DONE();
+}
