@@ -2,6 +2,7 @@
  * the text, and the token -> text -> events -> bytes pipeline (server/gen.h)
  * on the real Qwen3 vocabulary and chat template: reasoning, tool calls,
  * stop strings across tokens, one call only, UTF-8, engine errors. */
+#include <dirent.h>
 #include <jansson.h>
 #include <string.h>
 
@@ -191,6 +192,73 @@ static void test_prompt(void) {
     json_decref(b);
 }
 
+static size_t conv_len(const json_t *body) {
+    const json_t *m = json_object_get(body, "messages");
+    return m ? json_array_size(m) : json_array_size(json_object_get(body, "input"));
+}
+
+/* A follow-up turn (same conversation, same tools, more messages) renders to
+ * a prompt that extends the previous turn's prompt token for token: what
+ * lets the prefix cache serve all of it. Checked on every recorded pair. */
+static void test_prefix_stability(void) {
+    char dir[512];
+    test_data_path(dir, sizeof dir, "data/clients");
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    if (!d) return;
+    int pairs = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l < 11 || strcmp(de->d_name + l - 11, "-tool.jsonl")) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        FILE *f = fopen(path, "r");
+        static char line[1 << 20];
+        json_t *prev = NULL;
+        while (f && fgets(line, sizeof line, f)) {
+            json_t *rec = json_loads(line, 0, NULL);
+            json_t *body = json_object_get(rec, "body");
+            const char *p = json_string_value(json_object_get(rec, "path"));
+            if (!json_is_object(body) || !p) {
+                json_decref(rec);
+                continue;
+            }
+            json_t *pb = json_object_get(prev, "body");
+            const char *pp = json_string_value(json_object_get(prev, "path"));
+            if (prev && !strcmp(p, pp) && json_equal(json_object_get(body, "tools"), json_object_get(pb, "tools")) &&
+                json_object_get(body, "tools") && conv_len(body) > conv_len(pb)) {
+                api_kind api = strstr(p, "/messages") ? API_MESSAGES : strstr(p, "/responses") ? API_RESPONSES : API_CHAT;
+                creq ra, rb;
+                api_error e;
+                prm_prompt a = {0}, b = {0};
+                bool ok = creq_parse(api, false, pb, &ra, &e);
+                ok = ok && prm_build(&PM, &ra, &a, &e);
+                bool ok2 = ok && creq_parse(api, false, body, &rb, &e);
+                ok2 = ok2 && prm_build(&PM, &rb, &b, &e);
+                CHECKF(ok && ok2, "%s renders: %s", de->d_name, e.message);
+                if (ok && ok2) {
+                    int32_t n = 0;
+                    while (n < a.n_tokens && n < b.n_tokens && a.tokens[n] == b.tokens[n]) n++;
+                    CHECKF(n == a.n_tokens && b.n_tokens > a.n_tokens, "%s: the follow-up keeps %d of %d prompt tokens",
+                           de->d_name, n, a.n_tokens);
+                    pairs++;
+                }
+                if (ok) creq_free(&ra);
+                if (ok2) creq_free(&rb);
+                prm_prompt_free(&a);
+                prm_prompt_free(&b);
+            }
+            json_decref(prev);
+            prev = rec;
+        }
+        json_decref(prev);
+        if (f) fclose(f);
+    }
+    closedir(d);
+    CHECKF(pairs >= 20, "%d follow-up pairs checked", pairs);
+}
+
 int main(void) {
     test_stopstr();
     char path[512];
@@ -207,6 +275,7 @@ int main(void) {
     CHECK(PM.det.format == TC_FORMAT_HERMES && (PM.det.flags & TC_FLAG_REASONING));
     test_gen();
     test_prompt();
+    test_prefix_stability();
     prm_model_free(&PM);
     tok_free(v);
     gguf_close(g);
