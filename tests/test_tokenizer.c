@@ -8,6 +8,7 @@
  * UTF-8 character), special-token parsing, BOS rules, EOG detection, malformed
  * input, and the speed of a long prompt. */
 #include <dirent.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
@@ -491,6 +492,57 @@ static void test_real_model(void) {
     tok_free(v);
 }
 
+/* encoding is thread-safe: several threads share one vocabulary */
+typedef struct thr_arg {
+    const tok_vocab *v;
+    const char *text;
+    size_t len;
+    int64_t want;
+    uint64_t want_sum;
+    bool ok;
+} thr_arg;
+
+static void *thr_main(void *p) {
+    thr_arg *a = p;
+    static _Thread_local int32_t ids[8192];
+    a->ok = true;
+    for (int r = 0; r < 20; r++) {
+        int64_t n = tok_encode(a->v, a->text, a->len, true, true, ids, 8192);
+        uint64_t sum = 0;
+        for (int64_t i = 0; i < n && i < 8192; i++) sum = sum * 31 + (uint64_t)ids[i];
+        if (n != a->want || sum != a->want_sum) a->ok = false;
+    }
+    return NULL;
+}
+
+static void test_threads(void) {
+    tok_vocab *v = vocab_named("ggml-vocab-llama3-npm.gguf");
+    if (!v) return;
+    char inp[1024];
+    test_data_path(inp, sizeof inp, "data/vocab/ggml-vocab-llama3-npm.gguf.inp");
+    size_t il;
+    char *text = read_all(inp, &il);
+    CHECK(text != NULL);
+    if (text) {
+        static int32_t ids[8192];
+        int64_t n = tok_encode(v, text, il, true, true, ids, 8192);
+        uint64_t sum = 0;
+        for (int64_t i = 0; i < n && i < 8192; i++) sum = sum * 31 + (uint64_t)ids[i];
+        thr_arg a[4];
+        pthread_t th[4];
+        for (int t = 0; t < 4; t++) {
+            a[t] = (thr_arg){v, text, il, n, sum, false};
+            pthread_create(&th[t], NULL, thr_main, &a[t]);
+        }
+        for (int t = 0; t < 4; t++) {
+            pthread_join(th[t], NULL);
+            CHECKF(a[t].ok, "thread %d got different tokens", t);
+        }
+        free(text);
+    }
+    tok_free(v);
+}
+
 static void test_alloc_failure(void) {
     /* loading under injected allocation failures must fail cleanly, never crash */
     char path[1024];
@@ -528,6 +580,7 @@ int main(void) {
     test_llama_spm();
     test_llama3();
     test_real_model();
+    test_threads();
     test_alloc_failure();
     TEST_DONE();
 }

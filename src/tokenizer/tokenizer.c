@@ -88,12 +88,9 @@ static uint32_t attr_of_type(int64_t t) {
     }
 }
 
-static const tok_vocab *sort_vocab; /* qsort has no context argument; set only under load */
-
-static int cmp_special(const void *a, const void *b) {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    uint32_t lx = sort_vocab->text_len[x], ly = sort_vocab->text_len[y];
-    if (lx != ly) return lx > ly ? -1 : 1;
+/* Sort keys for the special-token list: longer first, then lower id. */
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
 }
 
@@ -461,11 +458,17 @@ hn_status tok_load(const gguf_ctx *g, tok_vocab **out, hn_err *err) {
         tok_free(v);
         return hn_errf(err, HN_ERR_NOMEM, "tokenizer: out of memory");
     }
+    uint64_t *keys = hn_malloc(((size_t)n + 1) * sizeof *keys);
+    if (!keys) {
+        tok_free(v);
+        return hn_errf(err, HN_ERR_NOMEM, "tokenizer: out of memory");
+    }
     for (int32_t i = 0; i < n; i++)
-        if (v->attr[i] & (TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED | TOK_ATTR_UNKNOWN)) v->special[v->n_special++] = i;
-    sort_vocab = v;
-    qsort(v->special, (size_t)v->n_special, sizeof *v->special, cmp_special);
-    sort_vocab = NULL;
+        if (v->attr[i] & (TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED | TOK_ATTR_UNKNOWN))
+            keys[v->n_special++] = ((uint64_t)(UINT32_MAX - v->text_len[i]) << 32) | (uint32_t)i;
+    qsort(keys, (size_t)v->n_special, sizeof *keys, cmp_u64);
+    for (int32_t i = 0; i < v->n_special; i++) v->special[i] = (int32_t)(keys[i] & 0xFFFFFFFFu);
+    hn_free(keys);
     v->special_lens = hn_malloc(((size_t)v->n_special + 1) * sizeof *v->special_lens);
     if (!v->special_lens) {
         tok_free(v);
