@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gguf/gguf.h"
+#include "server/constraint.h"
 #include "server/gen.h"
 #include "server/prompt.h"
 #include "test.h"
@@ -259,6 +260,88 @@ static void test_prefix_stability(void) {
     CHECKF(pairs >= 20, "%d follow-up pairs checked", pairs);
 }
 
+/* Walks text through a request's constraint: returns the number of tokens
+ * the mask allowed before the first refused one (all: n + 1 with EOG). */
+static int walk(const char *body_json, api_kind api, const char *text, bool eog, int *n_out) {
+    json_t *b = json_loads(body_json, 0, NULL);
+    creq r;
+    api_error e;
+    prm_prompt p;
+    int allowed = -1;
+    if (!b || !creq_parse(api, false, b, &r, &e)) {
+        json_decref(b);
+        return -2;
+    }
+    cst_shared *cs = cst_shared_new(&PM);
+    cst_req *c = NULL;
+    eng_request er = {0};
+    bool built = prm_build(&PM, &r, &p, &e);
+    if (built && cst_attach(cs, &r, &p, &er, &c, &e) && c) {
+        int32_t toks[512];
+        int64_t n = tok_encode(V, text, strlen(text), false, true, toks, 500);
+        if (eog) toks[n++] = tok_eos(V);
+        *n_out = (int)n;
+        int32_t nv = tok_n_vocab(V);
+        float *logits = malloc((size_t)nv * sizeof(float));
+        allowed = 0;
+        for (int64_t i = 0; i < n; i++) {
+            memset(logits, 0, (size_t)nv * sizeof(float));
+            er.mask(er.mask_ctx, logits, nv);
+            if (logits[toks[i]] != 0.0f) break;
+            er.accept(er.mask_ctx, toks[i]);
+            allowed++;
+        }
+        free(logits);
+    }
+    if (built) prm_prompt_free(&p);
+    cst_req_free(c);
+    cst_shared_free(cs);
+    creq_free(&r);
+    json_decref(b);
+    return allowed;
+}
+
+static void test_constraint(void) {
+    if (!cst_available()) {
+        printf("note: this build has no grammar module: tool_choice required/named and json formats are unconstrained\n");
+        return;
+    }
+    const char *req =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":\"required\","
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"bash\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"command\":{\"type\":\"string\"}},\"required\":[\"command\"]}}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"read\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"path\":{\"type\":\"string\"}},\"required\":[\"path\"]}}}]}";
+    const char *call = "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"command\": \"ls -la\"}}\n</tool_call>";
+    int n = 0;
+    int a = walk(req, API_CHAT, call, true, &n);
+    CHECKF(a == n && n > 5, "tool_choice required allows a well-formed call and then the end (%d of %d)", a, n);
+    CHECKF(walk(req, API_CHAT, "Hello there", false, &n) == 0, "tool_choice required refuses plain text");
+    CHECKF(walk(req, API_CHAT, "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"cmd\": 1}}", false, &n) < n,
+           "arguments must follow the schema");
+    /* named (Anthropic tool_choice tool): another tool is refused */
+    const char *named =
+        "{\"model\":\"m\",\"max_tokens\":9,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+        "\"tool_choice\":{\"type\":\"tool\",\"name\":\"read\"},"
+        "\"tools\":[{\"name\":\"bash\",\"input_schema\":{\"type\":\"object\"}},{\"name\":\"read\",\"input_schema\":{\"type\":\"object\"}}]}";
+    CHECK(walk(named, API_MESSAGES, call, true, &n) < n);
+    CHECKF(walk(named, API_MESSAGES, "<tool_call>\n{\"name\": \"read\", \"arguments\": {}}\n</tool_call>", true, &n) == n,
+           "the named tool is allowed");
+    /* response formats */
+    const char *jo = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_object\"}}";
+    CHECK(walk(jo, API_CHAT, "{\"a\": 1}", true, &n) == n);
+    CHECK(walk(jo, API_CHAT, "hello", false, &n) == 0);
+    const char *js = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_schema\","
+                     "\"json_schema\":{\"name\":\"t\",\"schema\":{\"type\":\"object\",\"properties\":{\"title\":{\"type\":\"string\"}},"
+                     "\"required\":[\"title\"],\"additionalProperties\":false}}}}";
+    CHECK(walk(js, API_CHAT, "{\"title\": \"Hi\"}", true, &n) == n);
+    CHECK(walk(js, API_CHAT, "{\"name\": \"Hi\"}", true, &n) < n);
+    /* a named tool that is not offered is the client's error */
+    const char *missing = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}},"
+                          "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"bash\",\"parameters\":{}}}]}";
+    CHECK(walk(missing, API_CHAT, "x", false, &n) == -1);
+}
+
 int main(void) {
     test_stopstr();
     char path[512];
@@ -276,6 +359,7 @@ int main(void) {
     test_gen();
     test_prompt();
     test_prefix_stability();
+    test_constraint();
     prm_model_free(&PM);
     tok_free(v);
     gguf_close(g);

@@ -301,6 +301,7 @@ void srv_conn_release(srv_conn *c) {
         int jl = --j->refs;
         pthread_mutex_unlock(&j->mu);
         if (jl == 0) {
+            cst_req_free(j->cst);
             pthread_mutex_destroy(&j->mu);
             pthread_cond_destroy(&j->cv);
             hn_free(j->toks);
@@ -344,7 +345,8 @@ hn_status srv_start(const srv_config *cfg, const srv_engine *eng, const prm_mode
     s->model_name = hn_strdup(cfg->model_name && *cfg->model_name ? cfg->model_name : "hone");
     s->eng = *eng;
     s->pm = pm;
-    if (!s->host || !s->model_name || (cfg->api_key && *cfg->api_key && !s->api_key)) {
+    s->cst = cst_shared_new(pm);
+    if (!s->cst || !s->host || !s->model_name || (cfg->api_key && *cfg->api_key && !s->api_key)) {
         srv_stop(s);
         return hn_errf(err, HN_ERR_NOMEM, "out of memory");
     }
@@ -402,6 +404,7 @@ void srv_stop(srv_server *s) {
     if (!s) return;
     atomic_store(&s->stopping, true);
     if (s->d) MHD_stop_daemon(s->d);
+    cst_shared_free(s->cst);
     hn_free(s->host);
     hn_free(s->api_key);
     hn_free(s->model_name);

@@ -17,6 +17,7 @@ static void job_release(srv_job *j) {
     int left = --j->refs;
     pthread_mutex_unlock(&j->mu);
     if (left) return;
+    cst_req_free(j->cst);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     hn_free(j->toks);
@@ -187,17 +188,6 @@ static smp_params sampling_of(const srv_config *cfg, const creq *r) {
     return p;
 }
 
-/* Constrained decoding (tool_choice required / named, response_format
- * json_object / json_schema) plugs in here through eng_request.mask/accept,
- * once the grammar module exists. Until then these requests are served
- * unconstrained: the prompt still carries the tools and the model decides. */
-static bool attach_constraint(const creq *r, eng_request *er, api_error *e) {
-    (void)r;
-    (void)er;
-    (void)e;
-    return true;
-}
-
 enum MHD_Result srv_generate(srv_conn *c, json_t *body, bool count_only, bool render_only) {
     srv_server *s = c->s;
     api_error e;
@@ -255,7 +245,7 @@ enum MHD_Result srv_generate(srv_conn *c, json_t *body, bool count_only, bool re
                       .max_tokens = mt,
                       .on_event = on_event,
                       .ctx = j};
-    if (!attach_constraint(&c->req, &er, &e)) {
+    if (!cst_attach(s->cst, &c->req, &c->prompt, &er, &j->cst, &e)) {
         j->refs = 1;
         job_release(j);
         return srv_send_error(c, c->api, &e);

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "constraint.h"
 #include "creq.h"
 #include "gen.h"
 #include "server.h"
@@ -16,6 +17,7 @@ struct srv_server {
     char *host, *api_key, *model_name;
     srv_engine eng;
     const prm_model *pm;
+    cst_shared *cst;
     struct MHD_Daemon *d;
     int port;
     atomic_int n_running;
@@ -35,6 +37,7 @@ typedef struct srv_job {
     char err[256];
     eng_req_stats stats;
     eng_req_id id;
+    cst_req *cst;        /* the request's grammar, freed with the job */
 } srv_job;
 
 enum srv_route {

@@ -1,0 +1,127 @@
+/* constraint.c: grammar-constrained decoding for requests (see constraint.h). */
+#include "constraint.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#include "../core/alloc.h"
+
+#if __has_include("../sample/grammar.h")
+#include "../sample/grammar.h"
+#define CST_HAVE_GRAMMAR 1
+#endif
+
+#ifdef CST_HAVE_GRAMMAR
+
+struct cst_shared {
+    const prm_model *pm;
+    pthread_mutex_t mu;
+    gr_vocab *gv;
+    bool failed;
+};
+
+struct cst_req {
+    gr_grammar *g;
+    gr_state *st;
+};
+
+bool cst_available(void) { return true; }
+
+cst_shared *cst_shared_new(const prm_model *pm) {
+    cst_shared *s = hn_calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->pm = pm;
+    pthread_mutex_init(&s->mu, NULL);
+    return s;
+}
+
+void cst_shared_free(cst_shared *s) {
+    if (!s) return;
+    gr_vocab_free(s->gv);
+    pthread_mutex_destroy(&s->mu);
+    hn_free(s);
+}
+
+static gr_vocab *vocab_of(cst_shared *s, api_error *e) {
+    pthread_mutex_lock(&s->mu);
+    if (!s->gv && !s->failed) {
+        hn_err err = {0};
+        if (gr_vocab_from_tok(s->pm->vocab, &s->gv, &err) != HN_OK) s->failed = true;
+    }
+    gr_vocab *v = s->gv;
+    pthread_mutex_unlock(&s->mu);
+    if (!v) api_seterr(e, APIE_INTERNAL, NULL, "cannot index the vocabulary for constrained decoding");
+    return v;
+}
+
+void cst_req_free(cst_req *c) {
+    if (!c) return;
+    gr_state_free(c->st);
+    gr_grammar_free(c->g);
+    hn_free(c);
+}
+
+bool cst_attach(cst_shared *s, const creq *r, const prm_prompt *p, eng_request *er, cst_req **out, api_error *e) {
+    *out = NULL;
+    tc_format fmt = s->pm->det.format;
+    bool tools = (r->tool_choice == CREQ_TOOLS_REQUIRED || r->tool_choice == CREQ_TOOLS_NAMED) && r->tools &&
+                 fmt != TC_FORMAT_NONE;
+    bool json = r->format != CREQ_FMT_TEXT && !tools;
+    if (!tools && !json) return true;
+    gr_vocab *v = vocab_of(s, e);
+    if (!v) return false;
+    cst_req *c = hn_calloc(1, sizeof *c);
+    if (!c) return api_seterr(e, APIE_INTERNAL, NULL, "out of memory"), false;
+    hn_err err = {0};
+    hn_status st;
+    if (tools) {
+        gr_tool_opts o = {.format = fmt,
+                          .name = r->tool_choice == CREQ_TOOLS_NAMED ? r->tool_name : NULL,
+                          .parallel = r->parallel_tool_calls,
+                          .think = p->start_in_reasoning ? GR_THINK_OPEN
+                                   : (s->pm->det.flags & TC_FLAG_REASONING) && r->thinking != 0 ? GR_THINK_OPTIONAL
+                                                                                              : GR_THINK_NONE};
+        st = gr_from_tools(r->tools, &o, &c->g, &err);
+    } else if (r->format == CREQ_FMT_JSON_SCHEMA) {
+        st = gr_from_schema(r->schema, &c->g, &err);
+    } else {
+        st = gr_any_object(&c->g, &err);
+    }
+    if (st == HN_OK) st = gr_state_new(c->g, v, &c->st, &err);
+    if (st != HN_OK) {
+        cst_req_free(c);
+        if (st == HN_ERR_NOMEM) api_seterr(e, APIE_INTERNAL, NULL, "out of memory building the grammar");
+        else api_seterr(e, APIE_INVALID, tools ? "tool_choice" : "response_format", "%s", err.msg[0] ? err.msg : hn_status_str(st));
+        return false;
+    }
+    er->mask = gr_mask_fn;
+    er->accept = gr_accept_fn;
+    er->mask_ctx = c->st;
+    *out = c;
+    return true;
+}
+
+#else /* no grammar module in this build: requests run unconstrained */
+
+struct cst_shared {
+    int unused;
+};
+
+bool cst_available(void) { return false; }
+cst_shared *cst_shared_new(const prm_model *pm) {
+    (void)pm;
+    return hn_calloc(1, sizeof(cst_shared));
+}
+void cst_shared_free(cst_shared *s) { hn_free(s); }
+void cst_req_free(cst_req *c) { (void)c; }
+bool cst_attach(cst_shared *s, const creq *r, const prm_prompt *p, eng_request *er, cst_req **out, api_error *e) {
+    (void)s;
+    (void)r;
+    (void)p;
+    (void)er;
+    (void)e;
+    *out = NULL;
+    return true;
+}
+
+#endif
