@@ -1,0 +1,697 @@
+/* chat.c: chat messages -> normalised messages -> rendered prompt -> tokens.
+ *
+ * A chat_template is a compiled template plus what probe renders told us
+ * about it (chat_caps). Probes are tiny conversations rendered once at load:
+ * does a leading / later system message come out, and where; are text parts
+ * rendered; are tool-call arguments printed as a string or used as a mapping;
+ * must tool-call ids be 9 alphanumerics. chat_normalize turns a request's
+ * messages into the shape the template handles best (see chat.h for every
+ * choice and why), chat_render renders them, chat_tokenize tokenizes. */
+#include <string.h>
+
+#include "../core/alloc.h"
+#include "chat.h"
+
+#define PROBE_MAX_OUTPUT ((size_t)1 << 20)
+#define REMINDER_OPEN "<system-reminder>\n"
+#define REMINDER_CLOSE "\n</system-reminder>"
+#define BILLING_PREFIX "x-anthropic-billing-header:"
+
+struct chat_template {
+    tpl_template *tpl;
+    char *src, *bos, *eos;
+    tc_detection det;
+    chat_caps caps;
+};
+
+/* ---- small helpers ---- */
+
+static char *dup_n(const char *s, size_t n) {
+    char *d = hn_malloc(n + 1);
+    if (!d) return NULL;
+    if (n) memcpy(d, s, n);
+    d[n] = 0;
+    return d;
+}
+
+static const char *role_of(const json_t *m) { return json_string_value(json_object_get(m, "role")); }
+
+static bool is_role(const json_t *m, const char *role) {
+    const char *r = role_of(m);
+    return r && !strcmp(r, role);
+}
+
+/* ".NAME", "['NAME']" or "[\"NAME\"]" in src, not followed by an identifier character. */
+static bool reads_attr(const char *src, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = strstr(src, name); p; p = strstr(p + 1, name)) {
+        char after = p[n];
+        if ((after >= 'a' && after <= 'z') || (after >= 'A' && after <= 'Z') || (after >= '0' && after <= '9') ||
+            after == '_')
+            continue;
+        if (p > src && p[-1] == '.') return true;
+        if (p - src >= 2 && (p[-1] == '\'' || p[-1] == '"') && p[-2] == '[') return true;
+    }
+    return false;
+}
+
+/* The text of a content value: a string as is, text parts joined with "\n",
+ * anything else "". Returns a new jansson string (NULL on allocation failure). */
+static json_t *content_as_string(const json_t *content) {
+    if (json_is_string(content)) return json_stringn(json_string_value(content), json_string_length(content));
+    if (!json_is_array(content)) return json_string("");
+    size_t total = 0, i;
+    json_t *part;
+    json_array_foreach(content, i, part) {
+        const json_t *tx = json_is_string(part) ? part : json_object_get(part, "text");
+        if (json_is_string(tx)) total += json_string_length(tx) + 1;
+    }
+    char *buf = hn_malloc(total + 1);
+    if (!buf) return NULL;
+    size_t n = 0;
+    json_array_foreach(content, i, part) {
+        const json_t *tx = json_is_string(part) ? part : json_object_get(part, "text");
+        if (!json_is_string(tx)) continue;
+        if (n) buf[n++] = '\n';
+        memcpy(buf + n, json_string_value(tx), json_string_length(tx));
+        n += json_string_length(tx);
+    }
+    json_t *s = json_stringn(buf, n);
+    hn_free(buf);
+    return s;
+}
+
+/* JSON text of v (json.dumps's default separators ", " and ": ", key order
+ * kept) in an hn_malloc'd string; NULL on allocation failure. */
+static char *dump(const json_t *v, size_t *len) {
+    size_t n = json_dumpb(v, NULL, 0, JSON_ENCODE_ANY);
+    char *s = n ? hn_malloc(n + 1) : NULL;
+    if (!s) return NULL;
+    json_dumpb(v, s, n, JSON_ENCODE_ANY);
+    s[n] = 0;
+    if (len) *len = n;
+    return s;
+}
+
+/* ---- Claude Code's billing line ---- */
+
+char *chat_strip_billing(const char *text, size_t len, size_t *out_len, bool *nomem) {
+    if (nomem) *nomem = false;
+    size_t plen = strlen(BILLING_PREFIX);
+    bool found = false;
+    for (size_t i = 0; i < len && !found; i++) {
+        if (i && text[i - 1] != '\n') continue;
+        size_t j = i;
+        while (j < len && (text[j] == ' ' || text[j] == '\t')) j++;
+        if (len - j >= plen && !strncmp(text + j, BILLING_PREFIX, plen)) found = true;
+    }
+    if (!found) return NULL;
+    char *out = hn_malloc(len + 1);
+    if (!out) {
+        if (nomem) *nomem = true;
+        return NULL;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < len;) {
+        const char *nl = memchr(text + i, '\n', len - i);
+        size_t end = nl ? (size_t)(nl - text) + 1 : len;
+        size_t j = i;
+        while (j < end && (text[j] == ' ' || text[j] == '\t')) j++;
+        if (!(end - j >= plen && !strncmp(text + j, BILLING_PREFIX, plen))) {
+            memcpy(out + n, text + i, end - i);
+            n += end - i;
+        }
+        i = end;
+    }
+    out[n] = 0;
+    if (out_len) *out_len = n;
+    return out;
+}
+
+/* Strips the billing line from a system message's content in place (string or
+ * text parts; parts left empty are removed). Returns -1 on allocation failure,
+ * else 1 when the message has no text left, 0 otherwise. */
+static int strip_billing_content(json_t *msg) {
+    json_t *content = json_object_get(msg, "content");
+    bool nomem;
+    size_t n;
+    if (json_is_string(content)) {
+        char *s = chat_strip_billing(json_string_value(content), json_string_length(content), &n, &nomem);
+        if (nomem) return -1;
+        if (!s) return 0;
+        int rc = json_object_set_new(msg, "content", json_stringn(s, n)) ? -1 : n == 0;
+        hn_free(s);
+        return rc;
+    }
+    if (!json_is_array(content)) return 0;
+    bool stripped = false;
+    for (size_t i = 0; i < json_array_size(content);) {
+        json_t *part = json_array_get(content, i);
+        json_t *tx = json_object_get(part, "text");
+        if (!json_is_string(tx)) {
+            i++;
+            continue;
+        }
+        char *s = chat_strip_billing(json_string_value(tx), json_string_length(tx), &n, &nomem);
+        if (nomem) return -1;
+        if (!s) {
+            i++;
+            continue;
+        }
+        stripped = true;
+        int bad = n ? json_object_set_new(part, "text", json_stringn(s, n)) : json_array_remove(content, i);
+        hn_free(s);
+        if (bad) return -1;
+        if (n) i++;
+    }
+    return stripped && json_array_size(content) == 0;
+}
+
+/* ---- tool-call ids and arguments ---- */
+
+static bool short_id_shape(const char *id) {
+    size_t n = 0;
+    for (; id[n]; n++)
+        if (!((id[n] >= 'a' && id[n] <= 'z') || (id[n] >= 'A' && id[n] <= 'Z') || (id[n] >= '0' && id[n] <= '9')))
+            return false;
+    return n == 9;
+}
+
+/* Replaces the string under key with its 9-alphanumeric form (FNV-1a, base 62),
+ * unless it already has that shape. Returns -1 on allocation failure. */
+static int shorten_id(json_t *obj, const char *key) {
+    const char *id = json_string_value(json_object_get(obj, key));
+    if (!id || short_id_shape(id)) return 0;
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *p = (const unsigned char *)id; *p; p++) h = (h ^ *p) * 1099511628211ull;
+    char out[10];
+    for (int i = 0; i < 9; i++) {
+        out[i] = digits[h % 62];
+        h /= 62;
+        if (i == 4) h ^= h * 0x9e3779b97f4a7c15ull + (uint64_t)i;
+    }
+    out[9] = 0;
+    return json_object_set_new(obj, key, json_string(out)) ? -1 : 0;
+}
+
+/* Puts one call's function.arguments in the form the template uses. */
+static int fix_arguments(const chat_caps *caps, json_t *call) {
+    json_t *fn = json_object_get(call, "function");
+    json_t *args = json_object_get(fn, "arguments");
+    if (!args) return 0;
+    if (json_is_string(args)) {
+        if (caps->args_string || !caps->args_object) return 0;
+        json_t *parsed = json_loadb(json_string_value(args), json_string_length(args), 0, NULL);
+        if (!json_is_object(parsed)) {
+            json_decref(parsed);
+            return 0; /* not JSON: the template gets the text as sent */
+        }
+        return json_object_set_new(fn, "arguments", parsed) ? -1 : 0;
+    }
+    if (caps->args_object || !caps->args_string) return 0;
+    /* a string-only template: json.dumps's default separators, key order kept */
+    size_t n;
+    char *s = dump(args, &n);
+    if (!s) return -1;
+    int rc = json_object_set_new(fn, "arguments", json_stringn(s, n)) ? -1 : 0;
+    hn_free(s);
+    return rc;
+}
+
+/* ---- normalisation ---- */
+
+/* Appends (at_end) or prepends text to a user message's content, joined by "\n\n". */
+static int join_text(json_t *user, const char *text, size_t tlen, bool at_end) {
+    json_t *cur = content_as_string(json_object_get(user, "content"));
+    if (!cur) return -1;
+    size_t clen = json_string_length(cur);
+    size_t sep = clen ? 2 : 0;
+    char *buf = hn_malloc(clen + tlen + sep + 1);
+    if (!buf) {
+        json_decref(cur);
+        return -1;
+    }
+    const char *a = at_end ? json_string_value(cur) : text, *b = at_end ? text : json_string_value(cur);
+    size_t alen = at_end ? clen : tlen, blen = at_end ? tlen : clen;
+    memcpy(buf, a, alen);
+    memcpy(buf + alen, "\n\n", sep);
+    memcpy(buf + alen + sep, b, blen);
+    int rc = json_object_set_new(user, "content", json_stringn(buf, alen + sep + blen)) ? -1 : 0;
+    hn_free(buf);
+    json_decref(cur);
+    return rc;
+}
+
+/* "<system-reminder>\nTEXT\n</system-reminder>" for a system message's content. */
+static char *reminder_text(const json_t *msg, size_t *len) {
+    json_t *s = content_as_string(json_object_get(msg, "content"));
+    if (!s) return NULL;
+    size_t o = strlen(REMINDER_OPEN), c = strlen(REMINDER_CLOSE), n = json_string_length(s);
+    char *buf = hn_malloc(o + n + c + 1);
+    if (buf) {
+        memcpy(buf, REMINDER_OPEN, o);
+        memcpy(buf + o, json_string_value(s), n);
+        memcpy(buf + o + n, REMINDER_CLOSE, c + 1);
+        *len = o + n + c;
+    }
+    json_decref(s);
+    return buf;
+}
+
+static int fix_message(const chat_caps *caps, json_t *m) {
+    json_t *content = json_object_get(m, "content");
+    if (!content || json_is_null(content)) {
+        if (json_object_set_new(m, "content", json_string(""))) return -1;
+    } else if (json_is_array(content) && !caps->parts) {
+        json_t *s = content_as_string(content);
+        if (!s || json_object_set_new(m, "content", s)) return -1;
+    }
+    if (is_role(m, "developer") && !caps->developer_role && json_object_set_new(m, "role", json_string("system")))
+        return -1;
+    if (is_role(m, "assistant")) {
+        json_t *calls = json_object_get(m, "tool_calls"), *call;
+        size_t i;
+        json_array_foreach(calls, i, call) {
+            if (!json_is_object(call)) continue;
+            if (fix_arguments(caps, call)) return -1;
+            if (caps->short_ids && shorten_id(call, "id")) return -1;
+        }
+        json_t *rc = json_object_get(m, "reasoning_content");
+        if (json_is_string(rc)) {
+            if (caps->alias_thinking && !json_object_get(m, "thinking") && json_object_set(m, "thinking", rc))
+                return -1;
+            if (caps->alias_reasoning && !json_object_get(m, "reasoning") && json_object_set(m, "reasoning", rc))
+                return -1;
+        }
+    }
+    if (is_role(m, "tool") && caps->short_ids && shorten_id(m, "tool_call_id")) return -1;
+    return 0;
+}
+
+hn_status chat_normalize(const chat_template *t, const json_t *messages, bool demote_all, json_t **out,
+                         int *n_demoted, hn_err *err) {
+    *out = NULL;
+    if (n_demoted) *n_demoted = 0;
+    if (!json_is_array(messages)) return hn_errf(err, HN_ERR_INVALID, "messages must be an array");
+    const chat_caps *caps = &t->caps;
+    json_t *res = json_array();
+    char *lead = NULL, *pending = NULL; /* a refused leading system text; a reminder for the next user */
+    size_t lead_len = 0, pending_len = 0;
+    int demoted = 0;
+    hn_status st = HN_OK;
+    size_t n = json_array_size(messages);
+    if (!res) goto nomem;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *src = json_array_get(messages, i);
+        if (!json_is_object(src) || !role_of(src)) {
+            st = hn_errf(err, HN_ERR_INVALID, "messages[%zu] must be an object with a string role", i);
+            goto fail;
+        }
+        json_t *m = json_deep_copy(src);
+        if (!m || fix_message(caps, m)) {
+            json_decref(m);
+            goto nomem;
+        }
+        if (is_role(m, "system") && i == 0) {
+            int empty = strip_billing_content(m);
+            if (empty < 0) {
+                json_decref(m);
+                goto nomem;
+            }
+            if (empty) { /* only the billing line: as if there were no system message */
+                json_decref(m);
+                continue;
+            }
+            if (!caps->system_role) { /* merged into the first user message */
+                json_t *s = content_as_string(json_object_get(m, "content"));
+                json_decref(m);
+                if (!s) goto nomem;
+                lead = dup_n(json_string_value(s), json_string_length(s));
+                lead_len = json_string_length(s);
+                json_decref(s);
+                if (!lead) goto nomem;
+                continue;
+            }
+        } else if (is_role(m, "system") && (demote_all || !caps->system_in_place)) {
+            size_t tl = 0;
+            char *text = reminder_text(m, &tl);
+            json_decref(m);
+            if (!text) goto nomem;
+            demoted++;
+            json_t *prev = json_array_size(res) ? json_array_get(res, json_array_size(res) - 1) : NULL;
+            const json_t *next = i + 1 < n ? json_array_get(messages, i + 1) : NULL;
+            int rc = 0;
+            if (prev && (is_role(prev, "user") || is_role(prev, "tool")) && !pending) {
+                rc = join_text(prev, text, tl, true);
+            } else if (next && is_role(next, "user")) {
+                char *np = hn_realloc(pending, pending_len + tl + 3);
+                if (!np) rc = -1;
+                else {
+                    if (pending_len) memcpy(np + pending_len, "\n\n", 2), pending_len += 2;
+                    memcpy(np + pending_len, text, tl);
+                    pending_len += tl;
+                    np[pending_len] = 0;
+                    pending = np;
+                }
+            } else {
+                json_t *u = json_pack("{s:s,s:s%}", "role", "user", "content", text, tl);
+                rc = !u || json_array_append_new(res, u) ? -1 : 0;
+            }
+            hn_free(text);
+            if (rc) goto nomem;
+            continue;
+        }
+        if (is_role(m, "user")) {
+            int rc = 0;
+            if (pending) rc = join_text(m, pending, pending_len, false);
+            if (!rc && lead) rc = join_text(m, lead, lead_len, false);
+            hn_free(pending);
+            hn_free(lead);
+            pending = lead = NULL;
+            if (rc) {
+                json_decref(m);
+                goto nomem;
+            }
+        }
+        if (json_array_append_new(res, m)) goto nomem;
+    }
+    if (lead || pending) { /* nothing to merge into: the text stands as a user message */
+        json_t *u = json_pack("{s:s,s:s%}", "role", "user", "content", lead ? lead : pending,
+                              lead ? lead_len : pending_len);
+        if (!u || json_array_append_new(res, u)) goto nomem;
+    }
+    hn_free(lead);
+    hn_free(pending);
+    *out = res;
+    if (n_demoted) *n_demoted = demoted;
+    return HN_OK;
+nomem:
+    st = hn_errf(err, HN_ERR_NOMEM, "out of memory normalising messages");
+fail:
+    hn_free(lead);
+    hn_free(pending);
+    json_decref(res);
+    return st;
+}
+
+/* ---- rendering ---- */
+
+/* The variables of one render; NULL on allocation failure. */
+static json_t *make_vars(const chat_template *t, json_t *msgs, const json_t *tools, const chat_options *opt) {
+    json_t *v = json_object();
+    if (!v) return NULL;
+    if (opt && json_is_object(opt->kwargs) && json_object_update(v, (json_t *)opt->kwargs)) goto fail;
+    bool no_tools = !tools || json_is_null(tools) || (json_is_array(tools) && json_array_size(tools) == 0);
+    if (json_object_set(v, "messages", msgs) ||
+        json_object_set_new(v, "tools", no_tools ? json_null() : json_deep_copy(tools)) ||
+        json_object_set_new(v, "add_generation_prompt", json_boolean(opt && opt->add_generation_prompt)))
+        goto fail;
+    if (!json_object_get(v, "documents") && json_object_set_new(v, "documents", json_null())) goto fail;
+    if (!json_object_get(v, "bos_token") && json_object_set_new(v, "bos_token", json_string(t->bos))) goto fail;
+    if (!json_object_get(v, "eos_token") && json_object_set_new(v, "eos_token", json_string(t->eos))) goto fail;
+    if (opt && opt->thinking != CHAT_THINK_DEFAULT &&
+        json_object_set_new(v, "enable_thinking", json_boolean(opt->thinking == CHAT_THINK_ON)))
+        goto fail;
+    return v;
+fail:
+    json_decref(v);
+    return NULL;
+}
+
+static bool has_system_after_first(const json_t *msgs) {
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) if (i > 0 && is_role(m, "system")) return true;
+    return false;
+}
+
+hn_status chat_render(const chat_template *t, const json_t *messages, const json_t *tools,
+                      const chat_options *opt, chat_prompt *out, hn_err *err) {
+    memset(out, 0, sizeof *out);
+    tpl_options topt = {0};
+    if (opt) topt.now = opt->now;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        json_t *msgs;
+        int nd = 0;
+        hn_status st = chat_normalize(t, messages, attempt == 1, &msgs, &nd, err);
+        if (st != HN_OK) return st;
+        bool in_place = has_system_after_first(msgs);
+        json_t *vars = make_vars(t, msgs, tools, opt);
+        json_decref(msgs);
+        if (!vars) return hn_errf(err, HN_ERR_NOMEM, "out of memory building template variables");
+        tpl_buf b = {0};
+        tpl_errkind kind = TPL_E_NONE;
+        st = tpl_render(t->tpl, vars, &topt, &b, &kind, err);
+        json_decref(vars);
+        if (st == HN_OK) {
+            if (!b.data && !(b.data = hn_calloc(1, 1))) return hn_errf(err, HN_ERR_NOMEM, "out of memory");
+            out->text = b.data;
+            out->len = b.len;
+            out->n_demoted = nd;
+            out->opens_think = tc_prompt_opens_think(b.data, b.len) != 0;
+            return HN_OK;
+        }
+        tpl_buf_free(&b);
+        out->errkind = kind;
+        if (kind == TPL_E_NOMEM) return hn_errf(err, HN_ERR_NOMEM, "out of memory rendering the chat template");
+        if (!(kind == TPL_E_RAISE && in_place && attempt == 0)) break;
+        /* the template refused a system message where it stood: demote them all */
+    }
+    if (err && err->code == HN_OK) hn_errf(err, HN_ERR_INVALID, "chat template failed");
+    if (err) err->code = HN_ERR_INVALID;
+    return HN_ERR_INVALID;
+}
+
+void chat_prompt_free(chat_prompt *p) {
+    if (!p) return;
+    hn_free(p->text);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---- probes ---- */
+
+static const char PROBE_TOOLS[] =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"probe_tool\",\"description\":\"A probe.\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"probe_arg\":{\"type\":\"string\"}},"
+    "\"required\":[\"probe_arg\"]}}}]";
+#define PROBE_ARGS "{\"probe_arg\": \"probe-value-91\"}"
+
+/* Renders a probe conversation (JSON text) with the raw template; returns the
+ * output (hn_malloc'd) or NULL when it fails. */
+static char *probe(const chat_template *t, const char *msgs_json, const json_t *tools, bool gen) {
+    json_t *msgs = json_loads(msgs_json, 0, NULL);
+    if (!msgs) return NULL;
+    chat_options o = {0};
+    o.add_generation_prompt = gen;
+    json_t *vars = make_vars(t, msgs, tools, &o);
+    json_decref(msgs);
+    if (!vars) return NULL;
+    tpl_options topt = {0};
+    topt.max_output = PROBE_MAX_OUTPUT;
+    topt.now = 1750000000;
+    tpl_buf b = {0};
+    hn_status st = tpl_render(t->tpl, vars, &topt, &b, NULL, NULL);
+    json_decref(vars);
+    if (st != HN_OK) {
+        tpl_buf_free(&b);
+        return NULL;
+    }
+    return b.data ? b.data : hn_calloc(1, 1);
+}
+
+static const char *find(const char *hay, const char *needle) { return hay ? strstr(hay, needle) : NULL; }
+
+/* A tool-call exchange with the given id and arguments (JSON text of the value). */
+static char *call_conv(const char *id, const char *args_json) {
+    static const char fmt[] =
+        "[{\"role\":\"user\",\"content\":\"probe-user-1\"},"
+        "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"%s\",\"type\":\"function\","
+        "\"function\":{\"name\":\"probe_tool\",\"arguments\":%s}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"%s\",\"name\":\"probe_tool\",\"content\":\"probe-result\"},"
+        "{\"role\":\"assistant\",\"content\":\"probe-reply-2\"},"
+        "{\"role\":\"user\",\"content\":\"probe-user-2\"}]";
+    size_t n = sizeof fmt + 2 * strlen(id) + strlen(args_json);
+    char *s = hn_malloc(n);
+    if (s) snprintf(s, n, fmt, id, args_json, id);
+    return s;
+}
+
+static char *probe_calls(const chat_template *t, const json_t *tools, const char *id, const char *args_json) {
+    char *conv = call_conv(id, args_json);
+    char *r = conv ? probe(t, conv, tools, true) : NULL;
+    hn_free(conv);
+    return r;
+}
+
+static void run_probes(chat_template *t) {
+    chat_caps *c = &t->caps;
+    json_t *ptools = json_loads(PROBE_TOOLS, 0, NULL);
+    const json_t *tools = NULL;
+    static const char base[] = "[{\"role\":\"user\",\"content\":\"probe-user-1\"},"
+                               "{\"role\":\"assistant\",\"content\":\"probe-reply-1\"},"
+                               "{\"role\":\"user\",\"content\":\"probe-user-2\"}]";
+    char *r = probe(t, base, NULL, true);
+    if (!r) tools = ptools; /* e.g. Hermes tool_use templates need tools to render at all */
+    hn_free(r);
+
+    r = probe(t, "[{\"role\":\"system\",\"content\":\"probe-sys-lead\"},{\"role\":\"user\",\"content\":\"probe-user-1\"}]",
+              tools, true);
+    c->system_role = find(r, "probe-sys-lead") != NULL;
+    hn_free(r);
+
+    r = probe(t, "[{\"role\":\"user\",\"content\":\"probe-user-1\"},{\"role\":\"assistant\",\"content\":\"probe-reply-1\"},"
+                 "{\"role\":\"system\",\"content\":\"probe-sys-mid\"},{\"role\":\"user\",\"content\":\"probe-user-2\"}]",
+              tools, true);
+    const char *sys = find(r, "probe-sys-mid"), *reply = find(r, "probe-reply-1"), *u2 = find(r, "probe-user-2");
+    c->system_in_place = sys && reply && u2 && reply < sys && sys < u2;
+    hn_free(r);
+
+    r = probe(t, "[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"probe-part-1\"}]}]", tools, true);
+    c->parts = find(r, "probe-part-1") && !find(r, "'type'") && !find(r, "\"type\"");
+    hn_free(r);
+
+    /* arguments: as a mapping, and as the JSON string a client replays */
+    r = probe_calls(t, ptools, "Pr0beId01", PROBE_ARGS);
+    c->args_object = find(r, "probe-value-91") && !find(r, "'probe_arg'");
+    hn_free(r);
+    json_t *as_str = json_string(PROBE_ARGS);
+    char *str_json = as_str ? dump(as_str, NULL) : NULL;
+    json_decref(as_str);
+    r = str_json ? probe_calls(t, ptools, "Pr0beId01", str_json) : NULL;
+    c->args_string = find(r, PROBE_ARGS) != NULL;
+    hn_free(r);
+
+    /* ids: fine as OpenAI-style long ids, or only as 9 alphanumerics (Mistral) */
+    if (c->args_object || c->args_string) {
+        const char *args = c->args_string ? str_json : PROBE_ARGS;
+        r = probe_calls(t, ptools, "call_0123456789abcdefghijklmn", args);
+        c->short_ids = r == NULL;
+        hn_free(r);
+    }
+    hn_free(str_json);
+    json_decref(ptools);
+}
+
+/* ---- creation ---- */
+
+hn_status chat_template_new(const char *src, size_t len, const char *bos, const char *eos,
+                            tc_has_token_fn has_token, void *user, chat_template **out, hn_err *err) {
+    *out = NULL;
+    chat_template *t = hn_calloc(1, sizeof *t);
+    if (!t) return hn_errf(err, HN_ERR_NOMEM, "out of memory");
+    t->src = dup_n(src ? src : "", src ? len : 0);
+    t->bos = dup_n(bos ? bos : "", bos ? strlen(bos) : 0);
+    t->eos = dup_n(eos ? eos : "", eos ? strlen(eos) : 0);
+    if (!t->src || !t->bos || !t->eos) {
+        chat_template_free(t);
+        return hn_errf(err, HN_ERR_NOMEM, "out of memory");
+    }
+    hn_status st = tpl_compile(t->src, len, &t->tpl, err);
+    if (st != HN_OK) {
+        chat_template_free(t);
+        return st;
+    }
+    t->det = tc_detect(t->src, has_token, user);
+    bool rc = strstr(t->src, "reasoning_content") != NULL;
+    t->caps.alias_thinking = !rc && reads_attr(t->src, "thinking");
+    t->caps.alias_reasoning = !rc && reads_attr(t->src, "reasoning");
+    t->caps.developer_role = strstr(t->src, "<|channel|>") != NULL;
+    run_probes(t);
+    *out = t;
+    return HN_OK;
+}
+
+/* has_token for tc_detect: the text encodes to exactly one token that renders back as the text. */
+static int vocab_has_token(void *user, const char *text) {
+    const tok_vocab *v = user;
+    int32_t ids[2];
+    if (tok_encode(v, text, strlen(text), false, true, ids, 2) != 1) return 0;
+    char buf[256];
+    int32_t n = tok_piece(v, ids[0], true, buf, (int32_t)sizeof buf);
+    return n >= 0 && (size_t)n == strlen(text) && !memcmp(buf, text, (size_t)n);
+}
+
+/* The text of a special token (as templates spell it), or "" when absent. */
+static char *token_text(const tok_vocab *v, int32_t id) {
+    if (id < 0) return dup_n("", 0);
+    char small[256];
+    int32_t n = tok_piece(v, id, true, small, (int32_t)sizeof small);
+    if (n < 0) return dup_n("", 0);
+    if (n <= (int32_t)sizeof small) return dup_n(small, (size_t)n);
+    char *big = hn_malloc((size_t)n + 1);
+    if (big && tok_piece(v, id, true, big, n) == n) big[n] = 0;
+    return big;
+}
+
+hn_status chat_template_from_gguf(const gguf_ctx *g, const tok_vocab *v, chat_template **out, hn_err *err) {
+    *out = NULL;
+    const gguf_value *val = gguf_get(g, "tokenizer.chat_template");
+    if (!val || val->type != GGUF_STRING)
+        return hn_errf(err, HN_ERR_NOT_FOUND, "the model has no tokenizer.chat_template");
+    char *bos = token_text(v, tok_bos(v)), *eos = token_text(v, tok_eos(v));
+    hn_status st;
+    if (!bos || !eos) st = hn_errf(err, HN_ERR_NOMEM, "out of memory");
+    else
+        st = chat_template_new(val->v.str.ptr, (size_t)val->v.str.len, bos, eos, vocab_has_token, (void *)v, out,
+                               err);
+    hn_free(bos);
+    hn_free(eos);
+    return st;
+}
+
+void chat_template_free(chat_template *t) {
+    if (!t) return;
+    tpl_free(t->tpl);
+    hn_free(t->src);
+    hn_free(t->bos);
+    hn_free(t->eos);
+    hn_free(t);
+}
+
+const chat_caps *chat_template_caps(const chat_template *t) { return &t->caps; }
+tc_detection chat_template_format(const chat_template *t) { return t->det; }
+const char *chat_template_source(const chat_template *t) { return t->src; }
+
+/* ---- tokenizing ---- */
+
+hn_status chat_tokenize(const tok_vocab *v, const char *prompt, size_t len, int32_t **tokens, int64_t *n,
+                        hn_err *err) {
+    *tokens = NULL;
+    *n = 0;
+    /* llama.cpp's rule: when the vocabulary adds BOS (EOS) itself, a BOS (EOS)
+     * text the template already wrote is dropped, so there is exactly one. */
+    char *bos = tok_add_bos(v) ? token_text(v, tok_bos(v)) : NULL;
+    char *eos = tok_add_eos(v) ? token_text(v, tok_eos(v)) : NULL;
+    if ((tok_add_bos(v) && !bos) || (tok_add_eos(v) && !eos)) {
+        hn_free(bos);
+        hn_free(eos);
+        return hn_errf(err, HN_ERR_NOMEM, "out of memory");
+    }
+    size_t bl = bos ? strlen(bos) : 0, el = eos ? strlen(eos) : 0;
+    if (bl && len >= bl && !memcmp(prompt, bos, bl)) prompt += bl, len -= bl;
+    if (el && len >= el && !memcmp(prompt + len - el, eos, el)) len -= el;
+    hn_free(bos);
+    hn_free(eos);
+    int64_t cap = (int64_t)len + 4; /* every token covers at least one byte, plus BOS/EOS */
+    int32_t *buf = hn_malloc((size_t)cap * sizeof *buf);
+    if (!buf) return hn_errf(err, HN_ERR_NOMEM, "out of memory tokenizing the prompt");
+    int64_t got = tok_encode(v, prompt, len, true, true, buf, cap);
+    if (got > cap) { /* cannot happen by the bound above; handled anyway */
+        int32_t *nb = hn_realloc(buf, (size_t)got * sizeof *buf);
+        if (!nb) {
+            hn_free(buf);
+            return hn_errf(err, HN_ERR_NOMEM, "out of memory tokenizing the prompt");
+        }
+        buf = nb;
+        cap = got;
+        got = tok_encode(v, prompt, len, true, true, buf, cap);
+    }
+    if (got < 0 || got > cap) {
+        hn_free(buf);
+        return hn_errf(err, HN_ERR_INTERNAL, "tokenizing the prompt failed");
+    }
+    *tokens = buf;
+    *n = got;
+    return HN_OK;
+}
