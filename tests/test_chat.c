@@ -172,32 +172,6 @@ static json_t *conv(const char *id) {
     return NULL;
 }
 
-/* Renders msgs[0..n) with add_generation_prompt; returns malloc'd text or NULL (err filled). */
-static char *render_n(const chat_template *t, const json_t *msgs, size_t n, const json_t *tools,
-                      const json_t *kwargs, hn_err *err) {
-    json_t *sub = json_array();
-    for (size_t i = 0; i < n; i++) json_array_append(sub, json_array_get(msgs, i));
-    chat_options o = {0};
-    o.add_generation_prompt = true;
-    o.kwargs = kwargs;
-    o.now = fixed_now();
-    chat_prompt p;
-    hn_status st = chat_render(t, sub, tools, &o, &p, err);
-    json_decref(sub);
-    if (st != HN_OK) return NULL;
-    char *r = strdup(p.text);
-    chat_prompt_free(&p);
-    return r;
-}
-
-static __attribute__((unused)) char *render_str(const chat_template *t, const char *msgs_json, const char *tools_json, hn_err *err) {
-    json_t *m = json_loads(msgs_json, 0, NULL), *tl = tools_json ? json_loads(tools_json, 0, NULL) : NULL;
-    char *r = m ? render_n(t, m, json_array_size(m), tl, NULL, err) : NULL;
-    json_decref(m);
-    json_decref(tl);
-    return r;
-}
-
 /* ---- probes on known templates ---- */
 
 static void test_caps(void) {
