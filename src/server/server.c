@@ -166,7 +166,9 @@ static enum MHD_Result simple_get(srv_conn *c) {
     srv_server *s = c->s;
     switch (c->route) {
     case R_ROOT: return srv_send(c, 200, "text/plain", "hone is running\n", 16);
-    case R_HEALTH: return send_json(c, 200, json_pack("{s:s}", "status", "ok"));
+    case R_HEALTH:
+        return send_json(c, 200, json_pack("{s:s,s:b,s:i}", "status", "ok", "constrained_decoding", cst_available(),
+                                           "running", (json_int_t)atomic_load(&s->n_running)));
     case R_MODELS: {
         json_t *m = model_obj(s);
         return send_json(c, 200, m ? json_pack("{s:s,s:[o],s:b}", "object", "list", "data", m, "has_more", 0) : NULL);

@@ -232,6 +232,53 @@ await test('responses: function_call round trip', async () => {
   if (SCRIPTED) check(r2.output_text === 'Done: the tool ran.', 'text', r2.output_text);
 });
 
+// ---------- forced tool calls (constrained decoding) ----------
+
+const health = await (await fetch(URL + '/health')).json();
+if (health.constrained_decoding) {
+  // With a real model these are the round trips: random weights call a tool only when forced.
+  const ask = SCRIPTED ? toolAsk('bash') : 'Run ls';
+  await test('forced: chat tool_choice required -> a bash call, then the result goes back', async () => {
+    const messages = [{ role: 'user', content: ask }];
+    const r = await openai.chat.completions.create({ model: 'm', messages, tools: [bashTool], tool_choice: 'required', max_tokens: 200 });
+    const calls = r.choices[0].message.tool_calls || [];
+    check(calls.length >= 1 && calls[0].function.name === 'bash', 'a bash call', JSON.stringify(r.choices[0]));
+    if (r.choices[0].finish_reason === 'tool_calls') check(typeof JSON.parse(calls[0].function.arguments).command === 'string', 'arguments follow the schema');
+    if (!calls.length) return;
+    messages.push(r.choices[0].message, { role: 'tool', tool_call_id: calls[0].id, content: 'file.txt' });
+    const r2 = await openai.chat.completions.create({ model: 'm', messages, tools: [bashTool], max_tokens: 8 });
+    check(r2.object === 'chat.completion', 'reply');
+  });
+  await test('forced: anthropic tool_choice tool -> tool_use, then tool_result', async () => {
+    const messages = [{ role: 'user', content: SCRIPTED ? toolAsk('Bash') : 'Run ls' }];
+    const m = await anthropic.messages.stream({ model: 'c', max_tokens: 200, tools: [bashAnth], tool_choice: { type: 'tool', name: 'Bash' }, messages }).finalMessage();
+    const tu = m.content.find((b) => b.type === 'tool_use');
+    check(tu && tu.name === 'Bash', 'tool_use Bash', JSON.stringify(m.content));
+    if (!tu) return;
+    messages.push({ role: 'assistant', content: m.content }, { role: 'user', content: [{ type: 'tool_result', tool_use_id: tu.id, content: 'file.txt' }] });
+    const r2 = await anthropic.messages.create({ model: 'c', max_tokens: 8, tools: [bashAnth], messages });
+    check(r2.type === 'message', 'reply');
+  });
+  await test('forced: responses tool_choice required -> function_call, then output', async () => {
+    const input = [{ role: 'user', content: SCRIPTED ? toolAsk('bash') : 'Run ls' }];
+    const r = await openai.responses.stream({ model: 'l', input, tools: [bashResp], tool_choice: 'required', max_output_tokens: 200 }).finalResponse();
+    const fc = r.output.find((o) => o.type === 'function_call');
+    check(fc && fc.name === 'bash', 'function_call bash', JSON.stringify(r.output));
+    if (!fc) return;
+    input.push({ type: 'function_call', call_id: fc.call_id, name: fc.name, arguments: fc.arguments }, { type: 'function_call_output', call_id: fc.call_id, output: 'file.txt' });
+    const r2 = await openai.responses.create({ model: 'l', input, tools: [bashResp], max_output_tokens: 8 });
+    check(r2.object === 'response', 'reply');
+  });
+  await test('forced: response_format json_schema', async () => {
+    const r = await openai.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: SCRIPTED ? 'MOCK:TOOL x {"title": "t"}' : 'A title?' }], max_tokens: 200,
+      response_format: { type: 'json_schema', json_schema: { name: 't', schema: { type: 'object', properties: { title: { type: 'string' } }, required: ['title'], additionalProperties: false } } } });
+    if (!SCRIPTED && r.choices[0].finish_reason === 'stop') check(typeof JSON.parse(r.choices[0].message.content).title === 'string', 'JSON of the schema', r.choices[0].message.content);
+    check(r.object === 'chat.completion', 'shape');
+  });
+} else {
+  console.log('note: no constrained decoding in this build: forced tool-call tests skipped');
+}
+
 // ---------- errors ----------
 
 async function expectError(name, fn, status, extra) {
