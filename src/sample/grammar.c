@@ -711,6 +711,61 @@ hn_status gr_state_accept_bytes(gr_state *s, const char *text, size_t len, hn_er
     return HN_OK;
 }
 
+int64_t gr_state_completion(gr_state *s, char *out, size_t cap) {
+    if (s->finished) return 0;
+    maybe_flush(s);
+    if (s->cfgs[s->cur].accepting) return 0;
+    /* breadth-first over (configuration, byte) transitions */
+    enum { LIMIT = 1 << 15 };
+    int32_t *cfg = hn_malloc(LIMIT * sizeof *cfg), *parent = hn_malloc(LIMIT * sizeof *parent);
+    uint8_t *by = hn_malloc(LIMIT);
+    uint8_t *seen = NULL;
+    int64_t seen_cap = 0, result = -1;
+    if (!cfg || !parent || !by) goto done;
+    int32_t head = 0, tail = 0, found = -1;
+    cfg[tail] = s->cur;
+    parent[tail++] = -1;
+    while (head < tail && found < 0) {
+        int32_t q = head++;
+        for (unsigned b = 0; b < 256 && found < 0; b++) {
+            int32_t nx = trans(s, cfg[q], b, 0);
+            if (nx < 0) continue;
+            if (nx >= seen_cap) {
+                int64_t nc = (int64_t)s->n_cfgs + 4096;
+                uint8_t *ns = hn_realloc(seen, (size_t)nc);
+                if (!ns) goto done;
+                memset(ns + seen_cap, 0, (size_t)(nc - seen_cap));
+                seen = ns;
+                seen_cap = nc;
+                seen[s->cur] = 1;
+            }
+            if (seen[nx]) continue;
+            if (tail >= LIMIT) goto done;
+            seen[nx] = 1;
+            cfg[tail] = nx;
+            parent[tail] = q;
+            by[tail++] = (uint8_t)b;
+            if (s->cfgs[nx].accepting) found = tail - 1;
+        }
+    }
+    if (found >= 0) {
+        int64_t n = 0;
+        for (int32_t i = found; parent[i] >= 0; i = parent[i]) n++;
+        result = n;
+        int64_t k = n;
+        for (int32_t i = found; parent[i] >= 0; i = parent[i]) {
+            k--;
+            if ((size_t)k < cap) out[k] = (char)by[i];
+        }
+    }
+done:
+    hn_free(cfg);
+    hn_free(parent);
+    hn_free(by);
+    hn_free(seen);
+    return result;
+}
+
 bool gr_state_done(const gr_state *s) { return s->finished || (s->cur >= 0 && s->cfgs[s->cur].accepting); }
 bool gr_state_failed(const gr_state *s) { return s->failed; }
 

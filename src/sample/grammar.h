@@ -31,7 +31,7 @@
  *   any object); items, minItems, maxItems (bounds above 64 are treated as
  *   unbounded). Ignored: pattern, format, minLength/maxLength, minimum/
  *   maximum, multipleOf, prefixItems, not, if/then/else. Numbers have at most
- *   16 integer digits, 15 fraction digits and 3 exponent digits; \u escapes
+ *   16 integer digits, 15 fraction digits and 2 exponent digits; \u escapes
  *   exclude surrogates and \u0000 (so that every output decodes as JSON).
  *
  * Tool calls (formats from template/toolcall.h):
@@ -126,6 +126,11 @@ bool gr_state_allows(gr_state *s, int32_t token);
 hn_status gr_state_accept(gr_state *s, int32_t token, hn_err *err);
 /* Advances over raw text (normal, non-special bytes), e.g. a forced prefix. */
 hn_status gr_state_accept_bytes(gr_state *s, const char *text, size_t len, hn_err *err);
+/* Finds the shortest text that completes the grammar from here (e.g. to
+ * close a call when max_tokens is near: tokenize it or pick tokens along it).
+ * Writes up to cap bytes into out and returns the full length; -1 when none
+ * is found within the search limits. Allocates scratch memory. */
+int64_t gr_state_completion(gr_state *s, char *out, size_t cap);
 /* Returns whether the text so far is a complete sentence of the grammar. */
 bool gr_state_done(const gr_state *s);
 /* Returns whether a token was refused since the last reset (by the adapter below). */

@@ -38,7 +38,7 @@ typedef struct gb {
     const json_t *root; /* schema that $ref paths resolve against */
     json_t *refs;       /* "$ref string" -> rule id, for the current root */
     int depth;
-    int32_t r_str, r_num, r_int, r_bool, r_null, r_any, r_anyobj, r_chars;
+    int32_t r_str, r_num, r_int, r_bool, r_null, r_any, r_anyobj, r_chars, r_esc;
 } gb;
 
 static void gb_fail(gb *b, hn_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -186,11 +186,12 @@ static void gb_utf8_alts(gb *b, int32_t r, int32_t tail) {
 
 /* ---- JSON primitives ---- */
 
+static int32_t g_escape(gb *b);
+
 /* The characters of a JSON string (between the quotes). */
 static int32_t g_chars(gb *b) {
     if (b->r_chars) return b->r_chars;
-    int32_t s = gb_rule(b), esc = gb_rule(b), hex = gb_rule(b), u = gb_rule(b), u0 = gb_rule(b),
-            u00 = gb_rule(b);
+    int32_t s = gb_rule(b), esc = g_escape(b);
     b->r_chars = s;
     gb_end(b, s); /* empty */
     gr_set plain = {0};
@@ -205,6 +206,14 @@ static int32_t g_chars(gb *b) {
     gb_ref(b, s, s);
     gb_end(b, s);
     gb_utf8_alts(b, s, s);
+    return s;
+}
+
+/* What follows a backslash in a JSON string. */
+static int32_t g_escape(gb *b) {
+    if (b->r_esc) return b->r_esc;
+    int32_t esc = gb_rule(b), hex = gb_rule(b), u = gb_rule(b), u0 = gb_rule(b), u00 = gb_rule(b);
+    b->r_esc = esc;
     /* escapes: no surrogates, no \u0000 (decoders refuse both) */
     gb_class(b, esc, "\"\\/bfnrt");
     gb_end(b, esc);
@@ -238,7 +247,7 @@ static int32_t g_chars(gb *b) {
     gb_range(b, u00, '0', '0');
     gb_class(b, u00, "1-9a-fA-F");
     gb_end(b, u00);
-    return s;
+    return esc;
 }
 
 static int32_t g_string(gb *b) {
@@ -290,7 +299,7 @@ static int32_t g_number(gb *b) {
     if (b->r_num) return b->r_num;
     int32_t r = gb_rule(b), frac = gb_rule(b), ex = gb_rule(b), sign = gb_rule(b);
     b->r_num = r;
-    int32_t in = g_integer(b), d14 = g_digits_upto(b, 14), d2 = g_digits_upto(b, 2);
+    int32_t in = g_integer(b), d14 = g_digits_upto(b, 14), d1 = g_digits_upto(b, 1);
     gb_end(b, frac);
     gb_range(b, frac, '.', '.');
     gb_class(b, frac, "0-9");
@@ -303,7 +312,7 @@ static int32_t g_number(gb *b) {
     gb_class(b, ex, "eE");
     gb_ref(b, ex, sign);
     gb_class(b, ex, "0-9");
-    gb_ref(b, ex, d2);
+    gb_ref(b, ex, d1);
     gb_end(b, ex);
     gb_ref(b, r, in);
     gb_ref(b, r, frac);
@@ -384,11 +393,13 @@ static int32_t g_any_object(gb *b) {
     return b->r_anyobj;
 }
 
-/* Raw text (valid UTF-8, tabs/newlines/printable ASCII and any non-ASCII
- * character) that contains none of the ASCII strings stops[0..n). States are
- * the prefixes of the stops matched so far (an Aho-Corasick automaton), each a
- * rule that may end the text. */
-static int32_t g_text_not(gb *b, const char *const *stops, int n) {
+/* Text (valid UTF-8) that contains none of the ASCII strings stops[0..n).
+ * Raw (json 0): tabs, newlines, printable ASCII and any non-ASCII character.
+ * JSON string content (json 1): unescaped characters but '"', '\\' and
+ * controls, and escapes (which match no stop). States are the prefixes of the
+ * stops matched so far (an Aho-Corasick automaton), each a rule that may end
+ * the text. */
+static int32_t g_text_not(gb *b, const char *const *stops, int n, int json) {
     enum { MAXS = 64 };
     char st[MAXS][32];
     int ns = 1;
@@ -412,7 +423,8 @@ static int32_t g_text_not(gb *b, const char *const *stops, int n) {
         gr_set to[MAXS];
         memset(to, 0, sizeof to);
         for (unsigned c = 0x09; c < 0x80; c++) {
-            if (c < 0x20 && c != 0x09 && c != 0x0A && c != 0x0D) continue;
+            if (json ? (c < 0x20 || c == '"' || c == '\\') : (c < 0x20 && c != 0x09 && c != 0x0A && c != 0x0D))
+                continue;
             char u[40];
             size_t ul = strlen(st[s]);
             memcpy(u, st[s], ul);
@@ -440,6 +452,12 @@ static int32_t g_text_not(gb *b, const char *const *stops, int n) {
             gb_end(b, r);
         }
         gb_utf8_alts(b, r, base);
+        if (json) {
+            gb_range(b, r, '\\', '\\');
+            gb_ref(b, r, g_escape(b));
+            gb_ref(b, r, base);
+            gb_end(b, r);
+        }
     }
     return base;
 }
@@ -879,6 +897,9 @@ static bool xml_raw(gb *b, const json_t *s) {
     return false;
 }
 
+static const char *const xml_stops[] = {"</parameter>", "</function>", "<parameter=", "</tool_call>"};
+static const char *const hermes_stops[] = {"<tool_call>", "</tool_call>"};
+
 static int32_t g_xml_params(gb *b, const json_t *params) {
     const json_t *props = json_object_get(params, "properties");
     const json_t *req = json_object_get(params, "required");
@@ -895,7 +916,6 @@ static int32_t g_xml_params(gb *b, const json_t *params) {
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)props, k, v) keys[i++] = k;
-    static const char *const stops[] = {"</parameter>", "</function>", "<parameter=", "</tool_call>"};
     for (size_t j = n; j-- > 0 && b->st == HN_OK;) {
         const json_t *ps = json_object_get(props, keys[j]);
         bool required = false;
@@ -914,7 +934,7 @@ static int32_t g_xml_params(gb *b, const json_t *params) {
                 gb_end(b, val);
             }
         } else if (xml_raw(b, ps)) {
-            val = g_text_not(b, stops, 4);
+            val = g_text_not(b, xml_stops, 4, 0);
         } else {
             val = g_schema(b, ps);
         }
@@ -944,6 +964,10 @@ hn_status gr_from_tools(const json_t *tools, const gr_tool_opts *opt, gr_grammar
         return hn_errf(err, HN_ERR_UNSUPPORTED, "grammar: no tool-call grammar for format %d", (int)opt->format);
     gb b;
     gb_init(&b, err);
+    /* JSON strings inside a call never hold the format's tags, which the
+     * tool-call parser would take for markup */
+    if (opt->format == TC_FORMAT_QWEN_XML) b.r_chars = g_text_not(&b, xml_stops, 4, 1);
+    else if (opt->format == TC_FORMAT_HERMES) b.r_chars = g_text_not(&b, hermes_stops, 2, 1);
     int32_t call = gb_rule(&b);
     int n_tools = 0;
     size_t i;
@@ -1002,7 +1026,7 @@ hn_status gr_from_tools(const json_t *tools, const gr_tool_opts *opt, gr_grammar
     }
     static const char *const think_stop[] = {"</think>"};
     if (opt->think == GR_THINK_OPTIONAL) {
-        int32_t txt = g_text_not(&b, think_stop, 1);
+        int32_t txt = g_text_not(&b, think_stop, 1, 0);
         gb_lits(&b, 0, "<think>");
         gb_ref(&b, 0, txt);
         gb_lits(&b, 0, "</think>\n\n");
@@ -1011,7 +1035,7 @@ hn_status gr_from_tools(const json_t *tools, const gr_tool_opts *opt, gr_grammar
         gb_ref(&b, 0, calls);
         gb_end(&b, 0);
     } else if (opt->think == GR_THINK_OPEN) {
-        int32_t txt = g_text_not(&b, think_stop, 1);
+        int32_t txt = g_text_not(&b, think_stop, 1, 0);
         gb_ref(&b, 0, txt);
         gb_lits(&b, 0, "</think>\n\n");
         gb_ref(&b, 0, calls);
