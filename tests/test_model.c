@@ -327,6 +327,15 @@ static void test_threads(const char *file, float tol_ref) {
     CHECK(run_seq(&r2, 0, tok, 40, 0, b, &e) == HN_OK); /* 2 threads, one step */
     float d = max_abs_diff(a, b, (size_t)V);
     CHECKF(d < 1e-4f, "%s: 1 vs 2 threads differ by %g", file, d);
+    /* nothing allocates in the token loop: every allocation fails during these forwards */
+    hn_alloc_fail_after(0);
+    float *c = malloc(sizeof(float) * (size_t)V);
+    hn_status s1 = run_seq(&r1, 0, tok, 1, 40, c, &e); /* decode step */
+    hn_status s2 = run_seq(&r2, 1, tok, 9, 0, c, &e);  /* prefill in a fresh sequence */
+    hn_alloc_fail_after(-1);
+    CHECKF(s1 == HN_OK && s2 == HN_OK, "%s: forward with allocation failing: %s", file, e.msg);
+    rig_reset(&r2);
+    free(c);
     rig_reset(&r2);
     be_cpu_force_reference(r2.m->be, true);
     CHECK(run_seq(&r2, 0, tok, 40, 0, b, &e) == HN_OK);
