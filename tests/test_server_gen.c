@@ -301,6 +301,64 @@ static int walk(const char *body_json, api_kind api, const char *text, bool eog,
     return allowed;
 }
 
+/* A stubborn "model" that keeps writing "a" inside the command string: near
+ * max_tokens the constraint must steer it to a closed call. */
+static void test_close_at_budget(const char *req) {
+    json_t *b = json_loads(req, 0, NULL);
+    creq r;
+    api_error e;
+    prm_prompt p;
+    CHECK(b && creq_parse(API_CHAT, false, b, &r, &e) && prm_build(&PM, &r, &p, &e));
+    cst_shared *cs = cst_shared_new(&PM);
+    cst_req *c = NULL;
+    eng_request er = {.max_tokens = 40};
+    CHECK(cst_attach(cs, &r, &p, &er, &c, &e) && c);
+    const char *pre = "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"command\": \"";
+    int32_t script[64];
+    int64_t ns = tok_encode(V, pre, strlen(pre), false, true, script, 64);
+    int32_t a_tok;
+    tok_encode(V, "a", 1, false, false, &a_tok, 1);
+    int32_t nv = tok_n_vocab(V);
+    float *logits = malloc((size_t)nv * sizeof(float));
+    int32_t out[64];
+    int n = 0;
+    bool eog = false;
+    while (c && n < er.max_tokens) {
+        for (int32_t i = 0; i < nv; i++) logits[i] = 0;
+        er.mask(er.mask_ctx, logits, nv);
+        int32_t want = n < ns ? script[n] : a_tok, pick = -1, allowed = 0;
+        for (int32_t i = 0; i < nv; i++)
+            if (logits[i] == 0) {
+                allowed++;
+                if (pick < 0) pick = i;
+            }
+        if (logits[want] == 0 && allowed > 1) pick = want; /* free choice: stubborn */
+        if (pick < 0) break;
+        er.accept(er.mask_ctx, pick);
+        if (tok_is_eog(V, pick)) {
+            eog = true;
+            break;
+        }
+        out[n++] = pick;
+    }
+    free(logits);
+    CHECKF(eog, "the constrained answer ends within max_tokens (%d tokens)", n);
+    /* the text is a complete call */
+    sbuf t = {0};
+    char piece[256];
+    for (int i = 0; i < n; i++) {
+        int32_t k = tok_piece(V, out[i], true, piece, sizeof piece);
+        if (k > 0) sb_add(&t, piece, (size_t)k);
+    }
+    CHECKF(t.data && strstr(t.data, "\"}}\n</tool_call>"), "closed call: %s", t.data ? t.data : "");
+    sb_free(&t);
+    cst_req_free(c);
+    cst_shared_free(cs);
+    prm_prompt_free(&p);
+    creq_free(&r);
+    json_decref(b);
+}
+
 static void test_constraint(void) {
     if (!cst_available()) {
         printf("note: this build has no grammar module: tool_choice required/named and json formats are unconstrained\n");
@@ -340,6 +398,7 @@ static void test_constraint(void) {
     const char *missing = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}},"
                           "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"bash\",\"parameters\":{}}}]}";
     CHECK(walk(missing, API_CHAT, "x", false, &n) == -1);
+    test_close_at_budget(req);
 }
 
 int main(void) {

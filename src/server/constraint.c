@@ -1,6 +1,7 @@
 /* constraint.c: grammar-constrained decoding for requests (see constraint.h). */
 #include "constraint.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -20,10 +21,51 @@ struct cst_shared {
     bool failed;
 };
 
+/* Within this many tokens of max_tokens, the answer is steered along the
+ * grammar's shortest completion, so that a call or JSON value is closed
+ * rather than cut off. */
+#define CST_CLOSE_WINDOW 64
+
 struct cst_req {
     gr_grammar *g;
     gr_state *st;
+    const tok_vocab *vocab;
+    int32_t budget; /* the request's max_tokens (<= 0: none) */
+    int32_t n;      /* tokens accepted so far */
+    int32_t eog;    /* the end token to finish with */
 };
+
+/* Keeps only token `keep` (if the grammar allows it). */
+static void force(float *logits, int32_t n_vocab, int32_t keep) {
+    if (keep < 0 || keep >= n_vocab || logits[keep] == -INFINITY) return;
+    float v = logits[keep];
+    for (int32_t i = 0; i < n_vocab; i++) logits[i] = -INFINITY;
+    logits[keep] = v;
+}
+
+static void cst_mask(void *ctx, float *logits, int32_t n_vocab) {
+    cst_req *c = ctx;
+    gr_state_mask(c->st, logits, n_vocab);
+    int32_t left = c->budget - c->n;
+    if (c->budget <= 0 || left > CST_CLOSE_WINDOW) return;
+    if (gr_state_done(c->st)) {
+        force(logits, n_vocab, c->eog);
+        return;
+    }
+    char text[1024];
+    int64_t len = gr_state_completion(c->st, text, sizeof text);
+    if (len <= 0 || len >= (int64_t)sizeof text) return;
+    int32_t toks[512];
+    int64_t nt = tok_encode(c->vocab, text, (size_t)len, false, true, toks, 512);
+    /* leave room for the end token */
+    if (nt > 0 && nt <= 512 && nt + 1 >= left) force(logits, n_vocab, toks[0]);
+}
+
+static void cst_accept(void *ctx, int32_t token) {
+    cst_req *c = ctx;
+    c->n++;
+    gr_accept_fn(c->st, token);
+}
 
 bool cst_available(void) { return true; }
 
@@ -94,9 +136,12 @@ bool cst_attach(cst_shared *s, const creq *r, const prm_prompt *p, eng_request *
         else api_seterr(e, APIE_INVALID, tools ? "tool_choice" : "response_format", "%s", err.msg[0] ? err.msg : hn_status_str(st));
         return false;
     }
-    er->mask = gr_mask_fn;
-    er->accept = gr_accept_fn;
-    er->mask_ctx = c->st;
+    c->vocab = s->pm->vocab;
+    c->budget = er->max_tokens;
+    c->eog = tok_eos(s->pm->vocab);
+    er->mask = cst_mask;
+    er->accept = cst_accept;
+    er->mask_ctx = c;
     *out = c;
     return true;
 }

@@ -8,7 +8,9 @@
  *   response_format json_object: any JSON object
  * The grammar's vocabulary index is built once per server (on first use) and
  * shared; each request gets its own matcher state, which lives until the
- * engine has ended the request. Builds without the grammar module serve these
+ * engine has ended the request. Within the last tokens of max_tokens the
+ * answer is steered along the grammar's shortest completion, so a forced
+ * call (or JSON value) is closed rather than cut off. Builds without the grammar module serve these
  * requests unconstrained (cst_available() says which). */
 #ifndef HN_SERVER_CONSTRAINT_H
 #define HN_SERVER_CONSTRAINT_H
@@ -30,7 +32,8 @@ cst_shared *cst_shared_new(const prm_model *pm);
 void cst_shared_free(cst_shared *s);
 
 /* Builds the constraint a request asks for, if any, and installs it in er
- * (mask, accept, mask_ctx); *out is NULL when the request is unconstrained.
+ * (mask, accept, mask_ctx; er->max_tokens must already be final); *out is
+ * NULL when the request is unconstrained.
  * Fails (400) for a named tool that is not offered or a schema that cannot be
  * compiled. */
 bool cst_attach(cst_shared *s, const creq *r, const prm_prompt *p, eng_request *er, cst_req **out, api_error *e);
