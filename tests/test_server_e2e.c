@@ -50,7 +50,7 @@ static void pass(const char *hone, const char *model, bool test_engine) {
     pid_t srv = fork();
     if (srv == 0) {
         const char *argv[] = {hone, "serve", "-m", model, "--port", sport, "--api-key", "e2e-key", "--ctx", "32768",
-                              "--max-tokens", test_engine ? "96" : "24", test_engine ? "--test-engine" : NULL, NULL};
+                              "--max-tokens", test_engine ? "96" : "200", test_engine ? "--test-engine" : NULL, NULL};
         execv(hone, (char **)argv);
         _exit(127);
     }
@@ -83,6 +83,8 @@ static void pass(const char *hone, const char *model, bool test_engine) {
         setenv("HONE_SHARED", shared, 1);
         setenv("HONE_ENGINE", test_engine ? "test" : "real", 1);
         setenv("HONE_E2E_CTX", "8000", 1);
+        /* a real model prefills every replayed prompt: keep to the smaller ones */
+        if (!test_engine) setenv("HONE_E2E_REPLAY_MAX", getenv("HONE_SANITIZED") ? "12000" : "48000", 1);
         execlp("node", "node", "tests/server/e2e.mjs", (char *)NULL);
         _exit(127);
     }

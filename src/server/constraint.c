@@ -7,12 +7,7 @@
 
 #include "../core/alloc.h"
 
-#if __has_include("../sample/grammar.h")
 #include "../sample/grammar.h"
-#define CST_HAVE_GRAMMAR 1
-#endif
-
-#ifdef CST_HAVE_GRAMMAR
 
 struct cst_shared {
     const prm_model *pm;
@@ -145,28 +140,3 @@ bool cst_attach(cst_shared *s, const creq *r, const prm_prompt *p, eng_request *
     *out = c;
     return true;
 }
-
-#else /* no grammar module in this build: requests run unconstrained */
-
-struct cst_shared {
-    int unused;
-};
-
-bool cst_available(void) { return false; }
-cst_shared *cst_shared_new(const prm_model *pm) {
-    (void)pm;
-    return hn_calloc(1, sizeof(cst_shared));
-}
-void cst_shared_free(cst_shared *s) { hn_free(s); }
-void cst_req_free(cst_req *c) { (void)c; }
-bool cst_attach(cst_shared *s, const creq *r, const prm_prompt *p, eng_request *er, cst_req **out, api_error *e) {
-    (void)s;
-    (void)r;
-    (void)p;
-    (void)er;
-    (void)e;
-    *out = NULL;
-    return true;
-}
-
-#endif

@@ -10,8 +10,7 @@
  * shared; each request gets its own matcher state, which lives until the
  * engine has ended the request. Within the last tokens of max_tokens the
  * answer is steered along the grammar's shortest completion, so a forced
- * call (or JSON value) is closed rather than cut off. Builds without the grammar module serve these
- * requests unconstrained (cst_available() says which). */
+ * call (or JSON value) is closed rather than cut off. */
 #ifndef HN_SERVER_CONSTRAINT_H
 #define HN_SERVER_CONSTRAINT_H
 
@@ -25,7 +24,7 @@
 typedef struct cst_shared cst_shared; /* per server: the vocabulary index */
 typedef struct cst_req cst_req;       /* per request: grammar + matcher */
 
-/* Whether this build can constrain decoding. */
+/* Whether this build can constrain decoding (always, since sample/grammar). */
 bool cst_available(void);
 /* Per-server state (cheap: the index is built on first use). NULL on no memory. */
 cst_shared *cst_shared_new(const prm_model *pm);
