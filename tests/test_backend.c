@@ -271,6 +271,39 @@ static void test_small_ops(rig *r) {
     CHECK(!memcmp(got + 64, want, sizeof want));
 }
 
+/* matmul_multi equals separate matmuls (weights sharing an act type, and not) */
+static void test_multi(rig *r) {
+    static const qt_type ts[4] = {QT_Q4_K, QT_Q6_K, QT_Q8_0, QT_F16};
+    const int K = 256, n = 3;
+    int N[4] = {40, 24, 64, 8};
+    unsigned char *w[4];
+    be_weight W[4];
+    float row[256], x[3 * 256], *y[4], *ys[4];
+    for (int q = 0; q < 4; q++) {
+        size_t rb = qt_row_size(ts[q], K);
+        w[q] = malloc(rb * (size_t)N[q]);
+        for (int j = 0; j < N[q]; j++) {
+            for (int i = 0; i < K; i++) row[i] = frand();
+            qt_traits(ts[q])->from_float(row, w[q] + rb * (size_t)j, K);
+        }
+        W[q] = (be_weight){.type = ts[q], .ne = {K, N[q], 1}, .row_bytes = rb, .mat_bytes = rb * (size_t)N[q], .data = w[q]};
+        y[q] = malloc(sizeof(float) * (size_t)N[q] * n);
+        ys[q] = malloc(sizeof(float) * (size_t)N[q] * n);
+    }
+    for (int i = 0; i < K * n; i++) x[i] = frand();
+    const be_weight *wp[4] = {&W[0], &W[1], &W[2], &W[3]};
+    r->b->ops->matmul_multi(r->b, 4, wp, x, n, y);
+    int ok = 1;
+    for (int q = 0; q < 4; q++) {
+        r->b->ops->matmul(r->b, &W[q], 0, x, n, ys[q]);
+        ok &= !memcmp(y[q], ys[q], sizeof(float) * (size_t)N[q] * n);
+        free(w[q]);
+        free(y[q]);
+        free(ys[q]);
+    }
+    CHECKF(ok, "matmul_multi equals separate matmuls");
+}
+
 int main(void) {
     static const qt_type types[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q4_K,
                                     QT_Q5_K, QT_Q6_K, QT_Q3_K, QT_Q2_K, QT_IQ4_NL, QT_IQ4_XS};
@@ -285,6 +318,7 @@ int main(void) {
         test_attention(&r, 0);
         test_attention(&r, 5);
         test_small_ops(&r);
+        test_multi(&r);
         rig_close(&r);
     }
     TEST_DONE();

@@ -23,7 +23,10 @@
 #include "../kv/kv.h"
 #include "../quant/blocks.h"
 
-#define BE_OPS_VERSION 1
+#define BE_OPS_VERSION 2
+
+/* most weights in one matmul_multi call */
+#define BE_MULTI_MAX 8
 
 typedef struct be_weight {
     qt_type type;
@@ -103,6 +106,11 @@ typedef struct be_ops {
     int32_t (*argmax)(be_backend *b, const float *x, int64_t n);
     /* In-place softmax of n values. */
     void (*softmax)(be_backend *b, float *x, int64_t n);
+
+    /* ---- version 2 ---- */
+    /* ys[i][n][N_i] = x[n][K] . W_i^T for n_w (<= BE_MULTI_MAX) dense weights sharing
+     * K and the input (q/k/v, gate/up): one activation conversion, one dispatch. */
+    void (*matmul_multi)(be_backend *b, int n_w, const be_weight *const *ws, const float *x, int n, float *const *ys);
 } be_ops;
 
 struct be_backend {

@@ -80,9 +80,8 @@ static void forward_step(model *m, kv_cache *kv, const model_batch *b, int32_t t
         // attention rms-norm
         ops->rms_norm(be, s->x, L->attn_norm, n, E, hp->rms_eps, s->xb);
         // q, k, v projections (+ biases: qwen2)
-        ops->matmul(be, &L->wq, 0, s->xb, n, s->q);
-        ops->matmul(be, &L->wk, 0, s->xb, n, s->k);
-        ops->matmul(be, &L->wv, 0, s->xb, n, s->v);
+        ops->matmul_multi(be, 3, (const be_weight *[]){&L->wq, &L->wk, &L->wv}, s->xb, n,
+                          (float *[]){s->q, s->k, s->v});
         if (L->bq) ops->add_bias(be, s->q, L->bq, n, NQ);
         if (L->bk) ops->add_bias(be, s->k, L->bk, n, NKV);
         if (L->bv) ops->add_bias(be, s->v, L->bv, n, NKV);
@@ -121,8 +120,7 @@ static void forward_step(model *m, kv_cache *kv, const model_batch *b, int32_t t
             moe_combine(s->moe_out, s->exp_w, n, K, E, s->xb2);
         } else {
             // swiglu ffn: down(silu(gate(x)) * up(x))
-            ops->matmul(be, &L->w_gate, 0, s->xb, n, s->hb);
-            ops->matmul(be, &L->w_up, 0, s->xb, n, s->hb2);
+            ops->matmul_multi(be, 2, (const be_weight *[]){&L->w_gate, &L->w_up}, s->xb, n, (float *[]){s->hb, s->hb2});
             ops->swiglu(be, s->hb, s->hb2, s->hb, (size_t)n * (size_t)hp->n_ff);
             ops->matmul(be, &L->w_down, 0, s->hb, n, s->xb2);
         }

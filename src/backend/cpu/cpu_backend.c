@@ -281,6 +281,7 @@ static const be_ops cpu_ops = {
     .moe_matmul = cpu_op_moe_matmul,
     .argmax = op_argmax,
     .softmax = op_softmax,
+    .matmul_multi = cpu_op_matmul_multi,
 };
 
 hn_status be_cpu_create(pool *p, be_backend **out, hn_err *err) {

@@ -47,6 +47,7 @@ static inline float cpu_dot_f32(const float *a, const float *b, int64_t n) {
 hn_status cpu_matmul_reserve(cpu_be *cb, hn_err *err);
 void cpu_matmul_free(cpu_be *cb);
 void cpu_op_matmul(be_backend *b, const be_weight *w, int mat, const float *x, int n, float *y);
+void cpu_op_matmul_multi(be_backend *b, int n_w, const be_weight *const *ws, const float *x, int n, float *const *ys);
 void cpu_op_moe_matmul(be_backend *b, const be_weight *w, const float *x, bool x_shared, int n, int k,
                        const int32_t *ids, float *y);
 void cpu_op_attention(be_backend *b, const be_attn_args *a);

@@ -26,25 +26,27 @@
 #define MM_MIN_PARALLEL (1 << 17)
 
 typedef struct mm_group {
+    const be_weight *w;
+    const cpu_dot_kernel *kern; /* NULL: dequantize + f32 */
     int mat;              /* matrix (expert) index */
     int n;                /* activation rows in this group */
     const int32_t *in;    /* their indices into the converted rows */
     const int32_t *out;   /* their output rows in y */
+    float *y;             /* output rows of w->ne[1] floats */
+    int64_t chunk_rows;   /* weight rows per chunk */
     int first_chunk;      /* chunk ids [first_chunk, first_chunk + n_chunks) */
 } mm_group;
 
 typedef struct mm_task {
     cpu_be *cb;
-    const be_weight *w;
-    const cpu_dot_kernel *kern;  /* NULL: dequantize + f32 */
-    const float *x;              /* f32 input rows (K floats each) */
+    const cpu_dot_kernel *kern;  /* the activation converter (every group's act_type is the same) */
+    int64_t k;                   /* row length shared by all groups */
+    const float *x;              /* f32 input rows (k floats each) */
     int n_x;
     const unsigned char *act;    /* converted rows (kern) or x itself */
     size_t act_row;              /* bytes per converted row */
-    float *y;                    /* output rows of N floats */
     const mm_group *groups;
     int n_groups;
-    int64_t chunk_rows;
     int total_chunks;
     _Atomic int next;
 } mm_task;
@@ -95,7 +97,7 @@ static void mm_convert(void *ctx, int ith, int nth) {
     (void)ith;
     (void)nth;
     mm_task *t = ctx;
-    int64_t k = t->w->ne[0];
+    int64_t k = t->k;
     for (;;) {
         int r = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
         if (r >= t->n_x) break;
@@ -107,9 +109,7 @@ static void mm_convert(void *ctx, int ith, int nth) {
 static void mm_dots(void *ctx, int ith, int nth) {
     (void)nth;
     mm_task *t = ctx;
-    const be_weight *w = t->w;
-    const int64_t k = w->ne[0], n_out = w->ne[1];
-    const qt_type_traits *tr = qt_traits(w->type);
+    const int64_t k = t->k;
     float *deq = t->cb->deq + (size_t)ith * (size_t)k;
     int g = 0;
     for (;;) {
@@ -118,11 +118,14 @@ static void mm_dots(void *ctx, int ith, int nth) {
         while (g + 1 < t->n_groups && t->groups[g + 1].first_chunk <= c) g++;
         while (g > 0 && t->groups[g].first_chunk > c) g--;
         const mm_group *gr = &t->groups[g];
-        int64_t j0 = (int64_t)(c - gr->first_chunk) * t->chunk_rows;
-        int64_t j1 = j0 + t->chunk_rows < n_out ? j0 + t->chunk_rows : n_out;
+        const be_weight *w = gr->w;
+        const int64_t n_out = w->ne[1];
+        int64_t j0 = (int64_t)(c - gr->first_chunk) * gr->chunk_rows;
+        int64_t j1 = j0 + gr->chunk_rows < n_out ? j0 + gr->chunk_rows : n_out;
         const unsigned char *wm = (const unsigned char *)w->data + (size_t)gr->mat * w->mat_bytes;
-        if (t->kern) {
-            cpu_dot_fn dot = t->kern->dot;
+        float *y = gr->y;
+        if (gr->kern) {
+            cpu_dot_fn dot = gr->kern->dot;
             for (int r0 = 0; r0 < gr->n; r0 += TILE_ROWS) {
                 int r1 = r0 + TILE_ROWS < gr->n ? r0 + TILE_ROWS : gr->n;
                 for (int64_t j = j0; j < j1; j++) {
@@ -130,11 +133,12 @@ static void mm_dots(void *ctx, int ith, int nth) {
                     for (int r = r0; r < r1; r++) {
                         float s;
                         dot(k, &s, wr, t->act + (size_t)gr->in[r] * t->act_row);
-                        t->y[(size_t)gr->out[r] * (size_t)n_out + (size_t)j] = s;
+                        y[(size_t)gr->out[r] * (size_t)n_out + (size_t)j] = s;
                     }
                 }
             }
         } else {
+            const qt_type_traits *tr = qt_traits(w->type);
             for (int64_t j = j0; j < j1; j++) {
                 const void *wr = wm + (size_t)j * w->row_bytes;
                 const float *wf;
@@ -145,27 +149,32 @@ static void mm_dots(void *ctx, int ith, int nth) {
                     wf = deq;
                 }
                 for (int r = 0; r < gr->n; r++)
-                    t->y[(size_t)gr->out[r] * (size_t)n_out + (size_t)j] =
+                    y[(size_t)gr->out[r] * (size_t)n_out + (size_t)j] =
                         cpu_dot_f32(wf, t->x + (size_t)gr->in[r] * (size_t)k, k);
             }
         }
     }
 }
 
-/* Runs groups over the pool: converts the n_x input rows, then the dots. */
-static void mm_run(cpu_be *cb, const be_weight *w, const float *x, int n_x, float *y, mm_group *groups,
-                   int n_groups, int total_rows) {
+/* The kernel a weight's matmul uses (NULL: the dequantize + f32 reference path). */
+static const cpu_dot_kernel *mm_kernel(const cpu_be *cb, const be_weight *w) {
+    return cb->force_ref ? NULL : cpu_dot_best(w->type);
+}
+
+/* Runs groups over the pool: converts the n_x input rows once (every group's
+ * kernel must share one act_type, or all be NULL), then the dots of all groups
+ * in one dispatch. */
+static void mm_run(cpu_be *cb, const float *x, int n_x, mm_group *groups, int n_groups) {
     mm_task t;
     memset(&t, 0, sizeof t);
     t.cb = cb;
-    t.w = w;
     t.x = x;
     t.n_x = n_x;
-    t.y = y;
     t.groups = groups;
     t.n_groups = n_groups;
-    t.kern = cb->force_ref ? NULL : cpu_dot_best(w->type);
-    const int64_t k = w->ne[0], n_out = w->ne[1];
+    t.kern = groups[0].kern;
+    t.k = groups[0].w->ne[0];
+    const int64_t k = t.k;
     if (t.kern && t.kern->act_type == QT_F32) {
         t.act = (const unsigned char *)x;  /* nothing to convert */
         t.act_row = sizeof(float) * (size_t)k;
@@ -179,20 +188,21 @@ static void mm_run(cpu_be *cb, const be_weight *w, const float *x, int n_x, floa
             pool_run_shared(cb->pool, mm_convert, &t);
     }
     /* chunks: about 4 per thread per group when decoding, smaller as rows grow */
-    int64_t per = n_out / (cb->nth * 4);
-    if (total_rows > 64) per = n_out / (cb->nth * 8);
-    if (per < 4) per = 4;
-    if (per > n_out) per = n_out;
-    t.chunk_rows = per;
-    int chunks_per_group = (int)((n_out + per - 1) / per);
     int c = 0;
+    int64_t work = 0;
     for (int g = 0; g < n_groups; g++) {
+        int64_t n_out = groups[g].w->ne[1];
+        int64_t per = n_out / (cb->nth * (groups[g].n > 64 ? 8 : 4));
+        if (per < 4) per = 4;
+        if (per > n_out) per = n_out;
+        groups[g].chunk_rows = per;
         groups[g].first_chunk = c;
-        c += chunks_per_group;
+        c += (int)((n_out + per - 1) / per);
+        work += (int64_t)groups[g].n * n_out * k;
     }
     t.total_chunks = c;
     atomic_store(&t.next, 0);
-    if (cb->nth == 1 || (int64_t)total_rows * n_out * k < MM_MIN_PARALLEL)
+    if (cb->nth == 1 || work < MM_MIN_PARALLEL)
         mm_dots(&t, 0, 1);
     else
         pool_run_shared(cb->pool, mm_dots, &t);
@@ -200,8 +210,27 @@ static void mm_run(cpu_be *cb, const be_weight *w, const float *x, int n_x, floa
 
 void cpu_op_matmul(be_backend *b, const be_weight *w, int mat, const float *x, int n, float *y) {
     cpu_be *cb = cpu_of(b);
-    mm_group g = {.mat = mat, .n = n, .in = cb->ident, .out = cb->ident};
-    mm_run(cb, w, x, n, y, &g, 1, n);
+    mm_group g = {.w = w, .kern = mm_kernel(cb, w), .mat = mat, .n = n, .in = cb->ident, .out = cb->ident, .y = y};
+    mm_run(cb, x, n, &g, 1);
+}
+
+void cpu_op_matmul_multi(be_backend *b, int n_w, const be_weight *const *ws, const float *x, int n, float *const *ys) {
+    cpu_be *cb = cpu_of(b);
+    mm_group g[BE_MULTI_MAX];
+    int at = 0;
+    while (at < n_w) {
+        /* take the longest run of weights that can share converted activations */
+        const cpu_dot_kernel *k0 = mm_kernel(cb, ws[at]);
+        int m = 0;
+        while (at + m < n_w && m < BE_MULTI_MAX) {
+            const cpu_dot_kernel *km = mm_kernel(cb, ws[at + m]);
+            if (m > 0 && ((km == NULL) != (k0 == NULL) || (km && km->act_type != k0->act_type))) break;
+            g[m] = (mm_group){.w = ws[at + m], .kern = km, .n = n, .in = cb->ident, .out = cb->ident, .y = ys[at + m]};
+            m++;
+        }
+        mm_run(cb, x, n, g, m);
+        at += m;
+    }
 }
 
 void cpu_op_moe_matmul(be_backend *b, const be_weight *w, const float *x, bool x_shared, int n, int k,
@@ -215,10 +244,14 @@ void cpu_op_moe_matmul(be_backend *b, const be_weight *w, const float *x, bool x
     for (int i = 0; i < total; i++) cnt[ids[i] + 1]++;
     for (int e = 0; e < n_exp; e++) cnt[e + 1] += cnt[e];
     mm_group *groups = cb->groups;
+    const cpu_dot_kernel *kern = mm_kernel(cb, w);
     int n_groups = 0;
     for (int e = 0; e < n_exp; e++) {
         if (cnt[e + 1] == cnt[e]) continue;
         mm_group *g = &groups[n_groups++];
+        g->w = w;
+        g->kern = kern;
+        g->y = y;
         g->mat = e;
         g->n = cnt[e + 1] - cnt[e];
         g->in = cb->order_in + cnt[e];
@@ -229,5 +262,5 @@ void cpu_op_moe_matmul(be_backend *b, const be_weight *w, const float *x, bool x
         cb->order_in[at] = x_shared ? i / k : i;
         cb->order_out[at] = i;
     }
-    mm_run(cb, w, x, x_shared ? n : total, y, groups, n_groups, total);
+    if (n_groups > 0) mm_run(cb, x, x_shared ? n : total, groups, n_groups);
 }
