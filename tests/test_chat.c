@@ -754,6 +754,38 @@ static void test_bos(void) {
     gguf_close(g);
 }
 
+/* Bad shapes are HN_ERR_INVALID, odd ones render, nothing crashes. */
+static void test_bad_input(void) {
+    tmpl_entry *e = tmpl("Qwen-Qwen3-0.6B.jinja");
+    if (!e || !e->t) return;
+    static const char *bad[] = {"{}", "[1]", "[{\"content\":\"x\"}]", "[{\"role\":5}]"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_t *m = json_loads(bad[i], 0, NULL);
+        chat_prompt p;
+        hn_err err = {0};
+        chat_options o = {0};
+        CHECKF(chat_render(e->t, m, NULL, &o, &p, &err) == HN_ERR_INVALID && !p.text, "%s accepted", bad[i]);
+        json_decref(m);
+    }
+    static const char *odd[] = {
+        "[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":5}}]}]",
+        "[{\"role\":\"assistant\",\"tool_calls\":[7,{\"id\":3},{\"function\":{\"arguments\":\"not json\"}}]}]",
+        "[{\"role\":\"system\",\"content\":[5,{\"text\":7}]},{\"role\":\"system\",\"content\":{}},{\"role\":\"developer\",\"content\":\"d\"}]",
+        "[{\"role\":\"weird\",\"content\":\"x\",\"reasoning_content\":[1]}]",
+    };
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+        json_t *m = json_loads(odd[i], 0, NULL);
+        CHECKF(m != NULL, "bad test JSON %zu", i);
+        chat_prompt p;
+        hn_err err = {0};
+        chat_options o = {0};
+        hn_status st = chat_render(e->t, m, NULL, &o, &p, &err);
+        CHECKF(st == HN_OK || st == HN_ERR_INVALID, "odd input %zu: %s", i, err.msg);
+        chat_prompt_free(&p);
+        json_decref(m);
+    }
+}
+
 /* Every allocation failure is a clean error, never a crash or a leak (ASan). */
 static void test_alloc_failures(void) {
     tmpl_entry *e = tmpl("Qwen3.5-4B.jinja");
@@ -796,6 +828,7 @@ int main(void) {
     test_reasoning();
     test_gguf();
     test_bos();
+    test_bad_input();
     test_alloc_failures();
     for (int i = 0; i < g_ntmpl; i++) {
         chat_template_free(g_tmpl[i].t);
