@@ -23,7 +23,7 @@
 #define GR_MAX_DEPTH 256        /* frames per stack (JSON nesting ~ depth / 2) */
 #define GR_MAX_STACKS 512       /* stacks per configuration */
 #define GR_SCRATCH (1 << 16)    /* ints for expansion frames */
-#define GR_SLOTS 16             /* cached masks */
+#define GR_SLOTS 32             /* cached masks */
 #define GR_MAX_CFGS (1 << 16)   /* flush beyond these */
 #define GR_MAX_TRANS (1 << 22)
 #define GR_MAX_POOL (1 << 24)
@@ -96,7 +96,7 @@ struct gr_state {
     uint64_t *masks; /* GR_SLOTS x words */
     int32_t words;
     int32_t slot_cfg[GR_SLOTS];
-    int32_t next_slot;
+    int64_t slot_cost[GR_SLOTS]; /* trie nodes its walk visited, aged: cheap masks are evicted first */
     int32_t *walk;   /* [max_len + 1] */
     int64_t n_masks;
 };
@@ -605,12 +605,15 @@ void gr_state_reset(gr_state *s) {
 
 /* ---- masks ---- */
 
-static void walk_trie(gr_state *s, const gr_trie *t, int mode, uint64_t *bits) {
+/* Sets the bits of the tokens that can follow; returns the nodes visited. */
+static int64_t walk_trie(gr_state *s, const gr_trie *t, int mode, uint64_t *bits) {
     const gr_node *nd = t->nodes;
     int32_t *cur = s->walk;
+    int64_t visited = 0;
     cur[0] = s->cur;
     for (int32_t i = 0; i < t->n_nodes;) {
         int32_t nx = trans(s, cur[nd[i].depth - 1], nd[i].byte, mode);
+        visited++;
         if (nx < 0) {
             i = nd[i].end;
             continue;
@@ -622,6 +625,7 @@ static void walk_trie(gr_state *s, const gr_trie *t, int mode, uint64_t *bits) {
         }
         i++;
     }
+    return visited;
 }
 
 /* The current configuration's mask (computed or cached); NULL if finished. */
@@ -629,14 +633,20 @@ static const uint64_t *cur_mask(gr_state *s) {
     if (s->finished || s->cur < 0) return NULL;
     int32_t c = s->cur;
     if (s->cfgs[c].slot >= 0) return s->masks + (size_t)s->cfgs[c].slot * (size_t)s->words;
-    int32_t slot = s->next_slot;
-    s->next_slot = (slot + 1) % GR_SLOTS;
+    int32_t slot = 0;
+    for (int i = 0; i < GR_SLOTS; i++) {
+        if (s->slot_cfg[i] < 0) {
+            slot = i;
+            break;
+        }
+        if (s->slot_cost[i] < s->slot_cost[slot]) slot = i;
+    }
+    for (int i = 0; i < GR_SLOTS; i++) s->slot_cost[i] -= s->slot_cost[i] >> 4;
     if (s->slot_cfg[slot] >= 0 && s->slot_cfg[slot] < s->n_cfgs) s->cfgs[s->slot_cfg[slot]].slot = -1;
     s->slot_cfg[slot] = -1;
     uint64_t *bits = s->masks + (size_t)slot * (size_t)s->words;
     memset(bits, 0, (size_t)s->words * sizeof *bits);
-    walk_trie(s, &s->v->trie, 0, bits);
-    walk_trie(s, &s->v->strie, 1, bits);
+    s->slot_cost[slot] = walk_trie(s, &s->v->trie, 0, bits) + walk_trie(s, &s->v->strie, 1, bits);
     if (s->cfgs[c].accepting)
         for (int32_t i = 0; i < s->v->n_eog; i++) bits[s->v->eog[i] >> 6] |= 1ull << (s->v->eog[i] & 63);
     s->n_masks++;
