@@ -23,13 +23,14 @@
  * the chat templates' tojson use: ", " between items and ": " after keys, no
  * other whitespace. Schema support (the subset agents send):
  *   type (string, number, integer, boolean, null, object, array, or a list),
- *   enum, const, anyOf/oneOf (as alternatives), allOf with one member,
+ *   enum, const, anyOf/oneOf (as alternatives), allOf (one member, or object
+ *   members merged: properties and required),
  *   $ref to #/$defs/... or #/definitions/... (recursion allowed), properties
  *   (emitted in the schema's order) with required; additionalProperties:
  *   allowed only when true or a schema, so a weak model cannot invent keys
  *   (an object schema with no properties and no additionalProperties accepts
- *   any object); items, minItems, maxItems (bounds above 64 are treated as
- *   unbounded). Ignored: pattern, format, minLength/maxLength, minimum/
+ *   any object); items, minItems, maxItems (maxItems above 256 is treated as
+ *   unbounded, minItems above 256 is refused). Ignored: pattern, format, minLength/maxLength, minimum/
  *   maximum, multipleOf, prefixItems, not, if/then/else. Numbers have at most
  *   16 integer digits, 15 fraction digits and 2 exponent digits; \u escapes
  *   exclude surrogates and \u0000 (so that every output decodes as JSON).
