@@ -120,7 +120,7 @@ static void test_matmul(rig *r, qt_type t, int K, int N, int n, int n_mat) {
 
 /* ---- attention ---- */
 
-static void test_attention(rig *r, int window) {
+static void test_attention(rig *r, int window, bool ref) {
     hn_err e;
     const int L = 2, HKV = 2, G = 3, H = HKV * G, HD = 16, BS = 4;
     kv_config c = {.n_layer = L, .n_head_kv = HKV, .head_dim = HD, .block_size = BS, .n_blocks = 32, .type = QT_F32};
@@ -154,7 +154,9 @@ static void test_attention(rig *r, int window) {
     int layer = 1;
     be_attn_args a = {.q = qv, .out = out, .n_tokens = n, .n_head = H, .n_head_kv = HKV, .head_dim = HD,
                       .scale = 1.0f / sqrtf((float)HD), .window = window, .kv = kv, .layer = layer, .pos = pos, .seqs = seqs};
+    be_cpu_force_reference(r->b, ref);
     r->b->ops->attention(r->b, &a);
+    be_cpu_force_reference(r->b, false);
     double err = 0;
     for (int t = 0; t < n; t++)
         for (int h = 0; h < H; h++) {
@@ -176,7 +178,7 @@ static void test_attention(rig *r, int window) {
                 if (d > err) err = d;
             }
         }
-    CHECKF(err < 1e-5, "attention (window %d): max error %g", window, err);
+    CHECKF(err < 1e-5, "attention (window %d%s): max error %g", window, ref ? ", reference" : "", err);
     free(qv);
     free(out);
     kv_seq_free(&s[0], kv);
@@ -315,8 +317,9 @@ int main(void) {
             test_matmul(&r, types[i], 256, 64, 37, 1);
             test_matmul(&r, types[i], 256, 48, 6, 3);
         }
-        test_attention(&r, 0);
-        test_attention(&r, 5);
+        test_attention(&r, 0, false);
+        test_attention(&r, 5, false);
+        test_attention(&r, 3, true);
         test_small_ops(&r);
         test_multi(&r);
         rig_close(&r);

@@ -40,6 +40,7 @@ static void usage(FILE *f) {
             "  --seed S                sampler seed (default 0)\n"
             "  -t, --threads N         threads (default: all CPUs)\n"
             "  --print-ids             print the generated token ids instead of text\n"
+            "  --ignore-eos            do not stop at end-of-generation tokens (benchmarks)\n"
             "  -h, --help              this help\n");
 }
 
@@ -124,7 +125,7 @@ int cmd_run(int argc, char **argv) {
     const char *path = NULL, *prompt = NULL, *tokens = NULL;
     long n_gen = 64;
     int n_threads = 0;
-    bool print_ids = false;
+    bool print_ids = false, ignore_eos = false;
     smp_params sp = smp_default_params();
     sp.repeat_penalty = 1.0f;
     for (int i = 1; i < argc; i++) {
@@ -135,6 +136,9 @@ int cmd_run(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--print-ids")) {
             print_ids = true;
+            continue;
+        } else if (!strcmp(a, "--ignore-eos")) {
+            ignore_eos = true;
             continue;
         }
         if (a[0] != '-' || !need_arg(i, argc, a)) {
@@ -264,7 +268,7 @@ int cmd_run(int argc, char **argv) {
     int32_t zero = 0;
     for (; n_done < n_gen; n_done++) {
         int32_t t = smp_sample(smp, logits);
-        if (t < 0 || tok_is_eog(voc, t)) break;
+        if (t < 0 || (!ignore_eos && tok_is_eog(voc, t))) break;
         smp_accept(smp, t);
         if (print_ids) {
             printf(n_done ? " %d" : "%d", t);

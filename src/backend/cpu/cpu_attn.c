@@ -6,7 +6,9 @@
  * head of the group, then applies the online softmax: rescale the running sum
  * and accumulator by exp(old_max - new_max) once per block, add exp(s - max)
  * weighted V rows. Only positions the token may see are visited (causal, and
- * the sliding window if any): no work is spent on masked positions. */
+ * the sliding window if any): no work is spent on masked positions. The dot
+ * and axpy over head_dim are the backend's vector helpers (AVX2+FMA when the
+ * CPU has them). */
 #include <math.h>
 #include <string.h>
 
@@ -27,7 +29,6 @@ static void attn_item(cpu_be *cb, const be_attn_args *a, int t, int kvh, float *
     const int group = a->n_head / a->n_head_kv;
     const int bs = kv->cfg.block_size;
     const size_t row = kv->row_elems;
-    (void)cb;
     float *acc = scratch;                      /* [group][hd] */
     float *m = acc + (size_t)group * (size_t)hd; /* [group] running max */
     float *l = m + group;                      /* [group] running sum */
@@ -52,7 +53,7 @@ static void attn_item(cpu_be *cb, const be_attn_args *a, int t, int kvh, float *
             float *sh = s + (size_t)h * CPU_ATTN_SCORE_CAP;
             float mx = m[h];
             for (int i = 0; i < np; i++) {
-                sh[i] = cpu_dot_f32(qh, kb + (size_t)i * row, hd) * a->scale;
+                sh[i] = cb->vdot(qh, kb + (size_t)i * row, hd) * a->scale;
                 if (sh[i] > mx) mx = sh[i];
             }
             float corr = expf(m[h] - mx); /* 0 on the first block (m = -inf) */
@@ -65,8 +66,7 @@ static void attn_item(cpu_be *cb, const be_attn_args *a, int t, int kvh, float *
             for (int i = 0; i < np; i++) {
                 float wgt = expf(sh[i] - mx);
                 l[h] += wgt;
-                const float *vr = vb + (size_t)i * row;
-                for (int d = 0; d < hd; d++) ah[d] += wgt * vr[d];
+                cb->vaxpy(ah, wgt, vb + (size_t)i * row, hd);
             }
         }
         p0 = p1 + 1;

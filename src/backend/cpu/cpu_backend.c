@@ -236,6 +236,26 @@ static void op_softmax(be_backend *b, float *x, int64_t n) {
     softmax_f32(x, n);
 }
 
+/* ---- vector helpers ---- */
+
+static float vec_dot_generic(const float *a, const float *b, int n) { return cpu_dot_f32(a, b, n); }
+
+static void vec_axpy_generic(float *y, float a, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static void vec_select(cpu_be *cb) {
+    cb->vdot = vec_dot_generic;
+    cb->vaxpy = vec_axpy_generic;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (!cb->force_ref && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        cb->vdot = cpu_vec_dot_avx2;
+        cb->vaxpy = cpu_vec_axpy_avx2;
+    }
+#endif
+}
+
 /* ---- lifecycle ---- */
 
 static void op_free(be_backend *b) {
@@ -292,8 +312,12 @@ hn_status be_cpu_create(pool *p, be_backend **out, hn_err *err) {
     cb->nth = pool_n_threads(p);
     cb->base.ops = &cpu_ops;
     cb->base.impl = cb;
+    vec_select(cb);
     *out = &cb->base;
     return HN_OK;
 }
 
-void be_cpu_force_reference(be_backend *b, bool on) { cpu_of(b)->force_ref = on; }
+void be_cpu_force_reference(be_backend *b, bool on) {
+    cpu_of(b)->force_ref = on;
+    vec_select(cpu_of(b));
+}

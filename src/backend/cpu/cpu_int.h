@@ -9,6 +9,13 @@
 /* attention scores kept at once per head (positions of one block, at most this many) */
 #define CPU_ATTN_SCORE_CAP 64
 
+/* f32 vector helpers for attention: portable versions, AVX2 ones in
+ * cpu_vec_avx2.c, picked at run time by cpu_vec_select (into cpu_be). */
+typedef float (*cpu_vec_dot_fn)(const float *a, const float *b, int n);
+typedef void (*cpu_vec_axpy_fn)(float *y, float a, const float *x, int n);
+float cpu_vec_dot_avx2(const float *a, const float *b, int n);
+void cpu_vec_axpy_avx2(float *y, float a, const float *x, int n);
+
 typedef struct cpu_be {
     be_backend base;
     pool *pool;
@@ -28,6 +35,8 @@ typedef struct cpu_be {
     float *attn;
     size_t attn_stride;
     float *route;         /* max_experts floats */
+    cpu_vec_dot_fn vdot;  /* attention helpers for this CPU */
+    cpu_vec_axpy_fn vaxpy;
 } cpu_be;
 
 static inline cpu_be *cpu_of(be_backend *b) { return (cpu_be *)b->impl; }
