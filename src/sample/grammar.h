@@ -41,8 +41,10 @@
  *   TC_FORMAT_LLAMA3   {"name": "N", "parameters": {...}}
  * Parallel calls are joined with "\n" (Hermes, Qwen XML) or "; " (Llama 3).
  * In Qwen XML, string parameters are raw text that never contains
- * "</parameter>"; other types are their JSON text, as the templates render
- * them. Optionally a <think>...</think> block may (GR_THINK_OPTIONAL) or must
+ * "</parameter>", "</function>", "<parameter=" or "</tool_call>"; other
+ * types are their JSON text, as the templates render them. JSON strings inside
+ * a call never contain the format's tags either (Hermes: "<tool_call>",
+ * "</tool_call>"), which the tool-call parser would take for markup. Optionally a <think>...</think> block may (GR_THINK_OPTIONAL) or must
  * (GR_THINK_OPEN: the prompt already opened it) come first; no other free
  * text is allowed before the call.
  *
