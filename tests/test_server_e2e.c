@@ -84,7 +84,7 @@ static void pass(const char *hone, const char *model, bool test_engine) {
         setenv("HONE_ENGINE", test_engine ? "test" : "real", 1);
         setenv("HONE_E2E_CTX", "8000", 1);
         /* a real model prefills every replayed prompt: keep to the smaller ones */
-        if (!test_engine) setenv("HONE_E2E_REPLAY_MAX", getenv("HONE_SANITIZED") ? "12000" : "48000", 1);
+        if (!test_engine) setenv("HONE_E2E_REPLAY_MAX", getenv("HONE_SANITIZED") ? "8000" : "16000", 1);
         execlp("node", "node", "tests/server/e2e.mjs", (char *)NULL);
         _exit(127);
     }

@@ -79,9 +79,11 @@ static bool pump(srv_conn *c, int wait_ms) {
         pthread_cond_timedwait(&j->cv, &j->mu, &ts);
     }
     int n = j->n_toks < 256 ? j->n_toks : 256;
-    memcpy(local, j->toks, (size_t)n * sizeof(int32_t));
-    memmove(j->toks, j->toks + n, (size_t)(j->n_toks - n) * sizeof(int32_t));
-    j->n_toks -= n;
+    if (n > 0) {
+        memcpy(local, j->toks, (size_t)n * sizeof(int32_t));
+        memmove(j->toks, j->toks + n, (size_t)(j->n_toks - n) * sizeof(int32_t));
+        j->n_toks -= n;
+    }
     bool done = j->done && j->n_toks == 0;
     bool oom = j->oom;
     eng_finish fin = j->fin;
