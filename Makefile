@@ -58,6 +58,9 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libhone.a tests/test.h
 
 tests: $(BIN_TST)
 
+# hone serve (and its end-to-end test) switch to the engine when its sources appear
+$(BUILD)/src/cli/cmd_serve.o $(BUILD)/tests/test_server_e2e: $(wildcard src/sched/*.c)
+
 # test: plain build; asan-test: a separate sanitizer build in build-asan/
 test: $(BUILD)/hone tests
 	HONE_BIN=$(abspath $(BUILD)/hone) scripts/run_tests.sh $(BUILD)
