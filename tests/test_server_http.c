@@ -294,6 +294,16 @@ static void test_generate(void) {
     json_int_t nt = json_integer_value(json_object_get(v, "input_tokens"));
     json_decref(v);
     sb_free(&r.body);
+    CHECK(http("POST", "/v1/chat/completions/input_tokens", KEY, msg, &r) == 200);
+    v = body_json(&r);
+    CHECK(json_integer_value(json_object_get(v, "input_tokens")) == nt);
+    json_decref(v);
+    sb_free(&r.body);
+    CHECK(http("POST", "/v1/responses/input_tokens", KEY, "{\"input\":\"hello there\"}", &r) == 200);
+    v = body_json(&r);
+    CHECK(json_integer_value(json_object_get(v, "input_tokens")) == nt);
+    json_decref(v);
+    sb_free(&r.body);
     CHECK(http("POST", "/v1/debug/render?api=messages", KEY, msg, &r) == 200);
     v = body_json(&r);
     CHECK(nt > 0 && json_integer_value(json_object_get(v, "n_tokens")) == nt);

@@ -132,6 +132,8 @@ static int route_of(const char *url, const char *method, api_kind *api, bool *kn
     if (!strcmp(path, "/api/version")) return get ? R_OLLAMA_VERSION : R_NONE;
     if (!strcmp(path, "/api/tags")) return get ? R_OLLAMA_TAGS : R_NONE;
     if (!strcmp(p, "/chat/completions")) return post ? R_CHAT : R_NONE;
+    if (!strcmp(p, "/chat/completions/input_tokens")) return post ? R_CHAT_COUNT : R_NONE;
+    if (!strcmp(p, "/responses/input_tokens")) return *api = API_RESPONSES, post ? R_RESPONSES_COUNT : R_NONE;
     if (!strcmp(p, "/completions")) return *api = API_COMPLETIONS, post ? R_COMPLETIONS : R_NONE;
     if (!strcmp(p, "/responses")) return *api = API_RESPONSES, post ? R_RESPONSES : R_NONE;
     if (!strcmp(p, "/messages")) return *api = API_MESSAGES, post ? R_MESSAGES : R_NONE;
@@ -183,7 +185,7 @@ static enum MHD_Result simple_get(srv_conn *c) {
 
 static bool is_generation(int route) {
     return route == R_CHAT || route == R_COMPLETIONS || route == R_RESPONSES || route == R_MESSAGES ||
-           route == R_COUNT_TOKENS || route == R_RENDER;
+           route == R_COUNT_TOKENS || route == R_RENDER || route == R_CHAT_COUNT || route == R_RESPONSES_COUNT;
 }
 
 /* The API a render request describes: ?api=, else guessed from the body. */
@@ -228,7 +230,8 @@ static enum MHD_Result finish_body(srv_conn *c) {
     }
     bool render = c->route == R_RENDER;
     if (render) c->api = render_api(c, body);
-    enum MHD_Result r = srv_generate(c, body, c->route == R_COUNT_TOKENS, render);
+    bool count = c->route == R_COUNT_TOKENS || c->route == R_CHAT_COUNT || c->route == R_RESPONSES_COUNT;
+    enum MHD_Result r = srv_generate(c, body, count, render);
     json_decref(body);
     return r;
 }

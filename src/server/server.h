@@ -9,6 +9,7 @@
  *   GET /api/version, /api/tags   minimal Ollama-style probes
  *   POST /v1/chat/completions, /v1/completions, /v1/responses,
  *        /v1/messages (any query string, e.g. ?beta=true), /v1/messages/count_tokens
+ *   POST /v1/chat/completions/input_tokens, /v1/responses/input_tokens  {"input_tokens": N}
  *        (each also without the /v1 prefix)
  *   POST /v1/debug/render  the prompt a request would produce (?api=chat|completions|responses|messages)
  * Limits: request headers are capped by the per-connection memory limit;

@@ -193,7 +193,8 @@ static smp_params sampling_of(const srv_config *cfg, const creq *r) {
 enum MHD_Result srv_generate(srv_conn *c, json_t *body, bool count_only, bool render_only) {
     srv_server *s = c->s;
     api_error e;
-    if (!creq_parse(c->api, count_only, body, &c->req, &e)) return srv_send_error(c, c->api, &e);
+    /* count_only changes parsing only for Anthropic (max_tokens optional) */
+    if (!creq_parse(c->api, count_only && c->api == API_MESSAGES, body, &c->req, &e)) return srv_send_error(c, c->api, &e);
     c->have_req = true;
     if (!prm_build(s->pm, &c->req, &c->prompt, &e)) return srv_send_error(c, c->api, &e);
     if (render_only || count_only) return send_render(c, count_only);
