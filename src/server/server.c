@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../core/alloc.h"
 
@@ -300,19 +301,7 @@ void srv_conn_release(srv_conn *c) {
     if (left > 0) return;
     if (c->job && !c->finished) c->s->eng.cancel(c->s->eng.ctx, c->job->id);
     if (c->counted) atomic_fetch_sub(&c->s->n_running, 1);
-    if (c->job) {
-        srv_job *j = c->job;
-        pthread_mutex_lock(&j->mu);
-        int jl = --j->refs;
-        pthread_mutex_unlock(&j->mu);
-        if (jl == 0) {
-            cst_req_free(j->cst);
-            pthread_mutex_destroy(&j->mu);
-            pthread_cond_destroy(&j->cv);
-            hn_free(j->toks);
-            hn_free(j);
-        }
-    }
+    if (c->job) srv_job_release(c->job);
     gen_free(c->g);
     wr_free(c->w);
     if (c->have_req) creq_free(&c->req);
@@ -409,7 +398,10 @@ void srv_stop(srv_server *s) {
     if (!s) return;
     atomic_store(&s->stopping, true);
     if (s->d) MHD_stop_daemon(s->d);
-    cst_shared_free(s->cst);
+    /* cancelled requests may still be in the engine, using their grammar
+     * state (which uses the shared vocabulary index): wait for their ends */
+    for (int i = 0; i < 3000 && atomic_load(&s->n_jobs) > 0; i++) usleep(10000);
+    if (atomic_load(&s->n_jobs) == 0) cst_shared_free(s->cst); /* else leak rather than free in use */
     hn_free(s->host);
     hn_free(s->api_key);
     hn_free(s->model_name);

@@ -12,16 +12,18 @@
 
 /* ---- the engine side: queue events for the HTTP thread ---- */
 
-static void job_release(srv_job *j) {
+void srv_job_release(srv_job *j) {
     pthread_mutex_lock(&j->mu);
     int left = --j->refs;
     pthread_mutex_unlock(&j->mu);
     if (left) return;
+    srv_server *s = j->s;
     cst_req_free(j->cst);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     hn_free(j->toks);
     hn_free(j);
+    atomic_fetch_sub(&s->n_jobs, 1);
 }
 
 static void on_event(void *ctx, const eng_event *ev) {
@@ -46,7 +48,7 @@ static void on_event(void *ctx, const eng_event *ev) {
     }
     pthread_cond_signal(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    if (ev->type == ENG_EV_DONE) job_release(j); /* the engine's reference */
+    if (ev->type == ENG_EV_DONE) srv_job_release(j); /* the engine's reference */
 }
 
 /* ---- the HTTP side ---- */
@@ -241,7 +243,9 @@ enum MHD_Result srv_generate(srv_conn *c, json_t *body, bool count_only, bool re
     }
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
+    j->s = s;
     j->refs = 2;
+    atomic_fetch_add(&s->n_jobs, 1);
     eng_request er = {.prompt = c->prompt.tokens,
                       .n_prompt = n,
                       .sampling = sampling_of(&s->cfg, &c->req),
@@ -250,14 +254,14 @@ enum MHD_Result srv_generate(srv_conn *c, json_t *body, bool count_only, bool re
                       .ctx = j};
     if (!cst_attach(s->cst, &c->req, &c->prompt, &er, &j->cst, &e)) {
         j->refs = 1;
-        job_release(j);
+        srv_job_release(j);
         return srv_send_error(c, c->api, &e);
     }
     hn_err herr = {0};
     hn_status st = s->eng.submit(s->eng.ctx, &er, &j->id, &herr);
     if (st != HN_OK) {
         j->refs = 1;
-        job_release(j);
+        srv_job_release(j);
         api_errkind k = st == HN_ERR_RANGE ? APIE_CONTEXT : st == HN_ERR_INVALID ? APIE_INVALID
                         : st == HN_ERR_FULL ? APIE_OVERLOADED : APIE_INTERNAL;
         return srv_send_error(c, c->api, api_seterr(&e, k, NULL, "%s", herr.msg[0] ? herr.msg : hn_status_str(st)));

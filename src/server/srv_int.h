@@ -21,11 +21,13 @@ struct srv_server {
     struct MHD_Daemon *d;
     int port;
     atomic_int n_running;
+    atomic_int n_jobs;   /* jobs not yet released by both sides (the engine's DONE pending) */
     atomic_bool stopping;
 };
 
 /* One generation, shared by the HTTP thread and the engine thread's callback. */
 typedef struct srv_job {
+    srv_server *s;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int refs;            /* HTTP side + engine side */
@@ -74,6 +76,8 @@ typedef struct srv_conn {
 } srv_conn;
 
 double srv_now_ms(void);
+/* Drops one reference to a job (HTTP or engine side); the last frees it. */
+void srv_job_release(srv_job *j);
 void srv_conn_release(srv_conn *c);
 
 /* Sends a JSON error in the API's format. */
