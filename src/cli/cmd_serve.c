@@ -45,6 +45,7 @@ static void usage(FILE *f) {
             "  -t, --threads N      compute threads (default: all cores)\n"
             "  --kv-bytes SIZE      cap on KV cache memory, e.g. 4G or 512M\n"
             "  --max-body SIZE      largest request body (default 32M)\n"
+            "  --ping-ms N          keep-alive interval of a silent stream (default 5000)\n"
             "  --verbose            log every request to stderr\n"
             "  --test-engine        scripted engine instead of the model (protocol tests only)\n");
 }
@@ -202,8 +203,9 @@ int cmd_serve(int argc, char **argv) {
             prm_model_free(&pm);
             goto out;
         }
-        fprintf(stderr, "hone serve: %s on http://%s:%d (context %d%s%s; tool calls: %s)\n", cfg.model_name,
-                cfg.host, srv_port(srv), n_ctx, api_key && *api_key ? ", API key required" : "",
+        bool v6 = strchr(cfg.host, ':') != NULL;
+        fprintf(stderr, "hone serve: %s on http://%s%s%s:%d (context %d%s%s; tool calls: %s)\n", cfg.model_name,
+                v6 ? "[" : "", cfg.host, v6 ? "]" : "", srv_port(srv), n_ctx, api_key && *api_key ? ", API key required" : "",
                 test_engine ? ", TEST ENGINE" : "", tc_format_name(pm.det.format));
         int sig = 0;
         sigwait(&sigs, &sig);
