@@ -72,9 +72,6 @@ static void test_chat(void) {
     CHECK(streq(r.model, "gpt-x"));
     CHECK(r.echo_reasoning_as_reasoning);
     CHECK(!r.prefill);
-    CHECK(creq_demote_system(&r) == 1);
-    CHECK(streq(role_at(&r, 5), "user") && streq(content_at(&r, 5), "<system-reminder>\nlate\n</system-reminder>"));
-    CHECK(streq(role_at(&r, 0), "system"));
     creq_free(&r);
     json_decref(b);
 

@@ -1,5 +1,5 @@
 /* creq.c: the normalised chat request: shared helpers, message builder,
- * sampling fields, billing-line removal, system demotion (see creq.h). */
+ * sampling fields, billing-line removal (see creq.h). */
 #include "creq_int.h"
 
 #include <math.h>
@@ -370,29 +370,6 @@ bool creq_parse(api_kind api, bool count_only, const json_t *body, creq *r, api_
     }
     api_seterr(e, APIE_INTERNAL, NULL, "unknown API");
     return false;
-}
-
-int creq_demote_system(creq *r) {
-    int n = 0;
-    size_t i;
-    json_t *m;
-    json_array_foreach(r->messages, i, m) {
-        if (i == 0) continue;
-        const char *role = json_string_value(json_object_get(m, "role"));
-        if (!role || strcmp(role, "system")) continue;
-        const char *c = json_string_value(json_object_get(m, "content"));
-        sbuf b = {0};
-        sb_adds(&b, "<system-reminder>\n");
-        sb_adds(&b, c ? c : "");
-        sb_adds(&b, "\n</system-reminder>");
-        if (!b.oom) {
-            json_object_set_new(m, "role", json_string("user"));
-            json_object_set_new(m, "content", json_stringn(b.data, b.len));
-            n++;
-        }
-        sb_free(&b);
-    }
-    return n;
 }
 
 char *creq_strip_billing(const char *text) {

@@ -14,8 +14,8 @@
  *    "tool_calls": [{"id","type":"function","function":{"name","arguments":{...}}}],
  *    "tool_call_id", "name" (tool results)}
  *   - leading system/developer/instructions text is merged into one system
- *     message at index 0; later system messages stay in place (the renderer
- *     demotes them to user text if the template refuses them: creq_demote_system);
+ *     message at index 0; later system messages stay in place (the renderer,
+ *     template/chat.h, demotes them in place if the template refuses them);
  *   - content parts are joined with "\n" (non-text parts are dropped);
  *   - tool-call arguments are parsed into objects, key order preserved, so
  *     re-rendered history is byte-stable (a string that is not JSON is kept);
@@ -95,11 +95,6 @@ bool creq_from_messages(const json_t *body, bool count_only, creq *r, api_error 
 
 /* Dispatches on api to one of the above. */
 bool creq_parse(api_kind api, bool count_only, const json_t *body, creq *r, api_error *e);
-
-/* Rewrites every system message after index 0 into a user message
- * "<system-reminder>\n...\n</system-reminder>" in place (for templates that
- * only accept a leading system message). Returns how many it changed. */
-int creq_demote_system(creq *r);
 
 /* Removes Claude Code's billing line ("x-anthropic-billing-header: ...") from
  * a system text: returns a new string (free with hn_free)
