@@ -262,7 +262,7 @@ int cmd_run(int argc, char **argv) {
     }
 
     /* decode loop: sample, print, feed back */
-    tok_stream ts = {0};
+    tok_stream ts = {.first = true}; /* a continuation keeps its first leading space */
     char piece[512];
     long n_done = 0;
     int32_t zero = 0;

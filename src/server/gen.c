@@ -46,6 +46,9 @@ gen_state *gen_new(const gen_opts *o, wr_writer *w) {
     g->o = *o;
     g->w = w;
     g->stop = -1;
+    /* generated text continues the prompt: keep the first token's leading
+     * space (SentencePiece vocabularies), as llama.cpp's server does */
+    g->ts.first = true;
     ss_init(&g->ss, o->stops, o->n_stops);
     if (o->parse) {
         tc_options to = {.flags = o->tc_flags, .start_in_reasoning = o->start_in_reasoning};
