@@ -1,35 +1,74 @@
-/* test_kv.c: the paged KV cache: block pool and free list, block tables that
- * grow and truncate, the location math (positions map to distinct, in-bounds
- * rows; K and V never overlap), exhaustion and bad configs. */
+/* test_kv.c: the paged KV cache: block pool and block tables, the location
+ * math (positions map to distinct rows inside mapped slabs), element types,
+ * slabs mapped on demand and unmapped when empty (hn_alloc_bytes and RSS
+ * fall), the prefix cache (chained hashes, sharing, refcounts, LRU eviction
+ * tail first, duplicates, truncation), and a random stress run that checks
+ * every invariant after each operation. */
+#include <math.h>
 #include <stdint.h>
+#include <unistd.h>
 
+#include "core/alloc.h"
 #include "kv/kv.h"
+#include "quant/quant.h"
 #include "test.h"
 
-int main(void) {
-    hn_err e;
+static hn_err e;
+
+static long rss_pages(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long size = 0, res = 0;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &size, &res) != 2) res = 0;
+        fclose(f);
+    }
+    return res;
+}
+
+static int check(const kv_cache *kv, const kv_seq *const *seqs, int n) {
+    hn_status st = kv_check(kv, seqs, n, &e);
+    if (st) fprintf(stderr, "kv_check: %s\n", e.msg);
+    return st == HN_OK;
+}
+
+static void test_basics(void) {
     kv_cache *kv;
-    kv_config bad = {.n_layer = 2, .n_head_kv = 2, .head_dim = 8, .block_size = 4, .n_blocks = 8, .type = QT_F16};
+    kv_config bad = {.n_layer = 2, .n_head_kv = 2, .head_dim = 8, .block_size = 4, .n_blocks = 8, .type = QT_Q4_K};
     CHECK(kv_create(&bad, &kv, &e) == HN_ERR_UNSUPPORTED && kv == NULL);
+    bad.type = QT_Q8_0; /* head_dim 8 is not a multiple of 32 */
+    CHECK(kv_create(&bad, &kv, &e) == HN_ERR_UNSUPPORTED);
     bad.type = QT_F32;
+    bad.v_type = QT_Q4_K;
+    CHECK(kv_create(&bad, &kv, &e) == HN_ERR_UNSUPPORTED);
+    bad.v_type = QT_F32;
     bad.n_blocks = 0;
     CHECK(kv_create(&bad, &kv, &e) == HN_ERR_INVALID);
 
-    kv_config c = {.n_layer = 3, .n_head_kv = 2, .head_dim = 8, .block_size = 4, .n_blocks = 6, .type = QT_F32};
+    kv_config c = {.n_layer = 3, .n_head_kv = 2, .head_dim = 8, .block_size = 4, .n_blocks = 6, .type = QT_F32,
+                   .slab_blocks = 4};
     CHECK(kv_create(&c, &kv, &e) == HN_OK);
     CHECK(kv_block_bytes(&c) == 3 * 2 * 4 * 16 * 4);
     CHECK(kv_n_free(kv) == 6);
+    kv_stats ks;
+    kv_get_stats(kv, &ks);
+    CHECK(ks.bytes == 0 && ks.slabs_mapped == 0); /* nothing mapped before use */
     kv_seq a, b;
     CHECK(kv_seq_init(&a, kv, 16, &e) == HN_OK && a.cap_blocks == 4);
     CHECK(kv_seq_init(&b, kv, 100, &e) == HN_OK);
     CHECK(kv_seq_reserve(kv, &a, 5, &e) == HN_OK && a.n_blocks == 2 && kv_n_free(kv) == 4);
+    kv_get_stats(kv, &ks);
+    CHECK(ks.slabs_mapped == 1 && ks.blocks_backed == 4 && ks.bytes == 4 * kv->block_bytes);
     CHECK(kv_seq_reserve(kv, &a, 8, &e) == HN_OK && a.n_blocks == 2);
     CHECK(kv_seq_reserve(kv, &a, 17, &e) == HN_ERR_RANGE);
     CHECK(kv_seq_reserve(kv, &b, 16, &e) == HN_OK && kv_n_free(kv) == 0);
+    kv_get_stats(kv, &ks);
+    CHECK(ks.slabs_mapped == 2 && ks.blocks_backed == 6); /* the last slab holds 2 */
     CHECK(kv_seq_reserve(kv, &b, 17, &e) == HN_ERR_FULL);
     CHECK(kv_block_alloc(kv) == -1);
+    const kv_seq *all[2] = {&a, &b};
+    CHECK(check(kv, all, 2));
 
-    /* every (seq, layer, pos) K and V row is distinct and inside the pool */
+    /* every (seq, layer, pos) K and V row is distinct and inside a mapped slab */
     kv_seq *seqs[2] = {&a, &b};
     int lim[2] = {8, 16}, ok = 1;
     for (int s = 0; s < 2; s++)
@@ -40,7 +79,14 @@ int main(void) {
                     k[i] = (float)(s * 100000 + l * 1000 + p * 10) + 0.5f;
                     v[i] = -(float)(s * 100000 + l * 1000 + p * 10) - 0.5f;
                 }
-                ok &= (unsigned char *)k >= kv->base && (unsigned char *)(v + 16) <= kv->base + kv->base_bytes;
+                int in = 0;
+                for (int sl = 0; sl < kv->n_slabs; sl++) {
+                    unsigned char *lo = kv->slab[sl];
+                    size_t n = (size_t)(sl == kv->n_slabs - 1 ? 2 : 4) * kv->block_bytes;
+                    in |= lo && (unsigned char *)k >= lo && (unsigned char *)(v + 16) <= lo + n &&
+                          (unsigned char *)(k + 16) <= lo + n;
+                }
+                ok &= in;
             }
     for (int s = 0; s < 2; s++)
         for (int l = 0; l < 3; l++)
@@ -56,10 +102,285 @@ int main(void) {
     CHECK(a.n_blocks == 1 && a.n_tokens == 3 && kv_n_free(kv) == 1);
     kv_seq_truncate(kv, &b, 0);
     CHECK(b.n_blocks == 0 && kv_n_free(kv) == 5);
+    CHECK(check(kv, all, 2));
     CHECK(kv_seq_reserve(kv, &b, 20, &e) == HN_OK && kv_n_free(kv) == 0);
     kv_seq_free(&a, kv);
     kv_seq_free(&b, kv);
     CHECK(kv_n_free(kv) == 6);
+    kv_get_stats(kv, &ks);
+    CHECK(ks.blocks_used == 0 && ks.slabs_mapped <= 1); /* one empty slab kept as a spare */
+    kv_trim(kv, 0);
+    kv_get_stats(kv, &ks);
+    CHECK(ks.slabs_mapped == 0 && ks.bytes == 0 && ks.peak_bytes == 6 * kv->block_bytes);
+    CHECK(check(kv, NULL, 0));
     kv_free(kv);
+}
+
+/* Rows stored in each element type read back within that type's error. */
+static void test_types(void) {
+    struct {
+        qt_type k, v;
+        float tol_k, tol_v; /* relative to max |x| */
+    } cases[] = {
+        {QT_F32, QT_F32, 0, 0},          {QT_F16, QT_F16, 1e-3f, 1e-3f},
+        {QT_Q8_0, QT_Q8_0, 1e-2f, 1e-2f}, {QT_Q8_0, QT_Q4_0, 1e-2f, 0.15f},
+        {QT_Q8_0, QT_Q4_1, 1e-2f, 0.1f},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        kv_config c = {.n_layer = 2, .n_head_kv = 2, .head_dim = 64, .block_size = 8, .n_blocks = 4,
+                       .type = cases[ci].k, .v_type = cases[ci].v};
+        kv_cache *kv;
+        if (kv_create(&c, &kv, &e) != HN_OK) {
+            CHECKF(0, "create %s/%s: %s", qt_name(c.type), qt_name(c.v_type), e.msg);
+            continue;
+        }
+        kv_seq s;
+        kv_seq_init(&s, kv, 32, &e);
+        kv_seq_reserve(kv, &s, 20, &e);
+        float k[128], v[128], out[128];
+        float errk = 0, errv = 0;
+        for (int layer = 0; layer < 2; layer++)
+            for (int p = 0; p < 20; p++) {
+                for (int i = 0; i < 128; i++) {
+                    k[i] = sinf((float)(i * 7 + p * 13 + layer)) * 3.0f;
+                    v[i] = cosf((float)(i * 5 + p * 11 + layer)) * 2.0f;
+                }
+                kv_store_row(kv, &s, layer, p, k, v);
+            }
+        for (int layer = 0; layer < 2; layer++)
+            for (int p = 0; p < 20; p++) {
+                int bs = kv->cfg.block_size;
+                for (int h = 0; h < 2; h++) {
+                    const unsigned char *kr = kv_block_kraw(kv, s.blocks[p / bs], layer) +
+                                              (size_t)(p % bs) * kv->k_row_bytes + (size_t)h * kv->k_head_bytes;
+                    const unsigned char *vr = kv_block_vraw(kv, s.blocks[p / bs], layer) +
+                                              (size_t)(p % bs) * kv->v_row_bytes + (size_t)h * kv->v_head_bytes;
+                    kv_k_to_f32(kv, kr, kv->k_row_bytes, 1, out);
+                    for (int i = 0; i < 64; i++) {
+                        float want = sinf((float)((h * 64 + i) * 7 + p * 13 + layer)) * 3.0f;
+                        if (fabsf(out[i] - want) / 3.0f > errk) errk = fabsf(out[i] - want) / 3.0f;
+                    }
+                    kv_v_to_f32(kv, vr, kv->v_row_bytes, 1, out);
+                    for (int i = 0; i < 64; i++) {
+                        float want = cosf((float)((h * 64 + i) * 5 + p * 11 + layer)) * 2.0f;
+                        if (fabsf(out[i] - want) / 2.0f > errv) errv = fabsf(out[i] - want) / 2.0f;
+                    }
+                }
+            }
+        CHECKF(errk <= cases[ci].tol_k && errv <= cases[ci].tol_v, "%s/%s: K error %g, V error %g",
+               qt_name(c.type), qt_name(c.v_type), errk, errv);
+        kv_seq_free(&s, kv);
+        kv_free(kv);
+    }
+}
+
+/* Slabs come from the OS and go back: hn_alloc_bytes and RSS fall. */
+static void test_slab_shrink(void) {
+    /* 1 MiB blocks, 4 per slab, up to 64 blocks */
+    kv_config c = {.n_layer = 4, .n_head_kv = 4, .head_dim = 64, .block_size = 128, .n_blocks = 64, .type = QT_F32,
+                   .slab_blocks = 4};
+    kv_cache *kv;
+    CHECK(kv_create(&c, &kv, &e) == HN_OK);
+    CHECK(kv->block_bytes == (size_t)1 << 20);
+    size_t a0 = hn_alloc_bytes();
+    long r0 = rss_pages();
+    kv_seq s[4];
+    for (int i = 0; i < 4; i++) {
+        kv_seq_init(&s[i], kv, 128 * 16, &e);
+        CHECK(kv_seq_reserve(kv, &s[i], 128 * 12, &e) == HN_OK);
+        for (int b = 0; b < s[i].n_blocks; b++) memset(kv_block_ptr(kv, s[i].blocks[b]), 1, kv->block_bytes);
+    }
+    size_t a1 = hn_alloc_bytes();
+    long r1 = rss_pages();
+    long page = sysconf(_SC_PAGESIZE);
+    CHECKF(a1 - a0 >= (size_t)48 << 20, "48 MiB mapped: %zu", a1 - a0);
+    CHECKF((r1 - r0) * page >= 40L << 20, "RSS grew by %ld KiB", (r1 - r0) * page / 1024);
+    /* two sequences end: their slabs go back (blocks were packed into low slabs) */
+    kv_seq_free(&s[2], kv);
+    kv_seq_free(&s[3], kv);
+    const kv_seq *live[2] = {&s[0], &s[1]};
+    CHECK(check(kv, live, 2));
+    size_t a2 = hn_alloc_bytes();
+    CHECKF(a1 - a2 >= (size_t)20 << 20, "freed %zu bytes after two of four sequences", a1 - a2);
+    kv_seq_free(&s[0], kv);
+    kv_seq_free(&s[1], kv);
+    size_t a3 = hn_alloc_bytes();
+    long r3 = rss_pages();
+    CHECKF(a3 - a0 <= (size_t)4 << 20, "at most one spare slab left: %zu", a3 - a0);
+    CHECKF((r1 - r3) * page >= 40L << 20, "RSS fell by %ld KiB", (r1 - r3) * page / 1024);
+    kv_trim(kv, 0);
+    CHECK(hn_alloc_bytes() == a0);
+    for (int i = 0; i < 4; i++) kv_seq_free(&s[i], kv);
+    kv_free(kv);
+}
+
+static void fill_tokens(int32_t *t, int n, int seed) {
+    for (int i = 0; i < n; i++) t[i] = (int32_t)((i * 131 + seed * 7919) % 1000);
+}
+
+static void test_prefix(void) {
+    kv_config c = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4, .n_blocks = 12, .type = QT_F32,
+                   .slab_blocks = 3};
+    kv_cache *kv;
+    CHECK(kv_create(&c, &kv, &e) == HN_OK);
+    int32_t ta[32], tb[32];
+    fill_tokens(ta, 32, 1);
+    memcpy(tb, ta, sizeof tb);
+    tb[13] = 999; /* b shares a's first 3 blocks (12 tokens), differs in block 3 */
+    kv_seq a, b, x;
+    kv_seq_init(&a, kv, 32, &e);
+    kv_seq_init(&b, kv, 32, &e);
+    kv_seq_init(&x, kv, 32, &e);
+    CHECK(kv_seq_match(kv, &a, ta, 18) == 0); /* nothing cached yet */
+    CHECK(kv_seq_reserve(kv, &a, 18, &e) == HN_OK);
+    a.n_tokens = 18;
+    kv_seq_commit(kv, &a, ta, 18);
+    CHECK(a.n_hashed == 4);
+    kv_stats ks;
+    kv_get_stats(kv, &ks);
+    CHECK(ks.blocks_used == 5 && ks.blocks_cached == 0);
+    /* b reuses a's first three blocks (same ids, refcount 2), not the fourth */
+    CHECK(kv_seq_match(kv, &b, tb, 20) == 12);
+    CHECK(b.n_tokens == 12 && b.n_hashed == 3 && b.blocks[0] == a.blocks[0] && b.blocks[2] == a.blocks[2]);
+    CHECK(kv->ref[a.blocks[0]] == 2 && kv->ref[a.blocks[3]] == 1);
+    const kv_seq *ab[3] = {&a, &b, &x};
+    CHECK(check(kv, ab, 2));
+    /* n_max bounds the match: a prompt of exactly 12 tokens reuses 8 (the last token is recomputed) */
+    CHECK(kv_seq_match(kv, &x, ta, 11) == 8);
+    kv_seq_truncate(kv, &x, 0);
+    CHECK(x.n_tokens == 0 && x.n_hashed == 0 && x.n_blocks == 0);
+    /* a ends: its unshared blocks become cached, shared ones stay used by b */
+    kv_seq_truncate(kv, &a, 0);
+    kv_get_stats(kv, &ks);
+    CHECK(ks.blocks_used == 3 && ks.blocks_cached == 1 && kv_n_free(kv) == 9);
+    CHECK(check(kv, ab, 3));
+    /* a's whole prefix comes back from the cache */
+    CHECK(kv_seq_match(kv, &x, ta, 32) == 16);
+    kv_get_stats(kv, &ks);
+    CHECK(ks.blocks_cached == 0 && ks.hit_blocks == 3 + 2 + 4);
+    kv_seq_truncate(kv, &x, 0);
+    /* b computes its own block 3 and a 5th; after b ends, 5 blocks are cached */
+    CHECK(kv_seq_reserve(kv, &b, 20, &e) == HN_OK);
+    b.n_tokens = 20;
+    kv_seq_commit(kv, &b, tb, 20);
+    CHECK(b.n_hashed == 5);
+    kv_seq_truncate(kv, &b, 0);
+    kv_get_stats(kv, &ks);
+    CHECK(ks.blocks_used == 0 && ks.blocks_cached == 6);
+    CHECK(check(kv, ab, 3));
+    /* eviction: fill the pool; the tails (released first) go before the shared head */
+    kv_seq big;
+    kv_seq_init(&big, kv, 64, &e);
+    CHECK(kv_seq_reserve(kv, &big, 4 * 8, &e) == HN_OK); /* 6 free + 2 evicted */
+    kv_get_stats(kv, &ks);
+    CHECK(ks.blocks_cached == 4 && ks.evictions == 2);
+    CHECK(kv_seq_match(kv, &x, tb, 32) == 16); /* a's tail and b's last block went first; b's head survived */
+    kv_seq_truncate(kv, &x, 0);
+    const kv_seq *bx[2] = {&big, &x};
+    CHECK(check(kv, bx, 2));
+    kv_seq_free(&big, kv);
+    /* a duplicate computed by two sequences at once keeps one published copy */
+    kv_trim(kv, 0);
+    kv_seq p, q;
+    kv_seq_init(&p, kv, 32, &e);
+    kv_seq_init(&q, kv, 32, &e);
+    kv_seq_reserve(kv, &p, 8, &e);
+    kv_seq_reserve(kv, &q, 8, &e);
+    p.n_tokens = q.n_tokens = 8;
+    kv_seq_commit(kv, &p, ta, 8);
+    kv_seq_commit(kv, &q, ta, 8);
+    CHECK(p.blocks[0] == q.blocks[0] && p.blocks[1] == q.blocks[1] && kv->ref[p.blocks[0]] == 2);
+    kv_get_stats(kv, &ks);
+    CHECK(ks.blocks_used == 2);
+    /* truncating into a published block drops the whole block */
+    kv_seq_truncate(kv, &q, 6);
+    CHECK(q.n_tokens == 4 && q.n_blocks == 1 && q.n_hashed == 1);
+    const kv_seq *pq[2] = {&p, &q};
+    CHECK(check(kv, pq, 2));
+    /* next_hash: the hash of the next full block, 0 when not at a boundary */
+    CHECK(kv_seq_next_hash(kv, &q, ta, 8) != 0 && kv_seq_next_hash(kv, &q, ta, 7) == 0);
+    kv_seq_free(&p, kv);
+    kv_seq_free(&q, kv);
+    kv_seq_free(&a, kv);
+    kv_seq_free(&b, kv);
+    kv_seq_free(&x, kv);
+    kv_get_stats(kv, &ks);
+    CHECK(ks.blocks_used == 0);
+    CHECK(check(kv, NULL, 0));
+    kv_free(kv);
+}
+
+/* Random interleavings over a small pool; invariants after every operation. */
+static uint64_t rng = 88172645463325252ULL;
+static uint32_t rnd(uint32_t n) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng % n);
+}
+
+static void test_stress(void) {
+    enum { NS = 6, MAXT = 96 };
+    kv_config c = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4, .n_blocks = 20, .type = QT_F32,
+                   .slab_blocks = 3};
+    kv_cache *kv;
+    CHECK(kv_create(&c, &kv, &e) == HN_OK);
+    kv_seq s[NS];
+    int32_t toks[NS][MAXT];
+    for (int i = 0; i < NS; i++) kv_seq_init(&s[i], kv, MAXT, &e);
+    const kv_seq *all[NS];
+    for (int i = 0; i < NS; i++) all[i] = &s[i];
+    int iters = getenv("HONE_SANITIZED") ? 4000 : 20000, bad = 0;
+    for (int it = 0; it < iters && !bad; it++) {
+        int i = (int)rnd(NS);
+        switch (rnd(6)) {
+        case 0: /* new conversation: tokens from a few shared families */
+            kv_seq_truncate(kv, &s[i], 0);
+            for (int t = 0; t < MAXT; t++) toks[i][t] = t < 8 + (int)rnd(4) * 4 ? t : (int32_t)rnd(3) * 100 + t;
+            kv_seq_match(kv, &s[i], toks[i], 1 + (int32_t)rnd(MAXT));
+            break;
+        case 1:
+        case 2: { /* compute some tokens */
+            int32_t n = s[i].n_tokens + 1 + (int32_t)rnd(10);
+            if (n > MAXT) n = MAXT;
+            if (kv_seq_reserve(kv, &s[i], n, &e) == HN_OK) s[i].n_tokens = n;
+            kv_seq_commit(kv, &s[i], toks[i], s[i].n_tokens);
+            break;
+        }
+        case 3: /* finish or preempt */
+            kv_seq_commit(kv, &s[i], toks[i], s[i].n_tokens);
+            kv_seq_truncate(kv, &s[i], 0);
+            break;
+        case 4: /* resume from the cache */
+            kv_seq_match(kv, &s[i], toks[i], MAXT);
+            break;
+        case 5:
+            if (rnd(4) == 0) kv_trim(kv, (int32_t)rnd(6));
+            else kv_seq_truncate(kv, &s[i], (int32_t)rnd((uint32_t)s[i].n_tokens + 1));
+            break;
+        }
+        if (!check(kv, all, NS)) {
+            fprintf(stderr, "stress: iteration %d\n", it);
+            bad = 1;
+        }
+    }
+    CHECKF(!bad, "invariants hold over %d random operations", iters);
+    for (int i = 0; i < NS; i++) kv_seq_free(&s[i], kv);
+    kv_stats ks;
+    kv_get_stats(kv, &ks);
+    CHECK(ks.blocks_used == 0 && ks.evictions > 0 && ks.hit_blocks > 0);
+    kv_trim(kv, 0);
+    kv_get_stats(kv, &ks);
+    CHECK(ks.bytes == 0);
+    CHECK(check(kv, NULL, 0));
+    kv_free(kv);
+}
+
+int main(void) {
+    test_basics();
+    test_types();
+    test_slab_shrink();
+    test_prefix();
+    test_stress();
     TEST_DONE();
 }

@@ -1,77 +1,297 @@
-/* kv.c: the paged KV block pool and per-sequence block tables. */
+/* kv.c: the paged KV block pool (slabs mapped on demand), per-sequence block
+ * tables, and the prefix cache (chained block hashes, refcounts, LRU of
+ * cached blocks). See kv.h for the model. */
 #include "kv.h"
 
 #include <limits.h>
+#include <string.h>
+#include <xxhash.h>
 
 #include "../core/alloc.h"
+#include "../quant/quant.h"
 
-#define KV_DEFAULT_BLOCK 16
+enum { KV_UNBACKED = 0, KV_FREE, KV_USED, KV_CACHED };
 
-static size_t elem_size(qt_type t) { return t == QT_F32 ? 4 : 0; }
+#define KV_SLAB_TARGET ((size_t)32 << 20)
+#define KV_ROOT_SEED 0x686f6e652d6b7631ULL /* the parent of block 0 */
+
+static bool k_type_ok(qt_type t) { return t == QT_F32 || t == QT_F16 || t == QT_Q8_0; }
+static bool v_type_ok(qt_type t) { return k_type_ok(t) || t == QT_Q4_0 || t == QT_Q4_1; }
+
+static int cfg_bs(const kv_config *cfg) { return cfg->block_size > 0 ? cfg->block_size : KV_DEFAULT_BLOCK; }
 
 size_t kv_block_bytes(const kv_config *cfg) {
-    int bs = cfg->block_size > 0 ? cfg->block_size : KV_DEFAULT_BLOCK;
-    return (size_t)cfg->n_layer * 2 * (size_t)bs * (size_t)cfg->n_head_kv * (size_t)cfg->head_dim *
-           elem_size(cfg->type);
+    int64_t row = (int64_t)cfg->n_head_kv * cfg->head_dim;
+    return (size_t)cfg->n_layer * (size_t)cfg_bs(cfg) * (qt_row_size(cfg->type, row) + qt_row_size(cfg->v_type, row));
 }
+
+/* ---- slabs ---- */
+
+static int32_t slab_size(const kv_cache *kv, int32_t s) {
+    int32_t first = s * kv->slab_blocks, left = kv->cfg.n_blocks - first;
+    return left < kv->slab_blocks ? left : kv->slab_blocks;
+}
+
+static bool slab_map(kv_cache *kv, int32_t s) {
+    int32_t nb = slab_size(kv, s);
+    size_t bytes = (size_t)nb * kv->block_bytes;
+    unsigned char *p = hn_pages_alloc(bytes);
+    if (!p) return false;
+    kv->slab[s] = p;
+    int32_t *stack = kv->free_ids + (size_t)s * (size_t)kv->slab_blocks;
+    for (int32_t i = 0; i < nb; i++) {
+        int32_t b = s * kv->slab_blocks + (nb - 1 - i); /* lowest id on top */
+        stack[i] = b;
+        kv->state[b] = KV_FREE;
+    }
+    kv->slab_nfree[s] = nb;
+    kv->slab_live[s] = 0;
+    kv->n_backed += nb;
+    kv->n_free += nb;
+    kv->n_mapped_slabs++;
+    kv->bytes += bytes;
+    if (kv->bytes > kv->peak_bytes) kv->peak_bytes = kv->bytes;
+    return true;
+}
+
+static void slab_unmap(kv_cache *kv, int32_t s) {
+    int32_t nb = slab_size(kv, s);
+    for (int32_t i = 0; i < nb; i++) kv->state[s * kv->slab_blocks + i] = KV_UNBACKED;
+    hn_pages_free(kv->slab[s], (size_t)nb * kv->block_bytes);
+    kv->slab[s] = NULL;
+    kv->slab_nfree[s] = 0;
+    kv->n_backed -= nb;
+    kv->n_free -= nb;
+    kv->n_mapped_slabs--;
+    kv->bytes -= (size_t)nb * kv->block_bytes;
+}
+
+/* Slab s just became empty: keep one empty slab mapped as a spare (the
+ * lowest), unmap any other. */
+static void slab_emptied(kv_cache *kv, int32_t s) {
+    for (int32_t o = 0; o < kv->n_slabs; o++) {
+        if (o == s || !kv->slab[o] || kv->slab_live[o] != 0) continue;
+        slab_unmap(kv, o > s ? o : s);
+        return;
+    }
+}
+
+/* ---- LRU of cached blocks and the hash table ---- */
+
+static void lru_unlink(kv_cache *kv, int32_t b) {
+    int32_t p = kv->lru_prev[b], n = kv->lru_next[b];
+    if (p >= 0) kv->lru_next[p] = n;
+    else kv->lru_head = n;
+    if (n >= 0) kv->lru_prev[n] = p;
+    else kv->lru_tail = p;
+    kv->lru_prev[b] = kv->lru_next[b] = -1;
+}
+
+static void lru_push_tail(kv_cache *kv, int32_t b) {
+    kv->lru_prev[b] = kv->lru_tail;
+    kv->lru_next[b] = -1;
+    if (kv->lru_tail >= 0) kv->lru_next[kv->lru_tail] = b;
+    else kv->lru_head = b;
+    kv->lru_tail = b;
+}
+
+static void ht_insert(kv_cache *kv, int32_t b) {
+    uint32_t i = (uint32_t)kv->hash[b] & kv->ht_mask;
+    kv->ht_next[b] = kv->ht[i];
+    kv->ht[i] = b;
+    kv->pub[b] = 1;
+}
+
+static void ht_remove(kv_cache *kv, int32_t b) {
+    int32_t *pp = &kv->ht[(uint32_t)kv->hash[b] & kv->ht_mask];
+    while (*pp >= 0 && *pp != b) pp = &kv->ht_next[*pp];
+    if (*pp == b) *pp = kv->ht_next[b];
+    kv->ht_next[b] = -1;
+    kv->pub[b] = 0;
+}
+
+static int32_t ht_find(const kv_cache *kv, uint64_t h, uint64_t parent, const int32_t *toks) {
+    int bs = kv->cfg.block_size;
+    for (int32_t b = kv->ht[(uint32_t)h & kv->ht_mask]; b >= 0; b = kv->ht_next[b])
+        if (kv->hash[b] == h && kv->parent[b] == parent &&
+            !memcmp(kv->btok + (size_t)b * (size_t)bs, toks, sizeof(int32_t) * (size_t)bs))
+            return b;
+    return -1;
+}
+
+static uint64_t chain_hash(const kv_cache *kv, uint64_t parent, const int32_t *toks) {
+    uint64_t h = XXH3_64bits_withSeed(toks, sizeof(int32_t) * (size_t)kv->cfg.block_size, parent);
+    return h ? h : 1; /* 0 means "none" to callers */
+}
+
+/* ---- create / free ---- */
 
 hn_status kv_create(const kv_config *cfg, kv_cache **out, hn_err *err) {
     *out = NULL;
-    if (cfg->type != QT_F32)
-        return hn_errf(err, HN_ERR_UNSUPPORTED, "kv: element type %d not supported (f32 only)", (int)cfg->type);
+    if (!k_type_ok(cfg->type) || !v_type_ok(cfg->v_type))
+        return hn_errf(err, HN_ERR_UNSUPPORTED, "kv: element types K %s, V %s not supported", qt_name(cfg->type),
+                       qt_name(cfg->v_type));
     if (cfg->n_layer <= 0 || cfg->n_head_kv <= 0 || cfg->head_dim <= 0 || cfg->n_blocks <= 0 ||
         cfg->block_size < 0 || cfg->block_size > 4096 || cfg->n_layer > 4096 || cfg->n_head_kv > 4096 ||
-        cfg->head_dim > 4096)
+        cfg->head_dim > 4096 || cfg->n_blocks > (1 << 26) || cfg->slab_blocks < 0)
         return hn_errf(err, HN_ERR_INVALID, "kv: bad config (layers %d, kv heads %d, head dim %d, blocks %d, block size %d)",
                        cfg->n_layer, cfg->n_head_kv, cfg->head_dim, (int)cfg->n_blocks, cfg->block_size);
+    if (!qt_row_size(cfg->type, cfg->head_dim) || !qt_row_size(cfg->v_type, cfg->head_dim))
+        return hn_errf(err, HN_ERR_UNSUPPORTED, "kv: head dim %d is not a multiple of the %s/%s block", cfg->head_dim,
+                       qt_name(cfg->type), qt_name(cfg->v_type));
     kv_cache *kv = hn_calloc(1, sizeof *kv);
     if (!kv) return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory");
     kv->cfg = *cfg;
-    if (kv->cfg.block_size == 0) kv->cfg.block_size = KV_DEFAULT_BLOCK;
+    int bs = kv->cfg.block_size = cfg_bs(cfg);
     kv->row_elems = (size_t)cfg->n_head_kv * (size_t)cfg->head_dim;
-    kv->layer_bytes = 2 * (size_t)kv->cfg.block_size * kv->row_elems * elem_size(cfg->type);
+    kv->k_row_bytes = qt_row_size(cfg->type, (int64_t)kv->row_elems);
+    kv->v_row_bytes = qt_row_size(cfg->v_type, (int64_t)kv->row_elems);
+    kv->k_head_bytes = qt_row_size(cfg->type, cfg->head_dim);
+    kv->v_head_bytes = qt_row_size(cfg->v_type, cfg->head_dim);
+    kv->layer_bytes = (size_t)bs * (kv->k_row_bytes + kv->v_row_bytes);
     kv->block_bytes = kv_block_bytes(&kv->cfg);
-    if (kv->block_bytes > SIZE_MAX / (size_t)cfg->n_blocks) {
+    int32_t nb = cfg->n_blocks;
+    if (kv->block_bytes > SIZE_MAX / (size_t)nb) {
         hn_free(kv);
-        return hn_errf(err, HN_ERR_RANGE, "kv: %d blocks overflow", (int)cfg->n_blocks);
+        return hn_errf(err, HN_ERR_RANGE, "kv: %d blocks overflow", (int)nb);
     }
-    kv->base_bytes = kv->block_bytes * (size_t)cfg->n_blocks;
-    kv->base = hn_pages_alloc(kv->base_bytes);
-    kv->free_list = hn_malloc(sizeof(int32_t) * (size_t)cfg->n_blocks);
-    if (!kv->base || !kv->free_list) {
+    int32_t sb = cfg->slab_blocks;
+    if (sb <= 0) {
+        size_t fit = KV_SLAB_TARGET / kv->block_bytes;
+        sb = fit < 1 ? 1 : fit > (size_t)nb ? nb : (int32_t)fit;
+    }
+    if (sb > nb) sb = nb;
+    kv->slab_blocks = sb;
+    kv->n_slabs = (nb + sb - 1) / sb;
+    uint32_t hsize = 16;
+    while (hsize < (uint32_t)nb * 2u) hsize <<= 1;
+    kv->ht_mask = hsize - 1;
+    size_t n = (size_t)nb;
+    kv->slab = hn_calloc((size_t)kv->n_slabs, sizeof *kv->slab);
+    kv->slab_nfree = hn_calloc((size_t)kv->n_slabs, sizeof(int32_t));
+    kv->slab_live = hn_calloc((size_t)kv->n_slabs, sizeof(int32_t));
+    kv->free_ids = hn_malloc(sizeof(int32_t) * (size_t)kv->n_slabs * (size_t)sb);
+    kv->ref = hn_calloc(n, sizeof(int32_t));
+    kv->state = hn_calloc(n, 1);
+    kv->pub = hn_calloc(n, 1);
+    kv->hash = hn_calloc(n, sizeof(uint64_t));
+    kv->parent = hn_calloc(n, sizeof(uint64_t));
+    kv->btok = hn_malloc(sizeof(int32_t) * n * (size_t)bs);
+    kv->lru_prev = hn_malloc(sizeof(int32_t) * n);
+    kv->lru_next = hn_malloc(sizeof(int32_t) * n);
+    kv->ht_next = hn_malloc(sizeof(int32_t) * n);
+    kv->ht = hn_malloc(sizeof(int32_t) * hsize);
+    if (!kv->slab || !kv->slab_nfree || !kv->slab_live || !kv->free_ids || !kv->ref || !kv->state || !kv->pub ||
+        !kv->hash || !kv->parent || !kv->btok || !kv->lru_prev || !kv->lru_next || !kv->ht_next || !kv->ht) {
         kv_free(kv);
-        return hn_errf(err, HN_ERR_NOMEM, "kv: cannot allocate %zu bytes for %d blocks", kv->base_bytes,
-                       (int)cfg->n_blocks);
+        return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory for %d blocks of metadata", (int)nb);
     }
-    /* lowest ids on top of the stack: blocks are handed out in address order */
-    for (int32_t i = 0; i < cfg->n_blocks; i++) kv->free_list[i] = cfg->n_blocks - 1 - i;
-    kv->n_free = cfg->n_blocks;
+    for (size_t i = 0; i < n; i++) kv->lru_prev[i] = kv->lru_next[i] = kv->ht_next[i] = -1;
+    for (uint32_t i = 0; i < hsize; i++) kv->ht[i] = -1;
+    kv->lru_head = kv->lru_tail = -1;
     *out = kv;
     return HN_OK;
 }
 
 void kv_free(kv_cache *kv) {
     if (!kv) return;
-    if (kv->base) hn_pages_free(kv->base, kv->base_bytes);
-    hn_free(kv->free_list);
+    if (kv->slab)
+        for (int32_t s = 0; s < kv->n_slabs; s++)
+            if (kv->slab[s]) slab_unmap(kv, s);
+    hn_free(kv->slab);
+    hn_free(kv->slab_nfree);
+    hn_free(kv->slab_live);
+    hn_free(kv->free_ids);
+    hn_free(kv->ref);
+    hn_free(kv->state);
+    hn_free(kv->pub);
+    hn_free(kv->hash);
+    hn_free(kv->parent);
+    hn_free(kv->btok);
+    hn_free(kv->lru_prev);
+    hn_free(kv->lru_next);
+    hn_free(kv->ht_next);
+    hn_free(kv->ht);
     hn_free(kv);
 }
 
-int32_t kv_n_free(const kv_cache *kv) { return kv->n_free; }
+/* ---- blocks ---- */
+
+int32_t kv_n_free(const kv_cache *kv) { return kv->n_free + kv->n_cached + (kv->cfg.n_blocks - kv->n_backed); }
+
+static int32_t take_free(kv_cache *kv, int32_t s) {
+    int32_t b = kv->free_ids[(size_t)s * (size_t)kv->slab_blocks + (size_t)--kv->slab_nfree[s]];
+    kv->state[b] = KV_USED;
+    kv->ref[b] = 1;
+    kv->n_free--;
+    kv->n_used++;
+    kv->slab_live[s]++;
+    return b;
+}
+
+/* Drops a cached block's publication: it leaves the LRU and the hash table. */
+static void unpublish_cached(kv_cache *kv, int32_t b) {
+    lru_unlink(kv, b);
+    ht_remove(kv, b);
+    kv->n_cached--;
+    kv->evictions++;
+}
 
 int32_t kv_block_alloc(kv_cache *kv) {
-    if (kv->n_free == 0) return -1;
-    return kv->free_list[--kv->n_free];
+    for (int32_t s = 0; s < kv->n_slabs; s++)
+        if (kv->slab[s] && kv->slab_nfree[s] > 0) return take_free(kv, s);
+    for (int32_t s = 0; s < kv->n_slabs; s++)
+        if (!kv->slab[s]) {
+            if (slab_map(kv, s)) return take_free(kv, s);
+            break; /* out of memory: fall back to eviction */
+        }
+    int32_t b = kv->lru_head;
+    if (b < 0) return -1;
+    unpublish_cached(kv, b);
+    kv->state[b] = KV_USED;
+    kv->ref[b] = 1;
+    kv->n_used++;
+    return b;
 }
 
-void kv_block_release(kv_cache *kv, int32_t block) {
-    if (block < 0 || block >= kv->cfg.n_blocks || kv->n_free >= kv->cfg.n_blocks) return;
-    kv->free_list[kv->n_free++] = block;
+/* Makes a block free (from used or cached) and unmaps its slab if it emptied. */
+static void make_free(kv_cache *kv, int32_t b) {
+    int32_t s = b / kv->slab_blocks;
+    kv->state[b] = KV_FREE;
+    kv->ref[b] = 0;
+    kv->free_ids[(size_t)s * (size_t)kv->slab_blocks + (size_t)kv->slab_nfree[s]++] = b;
+    kv->n_free++;
+    if (--kv->slab_live[s] == 0) slab_emptied(kv, s);
 }
+
+void kv_block_release(kv_cache *kv, int32_t b) {
+    if (b < 0 || b >= kv->cfg.n_blocks || kv->state[b] != KV_USED || kv->ref[b] <= 0) return;
+    if (--kv->ref[b] > 0) return;
+    kv->n_used--;
+    if (kv->pub[b]) {
+        kv->state[b] = KV_CACHED;
+        lru_push_tail(kv, b);
+        kv->n_cached++;
+    } else {
+        make_free(kv, b);
+    }
+}
+
+/* Takes a reference to a published block (reviving it if cached). */
+static void block_ref(kv_cache *kv, int32_t b) {
+    if (kv->state[b] == KV_CACHED) {
+        lru_unlink(kv, b);
+        kv->state[b] = KV_USED;
+        kv->n_cached--;
+        kv->n_used++;
+    }
+    kv->ref[b]++;
+}
+
+/* ---- sequences ---- */
 
 hn_status kv_seq_init(kv_seq *s, const kv_cache *kv, int32_t max_tokens, hn_err *err) {
-    s->blocks = NULL;
-    s->n_blocks = s->cap_blocks = s->n_tokens = 0;
+    memset(s, 0, sizeof *s);
     if (max_tokens <= 0) return hn_errf(err, HN_ERR_INVALID, "kv: sequence of %d tokens", (int)max_tokens);
     int bs = kv->cfg.block_size;
     int32_t cap = (int32_t)(((int64_t)max_tokens + bs - 1) / bs);
@@ -85,8 +305,7 @@ void kv_seq_free(kv_seq *s, kv_cache *kv) {
     if (!s) return;
     if (kv) kv_seq_truncate(kv, s, 0);
     hn_free(s->blocks);
-    s->blocks = NULL;
-    s->n_blocks = s->cap_blocks = s->n_tokens = 0;
+    memset(s, 0, sizeof *s);
 }
 
 hn_status kv_seq_reserve(kv_cache *kv, kv_seq *s, int32_t n_tokens, hn_err *err) {
@@ -107,6 +326,225 @@ void kv_seq_truncate(kv_cache *kv, kv_seq *s, int32_t n_tokens) {
     if (n_tokens < 0) n_tokens = 0;
     int bs = kv->cfg.block_size;
     int32_t keep = (int32_t)(((int64_t)n_tokens + bs - 1) / bs);
+    if (keep > s->n_blocks) keep = s->n_blocks;
+    if (n_tokens % bs && keep > 0 && keep - 1 < s->n_hashed && keep * bs > n_tokens) {
+        keep--; /* never write into a published block */
+        n_tokens = keep * bs;
+    }
     while (s->n_blocks > keep) kv_block_release(kv, s->blocks[--s->n_blocks]);
+    if (s->n_hashed > s->n_blocks) s->n_hashed = s->n_blocks;
     if (s->n_tokens > n_tokens) s->n_tokens = n_tokens;
+}
+
+/* ---- prefix cache ---- */
+
+static uint64_t seq_parent(const kv_cache *kv, const kv_seq *s) {
+    return s->n_hashed ? kv->hash[s->blocks[s->n_hashed - 1]] : KV_ROOT_SEED;
+}
+
+int32_t kv_seq_match(kv_cache *kv, kv_seq *s, const int32_t *tokens, int32_t n_max) {
+    int bs = kv->cfg.block_size;
+    if (s->n_tokens != s->n_hashed * bs || s->n_blocks != s->n_hashed) return 0;
+    uint64_t parent = seq_parent(kv, s);
+    int32_t added = 0;
+    while ((int64_t)(s->n_hashed + 1) * bs <= n_max && s->n_blocks < s->cap_blocks) {
+        const int32_t *toks = tokens + (size_t)s->n_hashed * (size_t)bs;
+        uint64_t h = chain_hash(kv, parent, toks);
+        int32_t b = ht_find(kv, h, parent, toks);
+        if (b < 0) break;
+        block_ref(kv, b);
+        s->blocks[s->n_blocks++] = b;
+        s->n_hashed++;
+        s->n_tokens += bs;
+        added += bs;
+        kv->hit_blocks++;
+        parent = h;
+    }
+    return added;
+}
+
+void kv_seq_commit(kv_cache *kv, kv_seq *s, const int32_t *tokens, int32_t n) {
+    int bs = kv->cfg.block_size;
+    int32_t lim = n < s->n_tokens ? n : s->n_tokens;
+    int32_t full = lim / bs;
+    if (full > s->n_blocks) full = s->n_blocks;
+    uint64_t parent = seq_parent(kv, s);
+    while (s->n_hashed < full) {
+        int32_t i = s->n_hashed, b = s->blocks[i];
+        const int32_t *toks = tokens + (size_t)i * (size_t)bs;
+        uint64_t h = chain_hash(kv, parent, toks);
+        int32_t e = ht_find(kv, h, parent, toks);
+        if (e >= 0 && e != b) {
+            /* computed twice (two sequences at once): keep the published copy */
+            block_ref(kv, e);
+            s->blocks[i] = e;
+            kv_block_release(kv, b);
+        } else if (e < 0) {
+            kv->hash[b] = h;
+            kv->parent[b] = parent;
+            memcpy(kv->btok + (size_t)b * (size_t)bs, toks, sizeof(int32_t) * (size_t)bs);
+            ht_insert(kv, b);
+        }
+        s->n_hashed++;
+        parent = h;
+    }
+}
+
+uint64_t kv_seq_next_hash(const kv_cache *kv, const kv_seq *s, const int32_t *tokens, int32_t n) {
+    int bs = kv->cfg.block_size;
+    if (s->n_tokens != s->n_hashed * bs || (int64_t)(s->n_hashed + 1) * bs > n) return 0;
+    return chain_hash(kv, seq_parent(kv, s), tokens + (size_t)s->n_hashed * (size_t)bs);
+}
+
+void kv_trim(kv_cache *kv, int32_t keep_cached) {
+    if (keep_cached < 0) keep_cached = 0;
+    while (kv->n_cached > keep_cached && kv->lru_head >= 0) {
+        int32_t b = kv->lru_head;
+        unpublish_cached(kv, b);
+        make_free(kv, b);
+    }
+    for (int32_t s = 0; s < kv->n_slabs; s++)
+        if (kv->slab[s] && kv->slab_live[s] == 0) slab_unmap(kv, s);
+}
+
+void kv_get_stats(const kv_cache *kv, kv_stats *o) {
+    o->blocks_max = kv->cfg.n_blocks;
+    o->blocks_backed = kv->n_backed;
+    o->blocks_used = kv->n_used;
+    o->blocks_cached = kv->n_cached;
+    o->blocks_free = kv->n_free;
+    o->slabs_mapped = kv->n_mapped_slabs;
+    o->bytes = kv->bytes;
+    o->peak_bytes = kv->peak_bytes;
+    o->evictions = kv->evictions;
+    o->hit_blocks = kv->hit_blocks;
+}
+
+/* ---- invariants (tests) ---- */
+
+hn_status kv_check(const kv_cache *kv, const kv_seq *const *seqs, int n_seqs, hn_err *err) {
+    int32_t nb = kv->cfg.n_blocks, cnt[4] = {0};
+    for (int32_t b = 0; b < nb; b++) {
+        int st = kv->state[b];
+        if (st > KV_CACHED) return hn_errf(err, HN_ERR_INTERNAL, "kv: block %d has state %d", (int)b, st);
+        cnt[st]++;
+        bool mapped = kv->slab[b / kv->slab_blocks] != NULL;
+        if (mapped != (st != KV_UNBACKED))
+            return hn_errf(err, HN_ERR_INTERNAL, "kv: block %d state %d in a %smapped slab", (int)b, st, mapped ? "" : "un");
+        if ((st == KV_USED) != (kv->ref[b] > 0))
+            return hn_errf(err, HN_ERR_INTERNAL, "kv: block %d state %d with ref %d", (int)b, st, (int)kv->ref[b]);
+        if (st == KV_CACHED && !kv->pub[b]) return hn_errf(err, HN_ERR_INTERNAL, "kv: cached block %d unpublished", (int)b);
+        if ((st == KV_FREE || st == KV_UNBACKED) && kv->pub[b])
+            return hn_errf(err, HN_ERR_INTERNAL, "kv: free block %d still published", (int)b);
+    }
+    if (cnt[KV_FREE] != kv->n_free || cnt[KV_USED] != kv->n_used || cnt[KV_CACHED] != kv->n_cached ||
+        nb - cnt[KV_UNBACKED] != kv->n_backed)
+        return hn_errf(err, HN_ERR_INTERNAL, "kv: counters free %d used %d cached %d backed %d, states say %d %d %d %d",
+                       (int)kv->n_free, (int)kv->n_used, (int)kv->n_cached, (int)kv->n_backed, (int)cnt[KV_FREE],
+                       (int)cnt[KV_USED], (int)cnt[KV_CACHED], (int)(nb - cnt[KV_UNBACKED]));
+    size_t bytes = 0;
+    int32_t mapped = 0;
+    for (int32_t s = 0; s < kv->n_slabs; s++) {
+        int32_t live = 0, nfree = 0, sz = slab_size(kv, s);
+        for (int32_t i = 0; i < sz; i++) {
+            int st = kv->state[s * kv->slab_blocks + i];
+            live += st == KV_USED || st == KV_CACHED;
+            nfree += st == KV_FREE;
+        }
+        if (!kv->slab[s]) {
+            if (kv->slab_nfree[s]) return hn_errf(err, HN_ERR_INTERNAL, "kv: unmapped slab %d has free blocks", (int)s);
+            continue;
+        }
+        mapped++;
+        bytes += (size_t)sz * kv->block_bytes;
+        if (live != kv->slab_live[s] || nfree != kv->slab_nfree[s])
+            return hn_errf(err, HN_ERR_INTERNAL, "kv: slab %d live %d free %d, counted %d %d", (int)s,
+                           (int)kv->slab_live[s], (int)kv->slab_nfree[s], (int)live, (int)nfree);
+        const int32_t *stack = kv->free_ids + (size_t)s * (size_t)kv->slab_blocks;
+        for (int32_t i = 0; i < nfree; i++) {
+            int32_t b = stack[i];
+            if (b / kv->slab_blocks != s || kv->state[b] != KV_FREE)
+                return hn_errf(err, HN_ERR_INTERNAL, "kv: slab %d free stack holds block %d", (int)s, (int)b);
+            for (int32_t j = 0; j < i; j++)
+                if (stack[j] == b) return hn_errf(err, HN_ERR_INTERNAL, "kv: block %d twice on a free stack", (int)b);
+        }
+    }
+    if (bytes != kv->bytes || mapped != kv->n_mapped_slabs)
+        return hn_errf(err, HN_ERR_INTERNAL, "kv: %zu bytes in %d slabs, counted %zu in %d", kv->bytes,
+                       (int)kv->n_mapped_slabs, bytes, (int)mapped);
+    int32_t n_lru = 0, prev = -1;
+    for (int32_t b = kv->lru_head; b >= 0; b = kv->lru_next[b]) {
+        if (kv->state[b] != KV_CACHED || kv->lru_prev[b] != prev || ++n_lru > nb)
+            return hn_errf(err, HN_ERR_INTERNAL, "kv: LRU list broken at block %d", (int)b);
+        prev = b;
+    }
+    if (prev != kv->lru_tail || n_lru != kv->n_cached)
+        return hn_errf(err, HN_ERR_INTERNAL, "kv: LRU holds %d blocks, %d cached", (int)n_lru, (int)kv->n_cached);
+    int32_t n_pub = 0, n_chain = 0;
+    for (int32_t b = 0; b < nb; b++) n_pub += kv->pub[b];
+    for (uint32_t i = 0; i <= kv->ht_mask; i++)
+        for (int32_t b = kv->ht[i]; b >= 0; b = kv->ht_next[b]) {
+            if (!kv->pub[b] || ((uint32_t)kv->hash[b] & kv->ht_mask) != i || ++n_chain > nb)
+                return hn_errf(err, HN_ERR_INTERNAL, "kv: hash table bucket %u holds block %d wrongly", i, (int)b);
+            if (ht_find(kv, kv->hash[b], kv->parent[b], kv->btok + (size_t)b * (size_t)kv->cfg.block_size) != b)
+                return hn_errf(err, HN_ERR_INTERNAL, "kv: block %d published twice under one hash", (int)b);
+        }
+    if (n_chain != n_pub)
+        return hn_errf(err, HN_ERR_INTERNAL, "kv: %d published blocks, %d in the hash table", (int)n_pub, (int)n_chain);
+    if (!seqs) return HN_OK;
+    int32_t *refs = hn_calloc((size_t)nb, sizeof(int32_t));
+    if (!refs) return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory");
+    hn_status st = HN_OK;
+    for (int i = 0; i < n_seqs && !st; i++) {
+        const kv_seq *s = seqs[i];
+        if (s->n_hashed > s->n_blocks || s->n_tokens > s->n_blocks * kv->cfg.block_size || s->n_blocks > s->cap_blocks)
+            st = hn_errf(err, HN_ERR_INTERNAL, "kv: sequence %d: %d tokens, %d blocks, %d published", i, (int)s->n_tokens,
+                         (int)s->n_blocks, (int)s->n_hashed);
+        for (int32_t j = 0; j < s->n_blocks && !st; j++) {
+            int32_t b = s->blocks[j];
+            if (b < 0 || b >= nb || kv->state[b] != KV_USED)
+                st = hn_errf(err, HN_ERR_INTERNAL, "kv: sequence %d holds block %d in state %d", i, (int)b,
+                             b >= 0 && b < nb ? kv->state[b] : -1);
+            else if (j < s->n_hashed && !kv->pub[b])
+                st = hn_errf(err, HN_ERR_INTERNAL, "kv: sequence %d block %d should be published", i, (int)j);
+            else refs[b]++;
+        }
+    }
+    for (int32_t b = 0; b < nb && !st; b++)
+        if (refs[b] != kv->ref[b])
+            st = hn_errf(err, HN_ERR_INTERNAL, "kv: block %d has ref %d, held %d times", (int)b, (int)kv->ref[b],
+                         (int)refs[b]);
+    hn_free(refs);
+    return st;
+}
+
+/* ---- element conversion ---- */
+
+void kv_store_row(kv_cache *kv, const kv_seq *s, int layer, int32_t pos, const float *k, const float *v) {
+    int bs = kv->cfg.block_size;
+    int32_t b = s->blocks[pos / bs];
+    size_t slot = (size_t)(pos % bs);
+    unsigned char *kd = kv_block_kraw(kv, b, layer) + slot * kv->k_row_bytes;
+    unsigned char *vd = kv_block_vraw(kv, b, layer) + slot * kv->v_row_bytes;
+    if (kv->cfg.type == QT_F32) memcpy(kd, k, kv->k_row_bytes);
+    else qt_traits(kv->cfg.type)->from_float(k, kd, (int64_t)kv->row_elems);
+    if (kv->cfg.v_type == QT_F32) memcpy(vd, v, kv->v_row_bytes);
+    else qt_traits(kv->cfg.v_type)->from_float(v, vd, (int64_t)kv->row_elems);
+}
+
+static void rows_to_f32(qt_type t, int hd, const unsigned char *src, size_t stride, int n, float *dst) {
+    if (t == QT_F32) {
+        for (int i = 0; i < n; i++) memcpy(dst + (size_t)i * (size_t)hd, src + (size_t)i * stride, sizeof(float) * (size_t)hd);
+        return;
+    }
+    qt_to_float_fn f = qt_traits(t)->to_float;
+    for (int i = 0; i < n; i++) f(src + (size_t)i * stride, dst + (size_t)i * (size_t)hd, hd);
+}
+
+void kv_k_to_f32(const kv_cache *kv, const unsigned char *src, size_t stride, int n, float *dst) {
+    rows_to_f32(kv->cfg.type, kv->cfg.head_dim, src, stride, n, dst);
+}
+
+void kv_v_to_f32(const kv_cache *kv, const unsigned char *src, size_t stride, int n, float *dst) {
+    rows_to_f32(kv->cfg.v_type, kv->cfg.head_dim, src, stride, n, dst);
 }

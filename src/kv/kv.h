@@ -1,69 +1,136 @@
-/* kv.h: the paged KV cache.
+/* kv.h: the paged KV cache with its prefix cache.
  *
  * Memory is a pool of fixed-size blocks. A block holds the keys and values of
  * `block_size` consecutive positions of one sequence, for every layer:
  *
- *   block = [layer][K | V][slot 0..block_size)[n_head_kv * head_dim]  (elements of `type`)
+ *   block = [layer][K rows 0..block_size)[V rows 0..block_size)
+ *   K row = n_head_kv * head_dim elements of `type`   (k_row_bytes)
+ *   V row = n_head_kv * head_dim elements of `v_type` (v_row_bytes)
  *
- * Free blocks sit on a free list. A sequence (kv_seq) owns a block table:
- * block ids in position order, so position p lives in blocks[p / block_size],
- * slot p % block_size. The model writes and reads through kv_k / kv_v, the one
- * place that knows where a (block, layer, slot) lives; a later storage scheme
- * (f16/q8_0 elements, blocks spread over growing slabs) changes only those.
+ * Elements are f32, f16 or q8_0 for K and f32, f16, q8_0, q4_0 or q4_1 for V
+ * (q8_0 K with q4_0/q4_1 V is the "8-bit K, 4-bit V" mode); one head's part of
+ * a row is contiguous (head_dim is a multiple of 32 for the block types).
  *
- * The pool does not grow: kv_create maps all blocks up front (hn_pages_alloc,
- * so freeing the cache returns the memory to the OS). Block allocation and the
- * block-table operations never allocate heap memory once a kv_seq exists.
- * Not thread-safe: one engine thread owns the cache. */
+ * Elastic memory. Blocks live in slabs of `slab_blocks` blocks, each one
+ * hn_pages_alloc mapping. A slab is mapped when the first of its blocks is
+ * needed and unmapped when its last block becomes free again (one empty slab
+ * is kept as a spare), so memory follows what the sequences hold. n_blocks is
+ * the cap: the most blocks the pool may ever map. Block ids are
+ * slab * slab_blocks + index; new blocks come from the lowest slab with room,
+ * which packs live data into few slabs.
+ *
+ * Prefix cache. A full block can be published under a chained hash:
+ *   hash(block i) = XXH3_64(tokens of block i, seed = hash(block i-1))
+ * so a hash names the block's tokens AND everything before them. Published
+ * blocks are refcounted and shared by every sequence whose tokens start the
+ * same way, without copies (a sequence never writes into a full block, so a
+ * shared block is read-only by construction). A block whose last reference
+ * goes away stays in the hash table as "cached" on an LRU list until the pool
+ * needs its memory: allocation takes free blocks first, then maps a new slab
+ * (under the cap), then evicts the least recently released cached block.
+ * Sequences release their blocks tail first, so the tail of a conversation is
+ * evicted before the head it shares with others. Every block is in exactly
+ * one state: unbacked (its slab is not mapped), free, used (ref > 0) or cached
+ * (ref == 0, hashed, on the LRU list).
+ *
+ * A sequence (kv_seq) owns a block table: block ids in position order, so
+ * position p lives in blocks[p / block_size], slot p % block_size. The
+ * model writes and reads through kv_store_row and the kv_block_* accessors,
+ * the one place that knows where a (block, layer, slot) lives.
+ *
+ * Nothing here allocates heap memory once the cache and a kv_seq exist,
+ * except mapping a slab. Not thread-safe: one engine thread owns the cache. */
 #ifndef HN_KV_H
 #define HN_KV_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "../core/status.h"
 #include "../quant/blocks.h"
 
+#define KV_DEFAULT_BLOCK 32
+
 typedef struct kv_config {
     int n_layer;
     int n_head_kv;
     int head_dim;
-    int block_size;   /* positions per block; 0 means the default (16) */
-    int32_t n_blocks; /* blocks in the pool */
-    qt_type type;     /* element type; only QT_F32 for now */
+    int block_size;      /* positions per block; 0 means KV_DEFAULT_BLOCK */
+    int32_t n_blocks;    /* the cap: most blocks the pool may map */
+    qt_type type;        /* K element type: QT_F32, QT_F16 or QT_Q8_0 */
+    qt_type v_type;      /* V element type: QT_F32 (0, the default), QT_F16, QT_Q8_0, QT_Q4_0, QT_Q4_1 */
+    int32_t slab_blocks; /* blocks per slab; 0: as many as fit about 32 MiB (at least 1) */
 } kv_config;
+
+/* Engine-facing counters (blocks and bytes now, plus totals since creation). */
+typedef struct kv_stats {
+    int32_t blocks_max;     /* the cap */
+    int32_t blocks_backed;  /* in mapped slabs */
+    int32_t blocks_used;    /* ref > 0 */
+    int32_t blocks_cached;  /* ref == 0, reusable prefix */
+    int32_t blocks_free;    /* mapped, holding nothing */
+    int32_t slabs_mapped;
+    size_t bytes;           /* slab memory mapped now */
+    size_t peak_bytes;
+    uint64_t evictions;     /* cached blocks reclaimed */
+    uint64_t hit_blocks;    /* blocks reused by kv_seq_match */
+} kv_stats;
 
 typedef struct kv_cache {
     kv_config cfg;
-    size_t row_elems;     /* n_head_kv * head_dim: one position's K (or V) of one layer */
-    size_t layer_bytes;   /* K and V of one layer within a block */
+    size_t row_elems;      /* n_head_kv * head_dim: one position's K (or V) of one layer */
+    size_t k_row_bytes, v_row_bytes;
+    size_t k_head_bytes, v_head_bytes; /* one kv head's part of a row */
+    size_t layer_bytes;    /* K and V of one layer within a block */
     size_t block_bytes;
-    unsigned char *base;  /* n_blocks * block_bytes */
-    size_t base_bytes;
-    int32_t *free_list;   /* stack of free block ids */
-    int32_t n_free;
+    int32_t slab_blocks, n_slabs;
+    unsigned char **slab;  /* [n_slabs], NULL while unmapped */
+    /* private to kv.c from here on */
+    int32_t *slab_nfree;   /* free blocks in each mapped slab */
+    int32_t *slab_live;    /* used + cached blocks in each slab */
+    int32_t *free_ids;     /* per slab: a stack of its free block ids, slab_blocks each */
+    int32_t *ref;
+    uint8_t *state;        /* KV_UNBACKED, KV_FREE, KV_USED, KV_CACHED */
+    uint8_t *pub;          /* published in the hash table */
+    uint64_t *hash, *parent;
+    int32_t *btok;         /* [n_blocks][block_size] tokens of each published block */
+    int32_t *lru_prev, *lru_next;
+    int32_t lru_head, lru_tail; /* head: evicted first */
+    int32_t *ht, *ht_next; /* hash table of published blocks (chained, -1 ends) */
+    uint32_t ht_mask;
+    int32_t n_backed, n_used, n_cached, n_free, n_mapped_slabs;
+    size_t bytes, peak_bytes;
+    uint64_t evictions, hit_blocks;
 } kv_cache;
 
 /* A sequence's block table: blocks[0..n_blocks) cover positions
- * [0, n_blocks * block_size); n_tokens positions hold valid K/V. */
+ * [0, n_blocks * block_size); n_tokens positions hold valid K/V; blocks
+ * [0, n_hashed) are published (full, read-only, possibly shared). */
 typedef struct kv_seq {
     int32_t *blocks;
     int32_t n_blocks;
     int32_t cap_blocks; /* capacity of `blocks` (fixed at kv_seq_init) */
     int32_t n_tokens;
+    int32_t n_hashed;
 } kv_seq;
 
-/* Creates a cache; fails with HN_ERR_UNSUPPORTED for element types other than
- * f32 and HN_ERR_NOMEM if the pool cannot be mapped. */
+/* Creates a cache; maps nothing until blocks are taken. Fails with
+ * HN_ERR_UNSUPPORTED for other element types (or a head_dim the block type
+ * does not divide), HN_ERR_INVALID for a bad shape, HN_ERR_NOMEM. */
 hn_status kv_create(const kv_config *cfg, kv_cache **out, hn_err *err);
+/* Unmaps every slab and frees the cache (sequences must be freed first). */
 void kv_free(kv_cache *kv);
 
 /* Bytes of one block (all layers, K and V). */
 size_t kv_block_bytes(const kv_config *cfg);
+/* Blocks that could be handed out now: free + cached + not yet mapped under the cap. */
 int32_t kv_n_free(const kv_cache *kv);
-/* Takes a block off the free list; -1 if the pool is exhausted. */
+/* Takes a block (ref 1): a free one, else from a newly mapped slab, else by
+ * evicting the least recently released cached block; -1 if none is left. */
 int32_t kv_block_alloc(kv_cache *kv);
-/* Puts a block back on the free list. */
+/* Drops one reference; at zero a published block becomes cached, another
+ * becomes free (and its slab may be unmapped). */
 void kv_block_release(kv_cache *kv, int32_t block);
 
 /* Prepares an empty sequence able to hold max_tokens positions (allocates its
@@ -75,22 +142,61 @@ void kv_seq_free(kv_seq *s, kv_cache *kv);
  * as needed (no heap allocation). HN_ERR_RANGE past the table's capacity,
  * HN_ERR_FULL if the pool runs out (blocks taken so far stay in the table). */
 hn_status kv_seq_reserve(kv_cache *kv, kv_seq *s, int32_t n_tokens, hn_err *err);
-/* Keeps positions [0, n_tokens) and returns blocks no longer needed to the pool. */
+/* Keeps positions [0, n_tokens) and releases the blocks no longer needed,
+ * tail first. A kept block that is published (shared) is never written
+ * again, so if n_tokens ends inside one, that block goes too and n_tokens
+ * drops to its start. */
 void kv_seq_truncate(kv_cache *kv, kv_seq *s, int32_t n_tokens);
+
+/* ---- prefix cache ---- */
+
+/* Extends a sequence with cached blocks: while the next full block of
+ * tokens (the sequence's positions n_tokens.. of `tokens`) is published and
+ * ends at or before n_max, takes a reference to it and appends it. Only
+ * works on a sequence whose blocks are all published (n_tokens ==
+ * n_hashed * block_size; e.g. an empty one); otherwise adds nothing. Returns
+ * the number of positions added (a multiple of block_size). */
+int32_t kv_seq_match(kv_cache *kv, kv_seq *s, const int32_t *tokens, int32_t n_max);
+/* Publishes the sequence's full, computed blocks (those inside
+ * [0, min(n, n_tokens)) not yet published), tokens[] being its tokens from
+ * position 0. A block whose hash is already published by another block is
+ * replaced by that block (one copy kept). */
+void kv_seq_commit(kv_cache *kv, kv_seq *s, const int32_t *tokens, int32_t n);
+/* The chained hash of the block that would follow the sequence's published
+ * blocks if it held tokens[n_hashed*bs .. +bs) (for schedulers that avoid
+ * computing one block twice at once); 0 if the sequence is not at a
+ * published boundary or fewer than bs tokens remain below n. */
+uint64_t kv_seq_next_hash(const kv_cache *kv, const kv_seq *s, const int32_t *tokens, int32_t n);
+/* Evicts cached blocks, least recently released first, until at most
+ * keep_cached remain, then unmaps every empty slab (the spare too). */
+void kv_trim(kv_cache *kv, int32_t keep_cached);
+void kv_get_stats(const kv_cache *kv, kv_stats *out);
+/* Checks every internal invariant (states, counters, free stacks, LRU list,
+ * hash table, slab accounting) and, given every live sequence, that each
+ * block's refcount equals its occurrences in their tables. HN_OK or
+ * HN_ERR_INTERNAL with the first violation. For tests. */
+hn_status kv_check(const kv_cache *kv, const kv_seq *const *seqs, int n_seqs, hn_err *err);
 
 /* ---- location math: the only place that knows the layout ---- */
 
 static inline unsigned char *kv_block_ptr(const kv_cache *kv, int32_t block) {
-    return kv->base + (size_t)block * kv->block_bytes;
+    return kv->slab[block / kv->slab_blocks] + (size_t)(block % kv->slab_blocks) * kv->block_bytes;
 }
-/* Keys of `layer` in `block`: block_size rows of row_elems floats, slot-major. */
+/* Raw K rows of `layer` in `block`: block_size rows of k_row_bytes, slot-major. */
+static inline unsigned char *kv_block_kraw(const kv_cache *kv, int32_t block, int layer) {
+    return kv_block_ptr(kv, block) + (size_t)layer * kv->layer_bytes;
+}
+static inline unsigned char *kv_block_vraw(const kv_cache *kv, int32_t block, int layer) {
+    return kv_block_kraw(kv, block, layer) + (size_t)kv->cfg.block_size * kv->k_row_bytes;
+}
+/* f32 caches only: keys of `layer` in `block` as block_size rows of row_elems floats. */
 static inline float *kv_block_k(const kv_cache *kv, int32_t block, int layer) {
-    return (float *)(kv_block_ptr(kv, block) + (size_t)layer * kv->layer_bytes);
+    return (float *)kv_block_kraw(kv, block, layer);
 }
 static inline float *kv_block_v(const kv_cache *kv, int32_t block, int layer) {
-    return (float *)(kv_block_ptr(kv, block) + (size_t)layer * kv->layer_bytes + kv->layer_bytes / 2);
+    return (float *)kv_block_vraw(kv, block, layer);
 }
-/* Key row of position pos of a sequence (pos must be covered by its blocks). */
+/* f32 caches only: the key row of position pos of a sequence (pos must be covered by its blocks). */
 static inline float *kv_k(const kv_cache *kv, const kv_seq *s, int layer, int32_t pos) {
     int bs = kv->cfg.block_size;
     return kv_block_k(kv, s->blocks[pos / bs], layer) + (size_t)(pos % bs) * kv->row_elems;
@@ -99,5 +205,12 @@ static inline float *kv_v(const kv_cache *kv, const kv_seq *s, int layer, int32_
     int bs = kv->cfg.block_size;
     return kv_block_v(kv, s->blocks[pos / bs], layer) + (size_t)(pos % bs) * kv->row_elems;
 }
+/* Stores one position's K and V rows (row_elems floats each), converting to
+ * the cache's element types. */
+void kv_store_row(kv_cache *kv, const kv_seq *s, int layer, int32_t pos, const float *k, const float *v);
+/* Converts n K (V) rows-parts of one kv head, each head_dim elements, stored
+ * `stride` bytes apart starting at src, into n rows of head_dim floats. */
+void kv_k_to_f32(const kv_cache *kv, const unsigned char *src, size_t stride, int n, float *dst);
+void kv_v_to_f32(const kv_cache *kv, const unsigned char *src, size_t stride, int n, float *dst);
 
 #endif

@@ -8,7 +8,9 @@
  * weighted V rows. Only positions the token may see are visited (causal, and
  * the sliding window if any): no work is spent on masked positions. The dot
  * and axpy over head_dim are the backend's vector helpers (AVX2+FMA when the
- * CPU has them). */
+ * CPU has them). Quantized caches (f16/q8_0 K, f16/q8_0/q4 V) are dequantized
+ * one chunk of at most CPU_ATTN_SCORE_CAP rows at a time into per-thread
+ * scratch. */
 #include <math.h>
 #include <string.h>
 
@@ -33,6 +35,9 @@ static void attn_item(cpu_be *cb, const be_attn_args *a, int t, int kvh, float *
     float *m = acc + (size_t)group * (size_t)hd; /* [group] running max */
     float *l = m + group;                      /* [group] running sum */
     float *s = l + group;                      /* [group][CPU_ATTN_SCORE_CAP] scores */
+    float *kd = s + (size_t)group * CPU_ATTN_SCORE_CAP; /* [CPU_ATTN_SCORE_CAP][hd] dequantized K (quantized caches) */
+    float *vd = kd + (size_t)CPU_ATTN_SCORE_CAP * (size_t)hd; /* same for V */
+    const bool k_f32 = kv->cfg.type == QT_F32, v_f32 = kv->cfg.v_type == QT_F32;
     for (int h = 0; h < group; h++) {
         m[h] = -INFINITY;
         l[h] = 0.0f;
@@ -46,14 +51,29 @@ static void attn_item(cpu_be *cb, const be_attn_args *a, int t, int kvh, float *
         int32_t p1 = (blk + 1) * bs - 1 < hi ? (blk + 1) * bs - 1 : hi;
         if (p1 - p0 + 1 > CPU_ATTN_SCORE_CAP) p1 = p0 + CPU_ATTN_SCORE_CAP - 1;
         int np = p1 - p0 + 1;
-        const float *kb = kv_block_k(kv, seq->blocks[blk], a->layer) + (size_t)slot0 * row + (size_t)kvh * (size_t)hd;
-        const float *vb = kv_block_v(kv, seq->blocks[blk], a->layer) + (size_t)slot0 * row + (size_t)kvh * (size_t)hd;
+        /* this chunk's K and V rows of kv head kvh: in place for f32, else dequantized */
+        const unsigned char *kr = kv_block_kraw(kv, seq->blocks[blk], a->layer) + (size_t)slot0 * kv->k_row_bytes +
+                                  (size_t)kvh * kv->k_head_bytes;
+        const unsigned char *vr = kv_block_vraw(kv, seq->blocks[blk], a->layer) + (size_t)slot0 * kv->v_row_bytes +
+                                  (size_t)kvh * kv->v_head_bytes;
+        const float *kb = (const float *)kr, *vb = (const float *)vr;
+        size_t krow = row, vrow = row;
+        if (!k_f32) {
+            kv_k_to_f32(kv, kr, kv->k_row_bytes, np, kd);
+            kb = kd;
+            krow = (size_t)hd;
+        }
+        if (!v_f32) {
+            kv_v_to_f32(kv, vr, kv->v_row_bytes, np, vd);
+            vb = vd;
+            vrow = (size_t)hd;
+        }
         for (int h = 0; h < group; h++) {
             const float *qh = q + (size_t)h * (size_t)hd;
             float *sh = s + (size_t)h * CPU_ATTN_SCORE_CAP;
             float mx = m[h];
             for (int i = 0; i < np; i++) {
-                sh[i] = cb->vdot(qh, kb + (size_t)i * row, hd) * a->scale;
+                sh[i] = cb->vdot(qh, kb + (size_t)i * krow, hd) * a->scale;
                 if (sh[i] > mx) mx = sh[i];
             }
             float corr = expf(m[h] - mx); /* 0 on the first block (m = -inf) */
@@ -66,7 +86,7 @@ static void attn_item(cpu_be *cb, const be_attn_args *a, int t, int kvh, float *
             for (int i = 0; i < np; i++) {
                 float wgt = expf(sh[i] - mx);
                 l[h] += wgt;
-                cb->vaxpy(ah, wgt, vb + (size_t)i * row, hd);
+                cb->vaxpy(ah, wgt, vb + (size_t)i * vrow, hd);
             }
         }
         p0 = p1 + 1;

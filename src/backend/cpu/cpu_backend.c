@@ -182,10 +182,7 @@ static void op_kv_store(be_backend *b, kv_cache *kv, int layer, int n_tokens, co
                         const int32_t *pos, const kv_seq *const *seqs) {
     (void)b;
     size_t row = kv->row_elems;
-    for (int t = 0; t < n_tokens; t++) {
-        memcpy(kv_k(kv, seqs[t], layer, pos[t]), k + (size_t)t * row, sizeof(float) * row);
-        memcpy(kv_v(kv, seqs[t], layer, pos[t]), v + (size_t)t * row, sizeof(float) * row);
-    }
+    for (int t = 0; t < n_tokens; t++) kv_store_row(kv, seqs[t], layer, pos[t], k + (size_t)t * row, v + (size_t)t * row);
 }
 
 /* ---- routing, argmax, softmax ---- */
@@ -276,7 +273,8 @@ static hn_status op_reserve(be_backend *b, const be_limits *lim, hn_err *err) {
     hn_free(cb->attn);
     int g = lim->max_group > 0 ? lim->max_group : 1;
     int hd = lim->max_head_dim > 0 ? lim->max_head_dim : 1;
-    cb->attn_stride = (size_t)g * ((size_t)hd + 2 + CPU_ATTN_SCORE_CAP);
+    /* + dequantized K and V rows of one chunk (quantized KV caches) */
+    cb->attn_stride = (size_t)g * ((size_t)hd + 2 + CPU_ATTN_SCORE_CAP) + 2 * (size_t)CPU_ATTN_SCORE_CAP * (size_t)hd;
     cb->attn = hn_malloc(sizeof(float) * cb->attn_stride * (size_t)cb->nth);
     if (!cb->attn) return hn_errf(err, HN_ERR_NOMEM, "cpu backend: cannot allocate attention scratch");
     return HN_OK;
