@@ -37,8 +37,17 @@ typedef struct eng_params {
     int32_t step_tokens;      /* token budget per step (decode + prefill chunks); 0: default */
     int32_t max_running;      /* most sequences in one step; 0: default */
     bool prefix_cache;        /* reuse cached prompt blocks across requests (default on: set by eng_default_params) */
-    int kv_type;              /* 0: f32, later f16/q8_0/k8v4 */
+    int kv_type;              /* eng_kv_type: 0 f32, 1 f16, 2 q8_0, 3 q8_0 K + q4_1 V */
+    /* added after the first cut (zero keeps the default) */
+    int32_t cache_idle_ms;    /* drop cached prefixes (and their memory) after this long idle; 0: 5 min, <0: never */
+    bool debug_check;         /* verify every KV cache invariant after each step (slow; for tests) */
 } eng_params;
+
+typedef enum eng_kv_type { ENG_KV_F32 = 0, ENG_KV_F16, ENG_KV_Q8_0, ENG_KV_K8V4 } eng_kv_type;
+
+/* Parses "f32", "f16", "q8_0", "k8v4" into *out; false if unknown. */
+bool eng_kv_type_from_name(const char *name, int *out);
+const char *eng_kv_type_name(int kv_type);
 
 /* Defaults for every field (model_path NULL). */
 eng_params eng_default_params(void);
@@ -114,10 +123,24 @@ typedef struct eng_stats {
     uint64_t cached_tokens;    /* served from the prefix cache */
     uint64_t generated_tokens;
     int32_t n_running, n_waiting;
+    /* added after the first cut */
+    int32_t blocks_max;        /* the pool's cap (kv_max_bytes / block bytes) */
+    int32_t block_size;
+    size_t block_bytes;
+    uint64_t computed_tokens;  /* tokens run through the model (prompt, recomputation, decode) */
+    uint64_t evictions;        /* cached blocks reclaimed for other use */
+    uint64_t preemptions;      /* sequences pushed out for memory (resumed later by recomputation) */
+    uint64_t steps;
+    uint64_t check_failures;   /* debug_check: steps whose invariant check failed */
+    char check_error[160];     /* the first failure's message */
 } eng_stats;
 
 /* A consistent snapshot of engine-wide counters. Thread-safe. */
 void eng_get_stats(eng_engine *e, eng_stats *out);
+/* Drops every cached (unreferenced) prefix block and unmaps the empty slabs
+ * now, as the idle timer would; returns once done. Thread-safe; not from an
+ * event callback. */
+void eng_trim(eng_engine *e);
 
 /* The tokenizer and model facts a server needs (valid for the engine's life). */
 struct tok_vocab;

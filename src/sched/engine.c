@@ -1,0 +1,750 @@
+/* engine.c: the engine thread: requests, continuous batching with chunked
+ * prefill under a per-step token budget, the prefix cache in use, preemption
+ * when the KV pool is full, and the thread-safe API of engine.h.
+ *
+ * Threads. Submitters put requests on `incoming` and flag cancels under the
+ * engine mutex; the engine thread alone touches the model, the KV cache and
+ * the waiting/running sets, and never holds the mutex while it runs a step
+ * or calls an event callback (so a callback may call eng_cancel).
+ *
+ * A request is its token list toks[0..n_toks) (the prompt, then every token
+ * sampled so far) and a KV sequence holding toks[0..seq.n_tokens). Each step
+ * it needs toks[seq.n_tokens..n_toks) computed: one token for a decoding
+ * request, the rest of the prompt (or of a recomputation after preemption)
+ * for a prefilling one. Computing the last of them yields logits and the
+ * next token. A step is:
+ *   1. cancels: cancelled requests finish and release their blocks;
+ *   2. admission: waiting requests (FIFO; preempted ones first) join while
+ *      fewer than max_running run and the pool has room for their first
+ *      chunk; each first takes every cached block of its prefix (at most
+ *      n_toks - 1 positions, so the last token is always computed);
+ *   3. plan: one token for every decoding request, then prefill chunks in
+ *      admission order under what is left of step_tokens (chunks end on a
+ *      block boundary unless they finish the prompt, so their blocks can be
+ *      published); a prefilling request first re-extends its prefix from the
+ *      cache (blocks another request published last step) and waits a step
+ *      if another request in this batch is about to compute the very same
+ *      next block, so a prefix shared by sessions that start together is
+ *      computed once; blocks are reserved as tokens are planned, and when
+ *      the pool (after evicting cached blocks) cannot give one, the most
+ *      recently admitted request is preempted: its blocks are published and
+ *      released, and it goes back to the head of the queue to be resumed by
+ *      recomputation, which mostly hits the cache again;
+ *   4. one model forward over the ragged batch;
+ *   5. sampling and events; finished requests publish their blocks (prompt
+ *      and reply stay cached for the next turn) and release them.
+ * Nothing in a step allocates: batch arrays, logits and per-request buffers
+ * are sized at eng_create / eng_submit; only KV slabs are mapped on demand. */
+#include "engine.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../core/alloc.h"
+#include "../kv/kv.h"
+#include "../model/model.h"
+#include "../tokenizer/tokenizer.h"
+
+#define ENG_DEFAULT_STEP 256
+#define ENG_DEFAULT_RUNNING 16
+#define ENG_DEFAULT_IDLE_MS (5 * 60 * 1000)
+
+typedef struct ereq {
+    eng_req_id id;
+    struct ereq *next, *prev;    /* in the all-requests list (mutex) */
+    struct ereq *qnext;          /* in incoming / waiting (FIFO) */
+    eng_request r;               /* prompt pointer not kept */
+    int32_t *toks;
+    int32_t n_toks, cap_toks, n_prompt;
+    int32_t n_gen, max_gen;      /* max_gen <= 0: no limit but the context */
+    kv_seq seq;
+    smp_sampler *smp;
+    eng_req_stats st;
+    double t_submit;
+    bool started, resumed, sampled;
+    _Atomic bool cancel;
+    uint64_t admit_order;
+    int32_t logit_row;           /* this step: row of its logits, or -1 */
+} ereq;
+
+struct eng_engine {
+    eng_params p;
+    model *m;
+    tok_vocab *vocab;
+    kv_cache *kv;
+    int32_t n_ctx, n_vocab;
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;       /* wakes the engine thread */
+    pthread_cond_t trim_cv;  /* eng_trim waits on it */
+    bool stop;
+    uint64_t trim_req, trim_done;
+    ereq *all;               /* every live request (mutex) */
+    ereq *in_head, *in_tail; /* submitted, not yet seen by the engine (mutex) */
+    int32_t n_incoming;
+    eng_req_id next_id;
+    eng_stats stats;         /* snapshot (mutex) */
+    uint64_t prompt_tokens;  /* mutex */
+    /* engine thread only */
+    ereq *wait_head, *wait_tail;
+    int32_t n_waiting;
+    ereq **running;
+    int32_t n_running;
+    uint64_t admit_counter;
+    uint64_t cached_tokens, generated_tokens, computed_tokens, preemptions, steps, check_failures;
+    char check_error[160];
+    int32_t cap_batch;
+    int32_t *b_tok, *b_pos, *b_sid;
+    bool *b_want;
+    kv_seq **b_seqs;
+    ereq **b_req;            /* request of each batch sequence slot */
+    uint64_t *b_hash;        /* next-block hashes of this step's prefill chunks */
+    float *logits;           /* max_running rows of n_vocab */
+    const kv_seq **chk;      /* debug_check */
+};
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+eng_params eng_default_params(void) {
+    eng_params p;
+    memset(&p, 0, sizeof p);
+    p.prefix_cache = true;
+    return p;
+}
+
+static const char *const kv_names[] = {"f32", "f16", "q8_0", "k8v4"};
+
+bool eng_kv_type_from_name(const char *name, int *out) {
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(name, kv_names[i])) {
+            *out = i;
+            return true;
+        }
+    return false;
+}
+
+const char *eng_kv_type_name(int t) { return t >= 0 && t < 4 ? kv_names[t] : "unknown"; }
+
+/* ---- events ---- */
+
+static void fill_times(eng_engine *e, ereq *q) {
+    (void)e;
+    q->st.n_generated = q->n_gen;
+    q->st.t_total_ms = now_ms() - q->t_submit;
+}
+
+static void emit_token(ereq *q, int32_t tok) {
+    eng_event ev = {.type = ENG_EV_TOKEN, .id = q->id, .token = tok, .stats = q->st};
+    ev.stats.t_total_ms = now_ms() - q->t_submit;
+    q->r.on_event(q->r.ctx, &ev);
+}
+
+/* Removes a request from the all-list, delivers DONE and frees it. Its KV
+ * sequence must already be released. */
+static void finish_free(eng_engine *e, ereq *q, eng_finish fin, hn_status st, const char *msg) {
+    pthread_mutex_lock(&e->mu);
+    if (q->prev) q->prev->next = q->next;
+    else e->all = q->next;
+    if (q->next) q->next->prev = q->prev;
+    pthread_mutex_unlock(&e->mu);
+    fill_times(e, q);
+    eng_event ev = {.type = ENG_EV_DONE, .id = q->id, .finish = fin, .status = st, .error = msg, .stats = q->st};
+    q->r.on_event(q->r.ctx, &ev);
+    kv_seq_free(&q->seq, NULL);
+    smp_free(q->smp);
+    hn_free(q->toks);
+    hn_free(q);
+}
+
+/* Publishes what the request computed (prompt and reply stay cached) and
+ * gives its blocks back, tail first. */
+static void release_seq(eng_engine *e, ereq *q) {
+    if (e->p.prefix_cache) kv_seq_commit(e->kv, &q->seq, q->toks, q->n_toks);
+    kv_seq_truncate(e->kv, &q->seq, 0);
+}
+
+static void running_remove(eng_engine *e, int32_t i) {
+    memmove(e->running + i, e->running + i + 1, sizeof(ereq *) * (size_t)(e->n_running - i - 1));
+    e->n_running--;
+}
+
+static void finish_running(eng_engine *e, int32_t i, eng_finish fin, hn_status st, const char *msg) {
+    ereq *q = e->running[i];
+    running_remove(e, i);
+    release_seq(e, q);
+    finish_free(e, q, fin, st, msg);
+}
+
+static void wait_push_head(eng_engine *e, ereq *q) {
+    q->qnext = e->wait_head;
+    e->wait_head = q;
+    if (!e->wait_tail) e->wait_tail = q;
+    e->n_waiting++;
+}
+
+static void wait_push_tail(eng_engine *e, ereq *q) {
+    q->qnext = NULL;
+    if (e->wait_tail) e->wait_tail->qnext = q;
+    else e->wait_head = q;
+    e->wait_tail = q;
+    e->n_waiting++;
+}
+
+static ereq *wait_pop(eng_engine *e) {
+    ereq *q = e->wait_head;
+    if (!q) return NULL;
+    e->wait_head = q->qnext;
+    if (!e->wait_head) e->wait_tail = NULL;
+    q->qnext = NULL;
+    e->n_waiting--;
+    return q;
+}
+
+/* ---- one step ---- */
+
+static void handle_cancels(eng_engine *e) {
+    for (int32_t i = e->n_running - 1; i >= 0; i--)
+        if (atomic_load(&e->running[i]->cancel)) finish_running(e, i, ENG_FINISH_CANCELLED, HN_OK, NULL);
+    ereq *keep_h = NULL, *keep_t = NULL;
+    int32_t kept = 0;
+    for (ereq *q = e->wait_head, *nx; q; q = nx) {
+        nx = q->qnext;
+        if (atomic_load(&q->cancel)) {
+            kv_seq_truncate(e->kv, &q->seq, 0);
+            finish_free(e, q, ENG_FINISH_CANCELLED, HN_OK, NULL);
+            continue;
+        }
+        q->qnext = NULL;
+        if (keep_t) keep_t->qnext = q;
+        else keep_h = q;
+        keep_t = q;
+        kept++;
+    }
+    e->wait_head = keep_h;
+    e->wait_tail = keep_t;
+    e->n_waiting = kept;
+}
+
+static int32_t blocks_for(const eng_engine *e, int32_t n_tokens) {
+    int bs = e->kv->cfg.block_size;
+    return (n_tokens + bs - 1) / bs;
+}
+
+/* Takes cached blocks for the request's next positions; counts prompt
+ * positions served from the cache on its first pass. */
+static void match_prefix(eng_engine *e, ereq *q) {
+    if (!e->p.prefix_cache) return;
+    int32_t before = q->seq.n_tokens;
+    int32_t got = kv_seq_match(e->kv, &q->seq, q->toks, q->n_toks - 1);
+    if (got > 0 && !q->resumed) {
+        int32_t end = before + got < q->n_prompt ? before + got : q->n_prompt;
+        int32_t cached = end > before ? end - before : 0;
+        q->st.n_cached += cached;
+        e->cached_tokens += (uint64_t)cached;
+    }
+}
+
+static void admit(eng_engine *e) {
+    while (e->wait_head && e->n_running < e->p.max_running) {
+        ereq *q = e->wait_head;
+        match_prefix(e, q);
+        int32_t rem = q->n_toks - q->seq.n_tokens;
+        int32_t chunk = rem < e->p.step_tokens ? rem : e->p.step_tokens;
+        int32_t need = blocks_for(e, q->seq.n_tokens + chunk) - q->seq.n_blocks + e->n_running;
+        if (e->n_running > 0 && kv_n_free(e->kv) < need) {
+            kv_seq_truncate(e->kv, &q->seq, 0); /* keep nothing pinned while it waits */
+            if (!q->resumed) {
+                e->cached_tokens -= (uint64_t)q->st.n_cached;
+                q->st.n_cached = 0;
+            }
+            break;
+        }
+        wait_pop(e);
+        q->admit_order = ++e->admit_counter;
+        e->running[e->n_running++] = q;
+    }
+}
+
+/* Pushes the most recently admitted running request back to the queue. */
+static void preempt_one(eng_engine *e) {
+    int32_t v = 0;
+    for (int32_t i = 1; i < e->n_running; i++)
+        if (e->running[i]->admit_order > e->running[v]->admit_order) v = i;
+    ereq *q = e->running[v];
+    running_remove(e, v);
+    release_seq(e, q);
+    q->resumed = true;
+    wait_push_head(e, q);
+    e->preemptions++;
+}
+
+/* Plans the batch; returns its token count (0: nothing to run). Preempts
+ * (and restarts planning) when the pool cannot hold a planned chunk. */
+static int32_t plan(eng_engine *e, int32_t *n_seqs_out) {
+    hn_err err;
+restart:;
+    int32_t n = 0, n_seqs = 0, n_hash = 0, n_rows = 0;
+    int32_t budget = e->p.step_tokens;
+    for (int32_t i = 0; i < e->n_running; i++) e->running[i]->logit_row = -1;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t i = 0; i < e->n_running; i++) {
+            ereq *q = e->running[i];
+            /* pass 0: decoding requests (one token each); pass 1: prefill chunks */
+            if ((pass == 0) != (q->n_toks - q->seq.n_tokens == 1)) continue;
+            if (pass == 1) match_prefix(e, q);
+            int32_t rem = q->n_toks - q->seq.n_tokens;
+            int32_t chunk = 1;
+            if (pass == 1) {
+                if (budget <= 0) break;
+                uint64_t h = e->p.prefix_cache ? kv_seq_next_hash(e->kv, &q->seq, q->toks, q->n_toks - 1) : 0;
+                bool dup = false;
+                for (int32_t j = 0; j < n_hash && h; j++) dup |= e->b_hash[j] == h;
+                if (dup) continue; /* another request computes this block now; take it from the cache next step */
+                if (h) e->b_hash[n_hash++] = h;
+                chunk = rem < budget ? rem : budget;
+                if (chunk < rem) { /* end on a block boundary so the chunk's blocks can be published */
+                    int bs = e->kv->cfg.block_size;
+                    int32_t end = (q->seq.n_tokens + chunk) / bs * bs;
+                    if (end > q->seq.n_tokens) chunk = end - q->seq.n_tokens;
+                }
+            }
+            if (kv_seq_reserve(e->kv, &q->seq, q->seq.n_tokens + chunk, &err) != HN_OK) {
+                if (e->n_running == 1) {
+                    /* alone and still no room: this sequence cannot fit the pool */
+                    finish_running(e, i, ENG_FINISH_ERROR, HN_ERR_FULL, "the KV cache is too small for this request");
+                    return 0;
+                }
+                preempt_one(e);
+                goto restart;
+            }
+            for (int32_t t = 0; t < chunk; t++) {
+                e->b_tok[n + t] = q->toks[q->seq.n_tokens + t];
+                e->b_pos[n + t] = q->seq.n_tokens + t;
+                e->b_sid[n + t] = n_seqs;
+                e->b_want[n + t] = false;
+            }
+            if (q->seq.n_tokens + chunk == q->n_toks) {
+                e->b_want[n + chunk - 1] = true;
+                q->logit_row = n_rows++;
+            }
+            e->b_seqs[n_seqs] = &q->seq;
+            e->b_req[n_seqs++] = q;
+            n += chunk;
+            budget -= chunk;
+        }
+    }
+    *n_seqs_out = n_seqs;
+    return n;
+}
+
+/* Samples the next token of a request from its logits row; returns false if
+ * the request finished (the caller removes it). */
+static bool take_token(eng_engine *e, ereq *q, const float *row, eng_finish *fin, hn_status *st, const char **msg) {
+    int32_t tok = smp_sample(q->smp, row);
+    if (tok < 0) {
+        *fin = ENG_FINISH_ERROR;
+        *st = HN_ERR_INVALID;
+        *msg = "no token is allowed by the constraint";
+        return false;
+    }
+    if (q->r.accept) q->r.accept(q->r.mask_ctx, tok);
+    smp_accept(q->smp, tok);
+    if (!q->sampled) {
+        q->sampled = true;
+        q->st.t_first_ms = now_ms() - q->t_submit;
+    }
+    if (!q->r.ignore_eog && tok_is_eog(e->vocab, tok)) {
+        *fin = ENG_FINISH_EOG;
+        return false;
+    }
+    q->toks[q->n_toks++] = tok;
+    q->n_gen++;
+    q->st.n_generated = q->n_gen;
+    e->generated_tokens++;
+    emit_token(q, tok);
+    if (q->max_gen > 0 && q->n_gen >= q->max_gen) {
+        *fin = ENG_FINISH_LENGTH;
+        return false;
+    }
+    if (q->n_toks > e->n_ctx) {
+        *fin = ENG_FINISH_CONTEXT;
+        return false;
+    }
+    return true;
+}
+
+static void debug_check(eng_engine *e) {
+    int n = 0;
+    for (int32_t i = 0; i < e->n_running; i++) e->chk[n++] = &e->running[i]->seq;
+    hn_err err;
+    hn_status st = kv_check(e->kv, e->chk, n, &err);
+    /* waiting requests hold no blocks */
+    for (ereq *q = e->wait_head; q && !st; q = q->qnext)
+        if (q->seq.n_blocks) st = hn_errf(&err, HN_ERR_INTERNAL, "waiting request %llu holds %d blocks",
+                                          (unsigned long long)q->id, (int)q->seq.n_blocks);
+    if (st) {
+        if (!e->check_failures) snprintf(e->check_error, sizeof e->check_error, "%.150s", err.msg);
+        e->check_failures++;
+    }
+}
+
+static void step(eng_engine *e) {
+    handle_cancels(e);
+    admit(e);
+    int32_t n_seqs = 0;
+    int32_t n = plan(e, &n_seqs);
+    if (n > 0) {
+        double t = now_ms();
+        for (int32_t s = 0; s < n_seqs; s++)
+            if (!e->b_req[s]->started) {
+                e->b_req[s]->started = true;
+                e->b_req[s]->st.t_queued_ms = t - e->b_req[s]->t_submit;
+            }
+        model_batch b = {.n_tokens = n, .token = e->b_tok, .pos = e->b_pos, .seq_id = e->b_sid,
+                         .want_logits = e->b_want, .seqs = e->b_seqs, .n_seqs = n_seqs};
+        hn_err err;
+        hn_status st = model_forward(e->m, e->kv, &b, e->logits, e->p.max_running, &err);
+        e->steps++;
+        if (st != HN_OK) {
+            /* should not happen (blocks were reserved): fail the batch, keep the engine alive */
+            for (int32_t s = 0; s < n_seqs; s++) {
+                for (int32_t i = 0; i < e->n_running; i++)
+                    if (e->running[i] == e->b_req[s]) {
+                        finish_running(e, i, ENG_FINISH_ERROR, st, err.msg);
+                        break;
+                    }
+            }
+        } else {
+            e->computed_tokens += (uint64_t)n;
+            for (int32_t i = 0; i < e->n_running;) {
+                ereq *q = e->running[i];
+                eng_finish fin = ENG_FINISH_NONE;
+                hn_status fst = HN_OK;
+                const char *msg = NULL;
+                bool go = true;
+                if (q->logit_row >= 0) {
+                    go = take_token(e, q, e->logits + (size_t)q->logit_row * (size_t)e->n_vocab, &fin, &fst, &msg);
+                    q->logit_row = -1;
+                }
+                if (!go) {
+                    finish_running(e, i, fin, fst, msg);
+                    continue;
+                }
+                if (e->p.prefix_cache) kv_seq_commit(e->kv, &q->seq, q->toks, q->seq.n_tokens);
+                i++;
+            }
+        }
+    }
+    if (e->p.debug_check) debug_check(e);
+}
+
+/* ---- the engine thread ---- */
+
+static void publish_stats(eng_engine *e) {
+    kv_stats ks;
+    kv_get_stats(e->kv, &ks);
+    pthread_mutex_lock(&e->mu);
+    eng_stats *s = &e->stats;
+    s->blocks_total = ks.blocks_backed;
+    s->blocks_used = ks.blocks_used;
+    s->blocks_cached = ks.blocks_cached;
+    s->blocks_free = ks.blocks_free;
+    s->kv_bytes = ks.bytes;
+    s->kv_peak_bytes = ks.peak_bytes;
+    s->prompt_tokens = e->prompt_tokens;
+    s->cached_tokens = e->cached_tokens;
+    s->generated_tokens = e->generated_tokens;
+    s->n_running = e->n_running;
+    s->n_waiting = e->n_waiting + e->n_incoming;
+    s->blocks_max = ks.blocks_max;
+    s->block_size = e->kv->cfg.block_size;
+    s->block_bytes = e->kv->block_bytes;
+    s->computed_tokens = e->computed_tokens;
+    s->evictions = ks.evictions;
+    s->preemptions = e->preemptions;
+    s->steps = e->steps;
+    s->check_failures = e->check_failures;
+    memcpy(s->check_error, e->check_error, sizeof s->check_error);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void *engine_main(void *arg) {
+    eng_engine *e = arg;
+    double idle_since = now_ms();
+    bool trimmed = true;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (e->in_head) {
+            ereq *q = e->in_head;
+            e->in_head = q->qnext;
+            e->n_incoming--;
+            wait_push_tail(e, q);
+        }
+        e->in_tail = NULL;
+        bool stop = e->stop;
+        uint64_t trim = e->trim_req;
+        bool busy = e->n_running > 0 || e->n_waiting > 0;
+        if (!stop && !busy && trim == e->trim_done) {
+            /* idle: sleep until work, or until the idle timer drops the cache */
+            if (!trimmed && e->p.cache_idle_ms > 0 && now_ms() - idle_since >= e->p.cache_idle_ms) {
+                pthread_mutex_unlock(&e->mu);
+                kv_trim(e->kv, 0);
+                trimmed = true;
+                publish_stats(e);
+                continue;
+            }
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            long wait_ms = trimmed || e->p.cache_idle_ms <= 0 ? 1000 : 200;
+            ts.tv_nsec += wait_ms * 1000000L;
+            ts.tv_sec += ts.tv_nsec / 1000000000L;
+            ts.tv_nsec %= 1000000000L;
+            pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+            pthread_mutex_unlock(&e->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&e->mu);
+        if (stop) break;
+        if (trim != e->trim_done) {
+            kv_trim(e->kv, 0);
+            publish_stats(e);
+            pthread_mutex_lock(&e->mu);
+            e->trim_done = trim;
+            pthread_cond_broadcast(&e->trim_cv);
+            pthread_mutex_unlock(&e->mu);
+            continue;
+        }
+        step(e);
+        publish_stats(e);
+        if (e->n_running == 0 && e->n_waiting == 0) {
+            idle_since = now_ms();
+            trimmed = false;
+        }
+    }
+    /* stopping: every request still here ends as cancelled */
+    while (e->n_running > 0) finish_running(e, e->n_running - 1, ENG_FINISH_CANCELLED, HN_OK, NULL);
+    for (ereq *q; (q = wait_pop(e));) {
+        kv_seq_truncate(e->kv, &q->seq, 0);
+        finish_free(e, q, ENG_FINISH_CANCELLED, HN_OK, NULL);
+    }
+    pthread_mutex_lock(&e->mu);
+    ereq *q = e->in_head;
+    e->in_head = e->in_tail = NULL;
+    e->n_incoming = 0;
+    e->trim_done = e->trim_req;
+    pthread_cond_broadcast(&e->trim_cv);
+    pthread_mutex_unlock(&e->mu);
+    while (q) {
+        ereq *nx = q->qnext;
+        finish_free(e, q, ENG_FINISH_CANCELLED, HN_OK, NULL);
+        q = nx;
+    }
+    publish_stats(e);
+    return NULL;
+}
+
+/* ---- create / free ---- */
+
+static size_t default_kv_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || psize <= 0) return (size_t)4 << 30;
+    return (size_t)pages * (size_t)psize / 4;
+}
+
+hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
+    *out = NULL;
+    if (!pin || !pin->model_path) return hn_errf(err, HN_ERR_INVALID, "engine: no model path");
+    eng_params p = *pin;
+    if (p.step_tokens <= 0) p.step_tokens = ENG_DEFAULT_STEP;
+    if (p.max_running <= 0) p.max_running = ENG_DEFAULT_RUNNING;
+    if (p.cache_idle_ms == 0) p.cache_idle_ms = ENG_DEFAULT_IDLE_MS;
+    if (p.kv_max_bytes == 0) p.kv_max_bytes = default_kv_bytes();
+    if (p.step_tokens > 1 << 16 || p.max_running > 1024 || p.block_size < 0 || p.block_size > 4096 ||
+        p.kv_type < 0 || p.kv_type > ENG_KV_K8V4 || p.n_ctx < 0)
+        return hn_errf(err, HN_ERR_INVALID, "engine: bad parameters");
+    eng_engine *e = hn_calloc(1, sizeof *e);
+    if (!e) return hn_errf(err, HN_ERR_NOMEM, "engine: out of memory");
+    e->p = p;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    pthread_cond_init(&e->trim_cv, NULL);
+    e->cap_batch = p.step_tokens + p.max_running;
+    model_params mp = {.n_threads = p.n_threads, .max_batch = e->cap_batch, .max_seqs = p.max_running};
+    hn_status st = model_load(p.model_path, &mp, &e->m, err);
+    if (st) goto fail;
+    st = tok_load(model_gguf(e->m), &e->vocab, err);
+    if (st) goto fail;
+    const model_hparams *hp = model_hp(e->m);
+    e->n_vocab = hp->n_vocab;
+    e->n_ctx = p.n_ctx > 0 ? p.n_ctx : hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096;
+    kv_config kc = model_kv_config(e->m, 1, p.block_size);
+    static const qt_type kt[4] = {QT_F32, QT_F16, QT_Q8_0, QT_Q8_0}, vt[4] = {QT_F32, QT_F16, QT_Q8_0, QT_Q4_1};
+    kc.type = kt[p.kv_type];
+    kc.v_type = vt[p.kv_type];
+    size_t bb = kv_block_bytes(&kc);
+    if (!bb) {
+        st = hn_errf(err, HN_ERR_UNSUPPORTED, "engine: KV type %s does not fit head dim %d", eng_kv_type_name(p.kv_type),
+                     (int)hp->head_dim);
+        goto fail;
+    }
+    size_t nb = p.kv_max_bytes / bb;
+    if (nb < 2) nb = 2;
+    if (nb > (1u << 26)) nb = 1u << 26;
+    kc.n_blocks = (int32_t)nb;
+    st = kv_create(&kc, &e->kv, err);
+    if (st) goto fail;
+    int32_t R = p.max_running, B = e->cap_batch;
+    e->running = hn_calloc((size_t)R, sizeof *e->running);
+    e->b_tok = hn_malloc(sizeof(int32_t) * (size_t)B);
+    e->b_pos = hn_malloc(sizeof(int32_t) * (size_t)B);
+    e->b_sid = hn_malloc(sizeof(int32_t) * (size_t)B);
+    e->b_want = hn_malloc(sizeof(bool) * (size_t)B);
+    e->b_seqs = hn_malloc(sizeof(kv_seq *) * (size_t)R);
+    e->b_req = hn_malloc(sizeof(ereq *) * (size_t)R);
+    e->b_hash = hn_malloc(sizeof(uint64_t) * (size_t)R);
+    e->chk = hn_malloc(sizeof(kv_seq *) * (size_t)R);
+    e->logits = hn_malloc(sizeof(float) * (size_t)R * (size_t)e->n_vocab);
+    if (!e->running || !e->b_tok || !e->b_pos || !e->b_sid || !e->b_want || !e->b_seqs || !e->b_req || !e->b_hash ||
+        !e->chk || !e->logits) {
+        st = hn_errf(err, HN_ERR_NOMEM, "engine: out of memory");
+        goto fail;
+    }
+    e->next_id = 1;
+    publish_stats(e);
+    if (pthread_create(&e->thread, NULL, engine_main, e)) {
+        st = hn_errf(err, HN_ERR_NOMEM, "engine: cannot start its thread");
+        goto fail;
+    }
+    e->thread_started = true;
+    *out = e;
+    return HN_OK;
+fail:
+    eng_free(e);
+    return st;
+}
+
+void eng_free(eng_engine *e) {
+    if (!e) return;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->mu);
+        e->stop = true;
+        pthread_cond_signal(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    kv_free(e->kv);
+    tok_free(e->vocab);
+    model_free(e->m);
+    hn_free(e->running);
+    hn_free(e->b_tok);
+    hn_free(e->b_pos);
+    hn_free(e->b_sid);
+    hn_free(e->b_want);
+    hn_free(e->b_seqs);
+    hn_free(e->b_req);
+    hn_free(e->b_hash);
+    hn_free(e->chk);
+    hn_free(e->logits);
+    pthread_cond_destroy(&e->trim_cv);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    hn_free(e);
+}
+
+/* ---- the thread-safe API ---- */
+
+hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err *err) {
+    if (id) *id = 0;
+    if (!r || !r->on_event) return hn_errf(err, HN_ERR_INVALID, "engine: a request needs an event callback");
+    if (r->n_prompt <= 0 || !r->prompt) return hn_errf(err, HN_ERR_INVALID, "engine: empty prompt");
+    for (int32_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= e->n_vocab)
+            return hn_errf(err, HN_ERR_INVALID, "engine: prompt token %d is %d, outside the vocabulary of %d", (int)i,
+                           (int)r->prompt[i], (int)e->n_vocab);
+    if (r->n_prompt > e->n_ctx)
+        return hn_errf(err, HN_ERR_RANGE, "engine: the prompt has %d tokens, the context holds %d", (int)r->n_prompt,
+                       (int)e->n_ctx);
+    ereq *q = hn_calloc(1, sizeof *q);
+    if (!q) return hn_errf(err, HN_ERR_NOMEM, "engine: out of memory");
+    q->r = *r;
+    q->r.prompt = NULL;
+    q->n_prompt = r->n_prompt;
+    q->max_gen = r->max_tokens > 0 ? r->max_tokens : 0;
+    int64_t cap = (int64_t)e->n_ctx + 1;
+    if (q->max_gen > 0 && (int64_t)r->n_prompt + q->max_gen < cap) cap = (int64_t)r->n_prompt + q->max_gen;
+    q->cap_toks = (int32_t)cap;
+    q->toks = hn_malloc(sizeof(int32_t) * (size_t)cap);
+    q->smp = smp_new(&r->sampling, e->n_vocab);
+    hn_status st = HN_OK;
+    if (!q->toks) st = hn_errf(err, HN_ERR_NOMEM, "engine: out of memory");
+    else if (!q->smp) st = hn_errf(err, HN_ERR_INVALID, "engine: bad sampling parameters");
+    else st = kv_seq_init(&q->seq, e->kv, e->n_ctx, err);
+    if (st) {
+        hn_free(q->toks);
+        smp_free(q->smp);
+        hn_free(q->seq.blocks);
+        hn_free(q);
+        return st;
+    }
+    if (r->mask) smp_set_mask(q->smp, r->mask, r->mask_ctx);
+    memcpy(q->toks, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
+    q->n_toks = r->n_prompt;
+    q->st.n_prompt = r->n_prompt;
+    q->logit_row = -1;
+    q->t_submit = now_ms();
+    pthread_mutex_lock(&e->mu);
+    q->id = e->next_id++;
+    q->next = e->all;
+    if (e->all) e->all->prev = q;
+    e->all = q;
+    if (e->in_tail) e->in_tail->qnext = q;
+    else e->in_head = q;
+    e->in_tail = q;
+    e->n_incoming++;
+    e->prompt_tokens += (uint64_t)r->n_prompt;
+    e->stats.prompt_tokens = e->prompt_tokens;
+    e->stats.n_waiting++;
+    if (id) *id = q->id;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return HN_OK;
+}
+
+void eng_cancel(eng_engine *e, eng_req_id id) {
+    pthread_mutex_lock(&e->mu);
+    for (ereq *q = e->all; q; q = q->next)
+        if (q->id == id) {
+            atomic_store(&q->cancel, true);
+            pthread_cond_signal(&e->cv);
+            break;
+        }
+    pthread_mutex_unlock(&e->mu);
+}
+
+void eng_get_stats(eng_engine *e, eng_stats *out) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->stats;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void eng_trim(eng_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    uint64_t want = ++e->trim_req;
+    pthread_cond_signal(&e->cv);
+    while (e->trim_done < want && !e->stop) pthread_cond_wait(&e->trim_cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+}
+
+const struct tok_vocab *eng_vocab(const eng_engine *e) { return e->vocab; }
+const struct gguf_ctx *eng_gguf(const eng_engine *e) { return model_gguf(e->m); }
+int32_t eng_n_ctx(const eng_engine *e) { return e->n_ctx; }
