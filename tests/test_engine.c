@@ -1,0 +1,514 @@
+/* test_engine.c: the engine of sched/engine.h on a small shared model:
+ *   - greedy generation equals a hand-run decode with model_forward;
+ *   - submit errors; exactly one DONE per request; finish reasons;
+ *   - a follow-up turn served from the prefix cache (prompt and reply kept)
+ *     generates the same tokens as with the cache off, computing only the
+ *     new part;
+ *   - sessions that start together compute their shared prefix once;
+ *   - a pool too small for all requests: eviction and preemption (resume by
+ *     recomputation) give the same tokens as a large pool, and leave the pool
+ *     consistent (zero used blocks at the end);
+ *   - cancellation from a callback and from another thread, freeing the
+ *     blocks at once;
+ *   - a stress run of random submit / cancel / finish interleavings on a
+ *     small pool with every KV invariant checked after every step;
+ *   - the idle timer and eng_trim give the KV memory back; eng_free with
+ *     requests in flight ends each of them. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "kv/kv.h"
+#include "model/model.h"
+#include "sched/engine.h"
+#include "test.h"
+
+static char model_path[512];
+static hn_err e;
+static bool sanitized;
+
+typedef struct coll {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t toks[1024];
+    int n, n_done;
+    eng_finish fin;
+    hn_status status;
+    eng_req_stats st;
+    eng_engine *eng;
+    int cancel_after;   /* > 0: eng_cancel from the callback after this many tokens */
+} coll;
+
+static void coll_init(coll *c, eng_engine *eng) {
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    c->eng = eng;
+}
+
+static void coll_destroy(coll *c) {
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+}
+
+static void on_event(void *ctx, const eng_event *ev) {
+    coll *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    if (ev->type == ENG_EV_TOKEN) {
+        if (c->n < 1024) c->toks[c->n] = ev->token;
+        c->n++;
+        if (c->cancel_after > 0 && c->n == c->cancel_after) eng_cancel(c->eng, ev->id);
+    } else {
+        c->n_done++;
+        c->fin = ev->finish;
+        c->status = ev->status;
+        c->st = ev->stats;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+static bool coll_wait(coll *c, int seconds) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += seconds;
+    pthread_mutex_lock(&c->mu);
+    while (!c->n_done)
+        if (pthread_cond_timedwait(&c->cv, &c->mu, &ts)) break;
+    bool done = c->n_done > 0;
+    pthread_mutex_unlock(&c->mu);
+    return done;
+}
+
+static eng_engine *engine(int block, size_t kv_bytes, bool prefix, int32_t step, int32_t running) {
+    eng_params p = eng_default_params();
+    p.model_path = model_path;
+    p.n_threads = 2;
+    p.n_ctx = 1024;
+    p.block_size = block;
+    p.kv_max_bytes = kv_bytes;
+    p.prefix_cache = prefix;
+    p.step_tokens = step;
+    p.max_running = running;
+    p.debug_check = true;
+    eng_engine *g = NULL;
+    if (eng_create(&p, &g, &e) != HN_OK) fprintf(stderr, "eng_create: %s\n", e.msg);
+    return g;
+}
+
+static hn_status submit(eng_engine *g, coll *c, const int32_t *prompt, int n, int max_tokens, eng_req_id *id) {
+    eng_request r = {.prompt = prompt, .n_prompt = n, .max_tokens = max_tokens, .ignore_eog = true,
+                     .on_event = on_event, .ctx = c};
+    r.sampling = smp_default_params();
+    r.sampling.temp = 0;
+    eng_req_id tmp;
+    return eng_submit(g, &r, id ? id : &tmp, &e);
+}
+
+static void wait_idle(eng_engine *g, eng_stats *s) {
+    for (int i = 0; i < 400; i++) {
+        eng_get_stats(g, s);
+        if (s->n_running == 0 && s->n_waiting == 0 && s->blocks_used == 0) return;
+        usleep(5000);
+    }
+}
+
+static void make_tokens(int32_t *t, int n, uint64_t seed, int32_t n_vocab) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        t[i] = (int32_t)((seed >> 33) % (uint64_t)n_vocab);
+    }
+}
+
+/* Greedy decode by hand with the model API. */
+static void reference(const int32_t *prompt, int n, int gen, int32_t *out) {
+    model *m;
+    model_params mp = {.n_threads = 2, .max_batch = 256};
+    if (model_load(model_path, &mp, &m, &e)) return;
+    kv_config c = model_kv_config(m, 64, 16);
+    kv_cache *kv;
+    kv_create(&c, &kv, &e);
+    kv_seq s;
+    kv_seq_init(&s, kv, 1024, &e);
+    int nv = model_hp(m)->n_vocab;
+    float *lg = hn_malloc(sizeof(float) * (size_t)nv);
+    int32_t pos[256], sid[256] = {0}, tok[256];
+    memcpy(tok, prompt, sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < n; i++) pos[i] = i;
+    kv_seq *seqs[1] = {&s};
+    model_batch b = {.n_tokens = n, .token = tok, .pos = pos, .seq_id = sid, .seqs = seqs, .n_seqs = 1};
+    for (int g = 0; g < gen; g++) {
+        model_forward(m, kv, &b, lg, 1, &e);
+        int32_t best = 0;
+        for (int i = 1; i < nv; i++)
+            if (lg[i] > lg[best]) best = i;
+        out[g] = best;
+        tok[0] = best;
+        pos[0] = n + g;
+        b.n_tokens = 1;
+    }
+    hn_free(lg);
+    kv_seq_free(&s, kv);
+    kv_free(kv);
+    model_free(m);
+}
+
+static int32_t n_vocab;
+
+static void test_basic(void) {
+    eng_engine *g = engine(16, 0, true, 64, 8);
+    if (!g) {
+        CHECK(0);
+        return;
+    }
+    int32_t prompt[40], want[12];
+    make_tokens(prompt, 40, 7, n_vocab);
+    reference(prompt, 40, 12, want);
+    coll c;
+    coll_init(&c, g);
+    CHECK(submit(g, &c, prompt, 40, 12, NULL) == HN_OK);
+    CHECK(coll_wait(&c, 60));
+    CHECK(c.n == 12 && c.n_done == 1 && c.fin == ENG_FINISH_LENGTH && c.status == HN_OK);
+    CHECKF(!memcmp(c.toks, want, sizeof want), "engine tokens equal a hand-run greedy decode");
+    CHECK(c.st.n_prompt == 40 && c.st.n_generated == 12 && c.st.t_first_ms > 0 && c.st.t_total_ms >= c.st.t_first_ms);
+    /* submit errors: nothing is queued, no event */
+    int32_t bad[2] = {1, n_vocab};
+    CHECK(submit(g, &c, bad, 2, 4, NULL) == HN_ERR_INVALID);
+    CHECK(submit(g, &c, bad, 0, 4, NULL) == HN_ERR_INVALID);
+    static int32_t big[1100];
+    CHECK(submit(g, &c, big, 1025, 4, NULL) == HN_ERR_RANGE);
+    /* context: a prompt of n_ctx - 3 tokens can generate 4 */
+    coll d;
+    coll_init(&d, g);
+    make_tokens(big, 1021, 9, n_vocab);
+    CHECK(submit(g, &d, big, 1021, 0, NULL) == HN_OK);
+    CHECK(coll_wait(&d, 120));
+    CHECKF(d.fin == ENG_FINISH_CONTEXT && d.n == 4, "context end: finish %d after %d tokens", (int)d.fin, d.n);
+    eng_stats s;
+    wait_idle(g, &s);
+    CHECK(c.n_done == 1 && d.n_done == 1);
+    CHECK(s.blocks_used == 0 && s.check_failures == 0 && s.generated_tokens == 16);
+    coll_destroy(&c);
+    coll_destroy(&d);
+    eng_free(g);
+}
+
+/* Turn 2 of a conversation reuses turn 1's prompt and reply. */
+static void test_prefix_turns(void) {
+    int32_t conv[200];
+    make_tokens(conv, 100, 11, n_vocab);
+    int32_t out[2][2][16];
+    int32_t cached[2] = {0, 0};
+    uint64_t computed[2];
+    for (int pc = 0; pc < 2; pc++) {
+        eng_engine *g = engine(16, 0, pc == 1, 64, 8);
+        if (!g) {
+            CHECK(0);
+            return;
+        }
+        int n = 80;
+        for (int turn = 0; turn < 2; turn++) {
+            coll c;
+            coll_init(&c, g);
+            CHECK(submit(g, &c, conv, n, 16, NULL) == HN_OK);
+            CHECK(coll_wait(&c, 60) && c.n == 16);
+            memcpy(out[pc][turn], c.toks, sizeof out[pc][turn]);
+            if (turn == 1) cached[pc] = c.st.n_cached;
+            if (turn == 0) { /* the next prompt: conversation + reply + 20 new tokens */
+                memmove(conv + n + 16, conv + n, sizeof(int32_t) * 20);
+                memcpy(conv + n, c.toks, sizeof(int32_t) * 16);
+                n += 36;
+            }
+            coll_destroy(&c);
+        }
+        eng_stats s;
+        wait_idle(g, &s);
+        computed[pc] = s.computed_tokens;
+        CHECK(s.blocks_used == 0 && s.check_failures == 0);
+        if (pc == 1) CHECKF(s.blocks_cached > 0 && s.cached_tokens == (uint64_t)cached[1], "cached blocks remain");
+        eng_free(g);
+        /* restore conv for the second engine */
+        memmove(conv + 80, conv + 96, sizeof(int32_t) * 20);
+    }
+    CHECKF(!memcmp(out[0], out[1], sizeof out[0]), "same tokens with and without the prefix cache");
+    /* turn 2 sends 116 tokens; turn 1 computed 80 + 15 of its reply: 5 full blocks of 16 are cached */
+    CHECKF(cached[0] == 0 && cached[1] == 80, "turn 2 served %d tokens from the cache", (int)cached[1]);
+    CHECKF(computed[1] + 80 == computed[0], "computed %llu vs %llu without the cache", (unsigned long long)computed[1],
+           (unsigned long long)computed[0]);
+}
+
+/* Four sessions submitted together share a 256-token prefix: computed once. */
+static void test_shared_start(void) {
+    eng_engine *g = engine(16, 0, true, 64, 8);
+    if (!g) {
+        CHECK(0);
+        return;
+    }
+    int32_t p[4][272];
+    make_tokens(p[0], 256, 21, n_vocab);
+    coll c[4];
+    for (int i = 0; i < 4; i++) {
+        memcpy(p[i], p[0], sizeof(int32_t) * 256);
+        make_tokens(p[i] + 256, 16, 100 + (uint64_t)i, n_vocab);
+        coll_init(&c[i], g);
+    }
+    for (int i = 0; i < 4; i++) CHECK(submit(g, &c[i], p[i], 272, 4, NULL) == HN_OK);
+    for (int i = 0; i < 4; i++) CHECK(coll_wait(&c[i], 60) && c[i].n == 4);
+    eng_stats s;
+    wait_idle(g, &s);
+    /* at most: the prefix once, each session's own 16, 4 decode tokens each */
+    CHECKF(s.computed_tokens <= 256 + 4 * 16 + 4 * 4, "computed %llu tokens", (unsigned long long)s.computed_tokens);
+    CHECKF(s.cached_tokens >= 3 * 256, "cached %llu of %llu", (unsigned long long)s.cached_tokens,
+           (unsigned long long)s.prompt_tokens);
+    CHECK(s.check_failures == 0 && s.blocks_used == 0);
+    for (int i = 0; i < 4; i++) coll_destroy(&c[i]);
+    eng_free(g);
+}
+
+/* A pool of 10 blocks of 16 for four requests of 100 positions each. */
+static void test_preempt(void) {
+    int32_t p[4][64];
+    int32_t out[2][4][40];
+    uint64_t preempt = 0;
+    for (int small = 0; small < 2; small++) {
+        size_t bb = 0;
+        eng_engine *g = engine(16, 0, true, 32, 4);
+        if (!g) {
+            CHECK(0);
+            return;
+        }
+        eng_stats s;
+        eng_get_stats(g, &s);
+        bb = s.block_bytes;
+        if (small) {
+            eng_free(g);
+            g = engine(16, 10 * bb, true, 32, 4);
+            if (!g) {
+                CHECK(0);
+                return;
+            }
+        }
+        coll c[4];
+        for (int i = 0; i < 4; i++) {
+            make_tokens(p[i], 60, 300 + (uint64_t)i, n_vocab);
+            coll_init(&c[i], g);
+        }
+        for (int i = 0; i < 4; i++) CHECK(submit(g, &c[i], p[i], 60, 40, NULL) == HN_OK);
+        for (int i = 0; i < 4; i++) {
+            CHECK(coll_wait(&c[i], 120));
+            CHECKF(c[i].n == 40 && c[i].fin == ENG_FINISH_LENGTH, "request %d: %d tokens, finish %d", i, c[i].n,
+                   (int)c[i].fin);
+            memcpy(out[small][i], c[i].toks, sizeof out[small][i]);
+            coll_destroy(&c[i]);
+        }
+        wait_idle(g, &s);
+        if (small) {
+            preempt = s.preemptions;
+            CHECKF(s.blocks_max == 10 && s.evictions > 0, "pool of %d blocks, %llu evictions", (int)s.blocks_max,
+                   (unsigned long long)s.evictions);
+        }
+        CHECKF(s.blocks_used == 0 && s.check_failures == 0, "pool consistent: %d used, %s", (int)s.blocks_used,
+               s.check_error);
+        eng_free(g);
+    }
+    CHECKF(preempt > 0, "the small pool preempted (%llu)", (unsigned long long)preempt);
+    CHECKF(!memcmp(out[0], out[1], sizeof out[0]), "preempted and resumed requests generate the same tokens");
+}
+
+static void test_cancel(void) {
+    eng_engine *g = engine(16, 0, true, 32, 2);
+    if (!g) {
+        CHECK(0);
+        return;
+    }
+    int32_t p[3][50];
+    coll c[3];
+    for (int i = 0; i < 3; i++) {
+        make_tokens(p[i], 50, 500 + (uint64_t)i, n_vocab);
+        coll_init(&c[i], g);
+    }
+    c[0].cancel_after = 5; /* from its own callback */
+    eng_req_id id2;
+    CHECK(submit(g, &c[0], p[0], 50, 0, NULL) == HN_OK);
+    CHECK(submit(g, &c[1], p[1], 50, 0, NULL) == HN_OK);
+    CHECK(submit(g, &c[2], p[2], 50, 0, &id2) == HN_OK); /* waits: max_running 2 */
+    eng_cancel(g, id2);
+    CHECK(coll_wait(&c[0], 60) && c[0].fin == ENG_FINISH_CANCELLED && c[0].n == 5);
+    CHECK(coll_wait(&c[2], 60) && c[2].fin == ENG_FINISH_CANCELLED && c[2].n == 0);
+    eng_stats s;
+    for (int i = 0; i < 500; i++) { /* counters are published after each step */
+        eng_get_stats(g, &s);
+        if (s.n_running == 1 && s.n_waiting == 0) break;
+        usleep(2000);
+    }
+    CHECKF(s.n_running == 1 && s.n_waiting == 0, "one request left running (%d, %d waiting)", (int)s.n_running,
+           (int)s.n_waiting);
+    /* find c[1]'s id: the second submitted */
+    eng_cancel(g, 2);
+    CHECK(coll_wait(&c[1], 60) && c[1].fin == ENG_FINISH_CANCELLED);
+    eng_cancel(g, 2); /* already done: ignored */
+    eng_cancel(g, 999);
+    wait_idle(g, &s);
+    CHECK(s.blocks_used == 0 && s.n_running == 0 && s.check_failures == 0);
+    for (int i = 0; i < 3; i++) CHECK(c[i].n_done == 1);
+    for (int i = 0; i < 3; i++) coll_destroy(&c[i]);
+    eng_free(g);
+}
+
+static uint64_t rs = 0x243f6a8885a308d3ULL;
+static uint32_t rnd(uint32_t n) {
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (uint32_t)(rs % n);
+}
+
+static void test_stress(void) {
+    enum { NREQ = 100, LIVE = 10 };
+    int nreq = sanitized ? 30 : NREQ;
+    size_t bb;
+    eng_engine *g = engine(16, 0, true, 48, 6);
+    if (!g) {
+        CHECK(0);
+        return;
+    }
+    eng_stats s;
+    eng_get_stats(g, &s);
+    bb = s.block_bytes;
+    eng_free(g);
+    g = engine(16, 14 * bb, true, 48, 6);
+    if (!g) {
+        CHECK(0);
+        return;
+    }
+    int32_t fam[3][200];
+    for (int f = 0; f < 3; f++) make_tokens(fam[f], 200, 900 + (uint64_t)f, n_vocab);
+    static coll c[NREQ];
+    static int32_t prompts[NREQ][240];
+    eng_req_id ids[NREQ];
+    int submitted = 0, live = 0, errors = 0;
+    for (int done_all = 0; !done_all;) {
+        while (submitted < nreq && live < LIVE) {
+            int i = submitted++;
+            coll_init(&c[i], g);
+            int n = 1 + (int)rnd(230);
+            int f = (int)rnd(3), shared = (int)rnd(200);
+            for (int k = 0; k < n; k++) prompts[i][k] = k < shared ? fam[f][k] : (int32_t)rnd((uint32_t)n_vocab);
+            if (rnd(5) == 0) c[i].cancel_after = 1 + (int)rnd(10);
+            eng_request r = {.prompt = prompts[i], .n_prompt = n, .max_tokens = 1 + (int)rnd(30),
+                             .ignore_eog = rnd(2) == 0, .on_event = on_event, .ctx = &c[i]};
+            r.sampling = smp_default_params();
+            r.sampling.seed = (uint64_t)i;
+            if (eng_submit(g, &r, &ids[i], &e) != HN_OK) {
+                errors++;
+                c[i].n_done = 1;
+                continue;
+            }
+            live++;
+        }
+        /* random cancels from this thread */
+        if (submitted > 0 && rnd(16) == 0) eng_cancel(g, ids[rnd((uint32_t)submitted)]);
+        usleep(1000 + rnd(4000));
+        live = 0;
+        done_all = submitted == nreq;
+        for (int i = 0; i < submitted; i++) {
+            pthread_mutex_lock(&c[i].mu);
+            if (!c[i].n_done) {
+                live++;
+                done_all = 0;
+            }
+            pthread_mutex_unlock(&c[i].mu);
+        }
+    }
+    wait_idle(g, &s);
+    int once = 1, normal = 0, cancelled = 0, other = 0;
+    for (int i = 0; i < nreq; i++) {
+        once &= c[i].n_done == 1;
+        if (c[i].fin == ENG_FINISH_LENGTH || c[i].fin == ENG_FINISH_EOG) normal++;
+        else if (c[i].fin == ENG_FINISH_CANCELLED) cancelled++;
+        else other++;
+        coll_destroy(&c[i]);
+    }
+    printf("stress: %d requests: %d finished, %d cancelled, %d other; %llu preemptions, %llu evictions, %llu steps\n",
+           nreq, normal, cancelled, other, (unsigned long long)s.preemptions, (unsigned long long)s.evictions,
+           (unsigned long long)s.steps);
+    CHECK(errors == 0 && once);
+    CHECK(normal > 0 && cancelled > 0);
+    CHECKF(s.check_failures == 0, "invariants held after every step (%llu failures: %s)",
+           (unsigned long long)s.check_failures, s.check_error);
+    CHECK(s.blocks_used == 0 && s.n_running == 0 && s.n_waiting == 0);
+    eng_free(g);
+}
+
+static void test_memory(void) {
+    eng_params p = eng_default_params();
+    p.model_path = model_path;
+    p.n_threads = 2;
+    p.n_ctx = 1024;
+    p.block_size = 16;
+    p.cache_idle_ms = 150;
+    eng_engine *g;
+    if (eng_create(&p, &g, &e) != HN_OK) {
+        CHECK(0);
+        return;
+    }
+    int32_t t[300];
+    make_tokens(t, 300, 77, n_vocab);
+    coll c;
+    coll_init(&c, g);
+    CHECK(submit(g, &c, t, 300, 4, NULL) == HN_OK);
+    CHECK(coll_wait(&c, 60));
+    eng_stats s;
+    wait_idle(g, &s);
+    CHECK(s.kv_bytes > 0 && s.blocks_cached > 0);
+    for (int i = 0; i < 300 && s.kv_bytes; i++) {
+        usleep(10000);
+        eng_get_stats(g, &s);
+    }
+    CHECKF(s.kv_bytes == 0 && s.blocks_cached == 0, "the idle timer dropped the cache (%zu bytes left)", s.kv_bytes);
+    /* eng_trim does it on demand */
+    coll_destroy(&c);
+    coll_init(&c, g);
+    CHECK(submit(g, &c, t, 200, 2, NULL) == HN_OK);
+    CHECK(coll_wait(&c, 60));
+    wait_idle(g, &s);
+    eng_trim(g);
+    eng_get_stats(g, &s);
+    CHECK(s.kv_bytes == 0 && s.kv_peak_bytes > 0);
+    /* eng_free with requests in flight: each gets its DONE */
+    coll d[3];
+    for (int i = 0; i < 3; i++) {
+        coll_init(&d[i], g);
+        CHECK(submit(g, &d[i], t, 250, 0, NULL) == HN_OK);
+    }
+    eng_free(g);
+    for (int i = 0; i < 3; i++) {
+        CHECK(d[i].n_done == 1);
+        coll_destroy(&d[i]);
+    }
+    coll_destroy(&c);
+}
+
+int main(void) {
+    sanitized = getenv("HONE_SANITIZED") != NULL;
+    test_data_path(model_path, sizeof model_path, "data/models/qwen3-2k-f32.gguf");
+    model *m;
+    model_params mp = {.n_threads = 1};
+    if (model_load(model_path, &mp, &m, &e)) {
+        CHECKF(0, "load: %s", e.msg);
+        TEST_DONE();
+    }
+    n_vocab = model_hp(m)->n_vocab;
+    model_free(m);
+    test_basic();
+    test_prefix_turns();
+    test_shared_start();
+    test_preempt();
+    test_cancel();
+    test_stress();
+    test_memory();
+    TEST_DONE();
+}
