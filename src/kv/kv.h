@@ -50,7 +50,7 @@
 #include "../core/status.h"
 #include "../quant/blocks.h"
 
-#define KV_DEFAULT_BLOCK 32
+#define KV_DEFAULT_BLOCK 16
 
 typedef struct kv_config {
     int n_layer;
