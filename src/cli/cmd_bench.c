@@ -13,6 +13,10 @@
  * aggregate decode tokens/s, peak memory and memory once the sessions end
  * (with the cache kept, and after dropping it as the idle timer would).
  *
+ * The defaults mimic a coding agent scaled down to a 2-core CPU and a
+ * Qwen3-0.6B-sized model (about a minute): a long shared prefix, short
+ * additions and replies (agents send ~100 prompt tokens per generated one).
+ *
  * Other modes (a llama-bench-like kernel/model mode) plug into the table
  * below. */
 #include <errno.h>
@@ -139,10 +143,10 @@ static void agents_usage(FILE *f) {
     fprintf(f,
             "usage: hone bench agents -m FILE [options]\n"
             "  -S N                concurrent sessions (default 4)\n"
-            "  -P N                shared system+tools prefix tokens (default 1536)\n"
-            "  -T N                turns per session (default 4)\n"
-            "  -U N                new tokens each turn adds (default 64)\n"
-            "  -G N                tokens generated each turn (default 32)\n"
+            "  -P N                shared system+tools prefix tokens (default 1024)\n"
+            "  -T N                turns per session (default 3)\n"
+            "  -U N                new tokens each turn adds (default 48)\n"
+            "  -G N                tokens generated each turn (default 16)\n"
             "  --no-prefix-cache   compute every prompt from scratch\n"
             "  -t, --threads N     compute threads (default: all cores)\n"
             "  --block-size N      KV positions per block (default: the engine's)\n"
@@ -155,7 +159,7 @@ static void agents_usage(FILE *f) {
 
 static int bench_agents(int argc, char **argv) {
     const char *model = NULL;
-    long S = 4, P = 1536, T = 4, U = 64, G = 32, threads = 0, bsz = 0, step = 0, ctx = 0, seed = 1;
+    long S = 4, P = 1024, T = 3, U = 48, G = 16, threads = 0, bsz = 0, step = 0, ctx = 0, seed = 1;
     int kv_type = 0;
     size_t kv_bytes = 0;
     bool prefix = true;

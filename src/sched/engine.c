@@ -50,7 +50,7 @@
 #include "../model/model.h"
 #include "../tokenizer/tokenizer.h"
 
-#define ENG_DEFAULT_STEP 256
+#define ENG_DEFAULT_STEP 64
 #define ENG_DEFAULT_RUNNING 16
 #define ENG_DEFAULT_IDLE_MS (5 * 60 * 1000)
 
@@ -318,7 +318,12 @@ restart:;
                     if (end > q->seq.n_tokens) chunk = end - q->seq.n_tokens;
                 }
             }
-            if (kv_seq_reserve(e->kv, &q->seq, q->seq.n_tokens + chunk, &err) != HN_OK) {
+            hn_status rst = kv_seq_reserve(e->kv, &q->seq, q->seq.n_tokens + chunk, &err);
+            if (rst == HN_ERR_RANGE) { /* cannot happen within n_ctx; end it rather than preempt others */
+                finish_running(e, i, ENG_FINISH_ERROR, rst, err.msg);
+                goto restart;
+            }
+            if (rst != HN_OK) {
                 if (e->n_running == 1) {
                     /* alone and still no room: this sequence cannot fit the pool */
                     finish_running(e, i, ENG_FINISH_ERROR, HN_ERR_FULL, "the KV cache is too small for this request");
