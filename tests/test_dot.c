@@ -119,6 +119,20 @@ static void check_pair(const type_info *ti, const char *mode, int64_t n, const v
         wmax = fmax(wmax, fabs(g_wdq[i]));
         asum += fabs(g_adq[i]);
     }
+    /* Q8_1 activations (Q4_1, Q5_1 weights): the kernels take the min term from
+     * the block's f16 s = d*sum(q), as llama.cpp does, not from the codes */
+    if (ref->act_type == QT_Q8_1) {
+        const qt_type_traits *tr = qt_traits(ti->t);
+        const block_q8_1 *ab = a;
+        for (int64_t b = 0; b < n / QK8_1; b++) {
+            uint16_t mh;
+            memcpy(&mh, (const uint8_t *)w + b * tr->type_size + ti->f16_off[1], 2);
+            int sumq = 0;
+            for (int j = 0; j < QK8_1; j++) sumq += ab[b].qs[j];
+            exact += (double)qt_f16_to_f32(mh) *
+                     ((double)qt_f16_to_f32(ab[b].s) - (double)qt_f16_to_f32(ab[b].d) * sumq);
+        }
+    }
     /* to_float rounds each weight to float: allow that, relative to the row's scale */
     double tol = 2e-6 * mag + 1e-6 * wmax * asum + 1e-30;
     float r = NAN;

@@ -74,9 +74,13 @@ static void norm_rows(void *ctx, int r0, int r1) {
     for (int r = r0; r < r1; r++) {
         const float *x = c->x + (size_t)r * (size_t)c->dim;
         float *y = c->y + (size_t)r * (size_t)c->dim;
+        /* llama.cpp's arithmetic to the bit (float squares summed in double, float
+         * mean and scale): the 8-bit activation converters see ties that any
+         * other rounding of the scale flips (see dot.c) */
         double ss = 0.0;
-        for (int i = 0; i < c->dim; i++) ss += (double)x[i] * (double)x[i];
-        float scale = (float)(1.0 / sqrt(ss / c->dim + (double)c->eps));
+        for (int i = 0; i < c->dim; i++) ss += (double)(x[i] * x[i]);
+        float mean = (float)(ss / c->dim);
+        float scale = 1.0f / sqrtf(mean + c->eps);
         if (c->w)
             for (int i = 0; i < c->dim; i++) y[i] = x[i] * scale * c->w[i];
         else

@@ -4,16 +4,24 @@
  * Activation types per weight type (what `act` produces, what `dot` reads):
  *   F32, F16, BF16                       -> F32 (a plain copy)
  *   Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4      -> Q8_0
- *   Q4_1, Q5_1                           -> Q8_1
+ *   Q4_1, Q5_1                           -> Q8_1 (min term from its s field)
  *   Q2_K..Q6_K, IQ4_XS                   -> Q8_K
  *
  * A reference kernel computes exactly what the block formats say: the sum over
  * elements of dequant(w) * dequant(a), where every block's integer products
  * are summed exactly in integers and scaled once per (sub-)block, so it agrees
- * with an f64 dot of the dequantized rows to float rounding. (The Q8_1 `s`
- * field is filled for compatibility but the reference does not use it: it is
- * an f16-rounded copy of d*sum(qs).) Faster variants live in dot_<isa>.c and
- * are listed here behind a run-time CPU check. */
+ * with an f64 dot of the dequantized rows to float rounding, with one
+ * deliberate exception: Q4_1 / Q5_1 take their min term m * d_a * sum(q_a)
+ * from the activation block's f16 field s = fp16(d_a * sum(q_a)), as llama.cpp's
+ * CPU kernels do, so that logits agree with llama.cpp's (the f16 rounding of s
+ * is within the 8-bit activation error anyway).
+ *
+ * The 8-bit converters also follow llama.cpp's arithmetic exactly (inverse
+ * scale 127/amax, products rounded half to even): on models whose embeddings
+ * are 4- or 5-bit, many activations land exactly on a rounding tie (x = amax/2
+ * gives x*127/amax = 63.5), so a different but equally valid formula flips codes
+ * and moves logits far beyond float noise. Faster variants live in dot_<isa>.c
+ * and are listed here behind a run-time CPU check. */
 #include "dot.h"
 
 #include <math.h>
@@ -65,25 +73,25 @@ static inline int clamp_round(float v) {
     return r > 127 ? 127 : r < -127 ? -127 : (int)r;
 }
 
-/* Symmetric 8-bit blocks of 32: d = max|x| / 127, q = round(x / d). */
+/* Symmetric 8-bit blocks of 32: d = max|x| / 127, q = round-half-even(x * (127 / max|x|)). */
 void cpu_act_q8_0(const float *restrict x, void *restrict vy, int64_t n) {
     block_q8_0 *y = vy;
     for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
         float amax = 0;
         for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
-        float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        float d = amax / 127.0f, id = amax != 0 ? 127.0f / amax : 0.0f;
         y[i].d = f32_to_f16(d);
         for (int j = 0; j < QK8_0; j++) y[i].qs[j] = (int8_t)clamp_round(x[j] * id);
     }
 }
 
-/* As Q8_0, plus s = d * sum(q) (f16). */
+/* As Q8_0, plus s = d * sum(q) (f16; d in f32 before rounding). */
 void cpu_act_q8_1(const float *restrict x, void *restrict vy, int64_t n) {
     block_q8_1 *y = vy;
     for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
         float amax = 0;
         for (int j = 0; j < QK8_1; j++) amax = fmaxf(amax, fabsf(x[j]));
-        float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        float d = amax / 127.0f, id = amax != 0 ? 127.0f / amax : 0.0f;
         int sum = 0;
         for (int j = 0; j < QK8_1; j++) {
             int q = clamp_round(x[j] * id);
@@ -168,13 +176,10 @@ static void dot_q4_1_ref(int64_t n, float *restrict s, const void *restrict vw, 
     const block_q8_1 *a = va;
     double sum = 0;
     for (int64_t i = 0; i < n / QK4_1; i++) {
-        int sumi = 0, suma = 0;
-        for (int j = 0; j < QK4_1 / 2; j++) {
+        int sumi = 0;
+        for (int j = 0; j < QK4_1 / 2; j++)
             sumi += (w[i].qs[j] & 0xf) * a[i].qs[j] + (w[i].qs[j] >> 4) * a[i].qs[j + 16];
-            suma += a[i].qs[j] + a[i].qs[j + 16];
-        }
-        float da = f16_to_f32(a[i].d);
-        sum += (double)(f16_to_f32(w[i].d) * da) * sumi + (double)(f16_to_f32(w[i].m) * da) * suma;
+        sum += (double)(f16_to_f32(w[i].d) * f16_to_f32(a[i].d)) * sumi + (double)f16_to_f32(w[i].m) * f16_to_f32(a[i].s);
     }
     *s = (float)sum;
 }
@@ -205,14 +210,12 @@ static void dot_q5_1_ref(int64_t n, float *restrict s, const void *restrict vw, 
     for (int64_t i = 0; i < n / QK5_1; i++) {
         uint32_t qh;
         memcpy(&qh, w[i].qh, 4);
-        int sumi = 0, suma = 0;
+        int sumi = 0;
         for (int j = 0; j < QK5_1 / 2; j++) {
             sumi += ((w[i].qs[j] & 0xf) | q5_hi(qh, j)) * a[i].qs[j];
             sumi += ((w[i].qs[j] >> 4) | q5_hi(qh, j + 16)) * a[i].qs[j + 16];
-            suma += a[i].qs[j] + a[i].qs[j + 16];
         }
-        float da = f16_to_f32(a[i].d);
-        sum += (double)(f16_to_f32(w[i].d) * da) * sumi + (double)(f16_to_f32(w[i].m) * da) * suma;
+        sum += (double)(f16_to_f32(w[i].d) * f16_to_f32(a[i].d)) * sumi + (double)f16_to_f32(w[i].m) * f16_to_f32(a[i].s);
     }
     *s = (float)sum;
 }

@@ -197,11 +197,6 @@ static inline __m256i bits32(const uint8_t *p) {
     return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
 }
 
-/* 8 i32 sums of the activation codes (for the Q4_1/Q5_1 min term). */
-static inline __m256i sum_i8(__m256i a) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), a), _mm256_set1_epi16(1));
-}
-
 void cpu_dot_q5_0_avx2(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
     const block_q5_0 *w = vw;
     const block_q8_0 *a = va;
@@ -219,31 +214,31 @@ void cpu_dot_q4_1_avx2(int64_t n, float *restrict s, const void *restrict vw, co
     const block_q4_1 *w = vw;
     const block_q8_1 *a = va;
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0;
     for (int64_t i = 0; i < n / QK4_1; i++) {
         __m256i av = _mm256_loadu_si256((const __m256i *)a[i].qs);
         __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles32(w[i].qs), av), ones);
-        float da = h2f(a[i].d);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * da), _mm256_cvtepi32_ps(p), acc);
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].m) * da), _mm256_cvtepi32_ps(sum_i8(av)), accm);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(p), acc);
+        summ += h2f(w[i].m) * h2f(a[i].s);
     }
-    *s = hsum8(_mm256_add_ps(acc, accm));
+    *s = hsum8(acc) + summ;
 }
 
 void cpu_dot_q5_1_avx2(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
     const block_q5_1 *w = vw;
     const block_q8_1 *a = va;
     const __m256i ones = _mm256_set1_epi16(1), b16 = _mm256_set1_epi8(0x10);
-    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0;
     for (int64_t i = 0; i < n / QK5_1; i++) {
         __m256i av = _mm256_loadu_si256((const __m256i *)a[i].qs);
         __m256i q = _mm256_or_si256(nibbles32(w[i].qs), _mm256_and_si256(bits32(w[i].qh), b16));
         __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, av), ones);
-        float da = h2f(a[i].d);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * da), _mm256_cvtepi32_ps(p), acc);
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].m) * da), _mm256_cvtepi32_ps(sum_i8(av)), accm);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(p), acc);
+        summ += h2f(w[i].m) * h2f(a[i].s);
     }
-    *s = hsum8(_mm256_add_ps(acc, accm));
+    *s = hsum8(acc) + summ;
 }
 
 /* ---- K-quants against Q8_K ---- */
