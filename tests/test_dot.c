@@ -6,7 +6,8 @@
  * on rows made by the reference quantizer, on random block bytes (every code
  * and scale bit pattern), on all-max / all-min codes with saturated
  * activations, and with zero scales; at one block, several blocks and odd
- * block counts. */
+ * block counts. The activation converters are checked against the exact
+ * arithmetic the engine shares with llama.cpp (rounding ties included). */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -150,6 +151,52 @@ static void check_pair(const type_info *ti, const char *mode, int64_t n, const v
     }
 }
 
+/* The activation converters follow llama.cpp's arithmetic to the bit: on rows
+ * that come from 4-bit embeddings, x = amax/2 lands on a tie (63.5), and only
+ * the exact formula (q = round-half-even(x * (127/amax)), d = fp16(amax/127),
+ * s = fp16(d * sum q)) gives llama.cpp's codes. The other natural formula,
+ * x * (1 / (amax/127)), must differ on some of these rows, or this test could
+ * not tell them apart. */
+static void test_act_rounding(void) {
+    const cpu_dot_kernel *k0 = cpu_dot_ref(QT_Q4_0), *k1 = cpu_dot_ref(QT_Q4_1), *kb = cpu_dot_ref(QT_BF16);
+    CHECK(k0->act_type == QT_Q8_0 && k1->act_type == QT_Q8_1 && kb->act_type == QT_BF16);
+    int bad0 = 0, bad1 = 0, other_differs = 0;
+    for (int trial = 0; trial < 2000; trial++) {
+        float x[QK8_0];
+        float c = 0.001f + unif() * 0.1f, w = 0.5f + unif();
+        for (int j = 0; j < QK8_0; j++) x[j] = (float)((int)(rnd() % 16) - 8) * c * w;
+        x[rnd() % QK8_0] = -8.0f * c * w; /* amax = 8c*w, so 4c*w sits on a tie */
+        float amax = 0;
+        for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float d = amax / 127.0f, id = 127.0f / amax, id_other = 1.0f / d;
+        block_q8_0 q0;
+        block_q8_1 q1;
+        k0->act(x, &q0, QK8_0);
+        k1->act(x, &q1, QK8_0);
+        int sum = 0;
+        bool ok0 = q0.d == qt_f32_to_f16(d), ok1 = q1.d == q0.d;
+        for (int j = 0; j < QK8_0; j++) {
+            int want = (int)lrintf(x[j] * id);
+            ok0 = ok0 && q0.qs[j] == want;
+            ok1 = ok1 && q1.qs[j] == want;
+            sum += want;
+            if ((int)lrintf(x[j] * id_other) != want) other_differs++;
+        }
+        ok1 = ok1 && q1.s == qt_f32_to_f16(d * (float)sum);
+        bad0 += !ok0;
+        bad1 += !ok1;
+    }
+    CHECKF(bad0 == 0 && bad1 == 0, "q8_0 / q8_1 codes follow 127/amax on ties: %d, %d blocks differ", bad0, bad1);
+    CHECKF(other_differs > 0, "the tie rows tell the two inverse-scale formulas apart");
+    /* bf16 activations: round to nearest even, quiet NaN */
+    float xb[6] = {1.0f + 0x1p-8f, 1.0f + 0x3p-8f, -1.0f - 0x1p-8f, 1.0f + 0x1p-8f + 0x1p-20f, 3.0e38f, NAN};
+    uint16_t yb[6];
+    kb->act(xb, yb, 6);
+    CHECKF(yb[0] == 0x3f80 && yb[1] == 0x3f82 && yb[2] == 0xbf80 && yb[3] == 0x3f81 && yb[4] == qt_f32_to_bf16(3.0e38f) &&
+               (yb[5] & 0x7fc0) == 0x7fc0,
+           "bf16 activations: %04x %04x %04x %04x %04x", yb[0], yb[1], yb[2], yb[3], yb[5]);
+}
+
 int main(void) {
     int sanitized = getenv("HONE_SANITIZED") != NULL;
     const int64_t max_n = 16 * 256 + 256;
@@ -179,6 +226,8 @@ int main(void) {
         for (size_t i = 0; i < sizeof(fast) / sizeof(fast[0]); i++)
             CHECKF(!strcmp(cpu_dot_best(fast[i])->isa, "avx2"), "%s has an avx2 kernel", qt_name(fast[i]));
     }
+
+    test_act_rounding();
 
     static const int nblocks[] = {1, 2, 3, 8, 17};
     static const int64_t float_ns[] = {1, 7, 8, 31, 32, 33, 100, 1024, 4097};

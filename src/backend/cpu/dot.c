@@ -2,7 +2,8 @@
  * activation converters and run-time CPU feature detection.
  *
  * Activation types per weight type (what `act` produces, what `dot` reads):
- *   F32, F16, BF16                       -> F32 (a plain copy)
+ *   F32, F16                             -> F32 (a plain copy)
+ *   BF16                                 -> BF16 (rounded to nearest even)
  *   Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4      -> Q8_0
  *   Q4_1, Q5_1                           -> Q8_1 (min term from its s field)
  *   Q2_K..Q6_K, IQ4_XS                   -> Q8_K
@@ -66,6 +67,13 @@ const int8_t cpu_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4
 
 void cpu_act_f32(const float *restrict x, void *restrict y, int64_t n) {
     memcpy(y, x, (size_t)n * sizeof(float));
+}
+
+/* BF16 weights see BF16 activations, as in llama.cpp (whose bf16 kernels
+ * multiply bf16 by bf16): rounding the activations moves logits visibly. */
+void cpu_act_bf16(const float *restrict x, void *restrict vy, int64_t n) {
+    uint16_t *y = vy;
+    for (int64_t i = 0; i < n; i++) y[i] = qt_f32_to_bf16(x[i]);
 }
 
 static inline int clamp_round(float v) {
@@ -149,10 +157,9 @@ static void dot_f16_ref(int64_t n, float *restrict s, const void *restrict vw, c
 }
 
 static void dot_bf16_ref(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
-    const uint16_t *w = vw;
-    const float *a = va;
+    const uint16_t *w = vw, *a = va;
     double sum = 0;
-    for (int64_t i = 0; i < n; i++) sum += (double)bf16_to_f32(w[i]) * a[i];
+    for (int64_t i = 0; i < n; i++) sum += (double)bf16_to_f32(w[i]) * bf16_to_f32(a[i]);
     *s = (float)sum;
 }
 
@@ -500,7 +507,7 @@ typedef struct {
 static const entry g_kernels[] = {
     REF(QT_F32, QT_F32, cpu_act_f32, dot_f32_ref),
     REF(QT_F16, QT_F32, cpu_act_f32, dot_f16_ref),
-    REF(QT_BF16, QT_F32, cpu_act_f32, dot_bf16_ref),
+    REF(QT_BF16, QT_BF16, cpu_act_bf16, dot_bf16_ref),
     REF(QT_Q4_0, QT_Q8_0, cpu_act_q8_0, dot_q4_0_ref),
     REF(QT_Q4_1, QT_Q8_1, cpu_act_q8_1, dot_q4_1_ref),
     REF(QT_Q5_0, QT_Q8_0, cpu_act_q8_0, dot_q5_0_ref),
@@ -517,7 +524,7 @@ static const entry g_kernels[] = {
 #ifdef HN_X86
     AVX2(QT_F32, QT_F32, cpu_act_f32, cpu_dot_f32_avx2),
     AVX2(QT_F16, QT_F32, cpu_act_f32, cpu_dot_f16_avx2),
-    AVX2(QT_BF16, QT_F32, cpu_act_f32, cpu_dot_bf16_avx2),
+    AVX2(QT_BF16, QT_BF16, cpu_act_bf16, cpu_dot_bf16_avx2),
     AVX2(QT_Q4_0, QT_Q8_0, cpu_act_q8_0, cpu_dot_q4_0_avx2),
     AVX2(QT_Q4_1, QT_Q8_1, cpu_act_q8_1, cpu_dot_q4_1_avx2),
     AVX2(QT_Q5_0, QT_Q8_0, cpu_act_q8_0, cpu_dot_q5_0_avx2),

@@ -2,8 +2,8 @@
  * activation row, the inner loop of every matmul.
  *
  * Activations are f32 in the model; before a matmul each activation row is
- * converted once with `act` into the kernel's act_type (Q8_0 for the 32-block
- * types, Q8_K for the K-quants, F32 or F16 for the float types), then `dot`
+ * converted once with `act` into the kernel's act_type (Q8_0 or Q8_1 for the
+ * 32-block types, Q8_K for the K-quants, F32 for F32/F16, BF16 for BF16), then `dot`
  * runs against every weight row. Each weight type has a scalar reference
  * (isa "ref") and, where the CPU has them, faster variants chosen at run time
  * by CPU features (cpu_dot_best). Every variant is tested against the reference. */

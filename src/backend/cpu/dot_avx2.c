@@ -85,22 +85,24 @@ static inline __m256 bf16x8(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
 }
 
+static inline float bf16_1(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* BF16 weights against BF16 activations; products are exact in f32. */
 void cpu_dot_bf16_avx2(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
-    const uint16_t *w = vw;
-    const float *a = va;
+    const uint16_t *w = vw, *a = va;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t i = 0;
     for (; i + 32 <= n; i += 32)
         for (int k = 0; k < 4; k++)
-            acc[k] = _mm256_fmadd_ps(bf16x8(w + i + 8 * k), _mm256_loadu_ps(a + i + 8 * k), acc[k]);
-    for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(bf16x8(w + i), _mm256_loadu_ps(a + i), acc[0]);
+            acc[k] = _mm256_fmadd_ps(bf16x8(w + i + 8 * k), bf16x8(a + i + 8 * k), acc[k]);
+    for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(bf16x8(w + i), bf16x8(a + i), acc[0]);
     float sum = hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-    for (; i < n; i++) {
-        uint32_t bits = (uint32_t)w[i] << 16;
-        float f;
-        memcpy(&f, &bits, 4);
-        sum += f * a[i];
-    }
+    for (; i < n; i++) sum += bf16_1(w[i]) * bf16_1(a[i]);
     *s = sum;
 }
 

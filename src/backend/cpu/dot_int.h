@@ -15,6 +15,7 @@
 
 /* Activation converters (scalar; run once per activation row). */
 void cpu_act_f32(const float *restrict x, void *restrict y, int64_t n);
+void cpu_act_bf16(const float *restrict x, void *restrict y, int64_t n);
 void cpu_act_q8_0(const float *restrict x, void *restrict y, int64_t n);
 void cpu_act_q8_1(const float *restrict x, void *restrict y, int64_t n);
 void cpu_act_q8_K(const float *restrict x, void *restrict y, int64_t n);
