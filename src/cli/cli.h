@@ -13,5 +13,7 @@ int cmd_template(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+/* `hone bench -m FILE`: prefill and decode speed of a model (cmd_bench_model.c). */
+int cmd_bench_model(int argc, char **argv);
 
 #endif

@@ -1,0 +1,247 @@
+/* cmd_bench_model.c: `hone bench -m FILE`: prefill and decode speed of a model,
+ * in the manner of llama-bench.
+ *
+ * Tests (each repeated -r times; the table shows the median and the spread):
+ *   ppP   prefill of P prompt tokens in one forward (the model splits it into
+ *         max_batch steps), after --depth D tokens already in the cache;
+ *   tgN   N single-token decode steps after D (+ nothing else) cached tokens.
+ * Tokens are pseudo-random ids from the vocabulary, so the speed does not
+ * depend on a tokenizer or a prompt. The depth prefix is computed once per
+ * repetition and not timed (as llama-bench does). Output is a markdown table;
+ * --csv prints one line per test instead. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../core/alloc.h"
+#include "../kv/kv.h"
+#include "../model/model.h"
+#include "../quant/quant.h"
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: hone bench -m FILE [-p N] [-n N] [-t N] [--depth D] [-r REPS] [-b BATCH] [--csv]\n"
+            "\n"
+            "Measures prompt processing (ppN) and token generation (tgN) speed like\n"
+            "llama-bench: median tokens/s over REPS repetitions, as a markdown table.\n"
+            "\n"
+            "  -m, --model FILE   GGUF model\n"
+            "  -p N               prompt tokens for the prefill test (default 512; 0 = skip)\n"
+            "  -n N               generated tokens for the decode test (default 128; 0 = skip)\n"
+            "  -t, --threads N    threads (default: all CPUs)\n"
+            "  -d, --depth D      tokens already in the context before each test (default 0)\n"
+            "  -r, --reps N       repetitions (default 5)\n"
+            "  -b, --batch N      most tokens per forward step (default 512)\n"
+            "  --csv              print `test,depth,threads,median,min,max` lines instead\n");
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct bench_ctx {
+    model *m;
+    kv_cache *kv;
+    int32_t n_vocab;
+    int32_t *tok;   /* scratch ids */
+    int32_t *pos;
+    int32_t *sid;
+    float *logits;
+    uint64_t rng;
+} bench_ctx;
+
+static int32_t next_token(bench_ctx *c) {
+    c->rng ^= c->rng << 13;
+    c->rng ^= c->rng >> 7;
+    c->rng ^= c->rng << 17;
+    return (int32_t)(c->rng % (uint64_t)c->n_vocab);
+}
+
+/* One forward of n tokens at positions p0.. of seq (logits of the last only). */
+static hn_status run_tokens(bench_ctx *c, kv_seq *seq, int32_t p0, int32_t n, hn_err *err) {
+    for (int32_t i = 0; i < n; i++) {
+        c->tok[i] = next_token(c);
+        c->pos[i] = p0 + i;
+        c->sid[i] = 0;
+    }
+    kv_seq *seqs[1] = {seq};
+    model_batch b = {.n_tokens = n, .token = c->tok, .pos = c->pos, .seq_id = c->sid, .seqs = seqs, .n_seqs = 1};
+    return model_forward(c->m, c->kv, &b, c->logits, 1, err);
+}
+
+/* One repetition: fill `depth` tokens (untimed), then either a prefill of n
+ * tokens in one forward (decode false) or n single-token steps; returns tok/s or < 0. */
+static double one_rep(bench_ctx *c, int32_t depth, int32_t n, bool decode, hn_err *err) {
+    kv_seq seq = {0};
+    double rate = -1;
+    if (kv_seq_init(&seq, c->kv, depth + n + 1, err) != HN_OK) return -1;
+    if (depth > 0 && run_tokens(c, &seq, 0, depth, err) != HN_OK) goto done;
+    double t0 = now_s();
+    if (decode) {
+        for (int32_t i = 0; i < n; i++)
+            if (run_tokens(c, &seq, depth + i, 1, err) != HN_OK) goto done;
+    } else if (run_tokens(c, &seq, depth, n, err) != HN_OK) {
+        goto done;
+    }
+    double dt = now_s() - t0;
+    rate = (double)n / (dt > 0 ? dt : 1e-9);
+done:
+    kv_seq_free(&seq, c->kv);
+    return rate;
+}
+
+static const char *base_name(const char *p) {
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+/* The type holding most weight bytes (what llama-bench calls the model's type). */
+static const char *main_type(const gguf_ctx *g) {
+    size_t bytes[QT_TYPE_COUNT] = {0};
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        if ((int)t->type >= 0 && (int)t->type < QT_TYPE_COUNT) bytes[t->type] += t->nbytes;
+    }
+    int best = 0;
+    for (int t = 1; t < QT_TYPE_COUNT; t++)
+        if (bytes[t] > bytes[best]) best = t;
+    return qt_traits((qt_type)best) ? qt_traits((qt_type)best)->name : "?";
+}
+
+int cmd_bench_model(int argc, char **argv) {
+    const char *path = NULL;
+    long n_prompt = 512, n_gen = 128, depth = 0, reps = 5, batch = 512, n_threads = 0;
+    bool csv = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--csv")) {
+            csv = true;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "hone bench: %s needs a value\n", a);
+            usage(stderr);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            path = v;
+            continue;
+        }
+        long *dst = !strcmp(a, "-p") ? &n_prompt
+                  : !strcmp(a, "-n") ? &n_gen
+                  : (!strcmp(a, "-t") || !strcmp(a, "--threads")) ? &n_threads
+                  : (!strcmp(a, "-d") || !strcmp(a, "--depth")) ? &depth
+                  : (!strcmp(a, "-r") || !strcmp(a, "--reps")) ? &reps
+                  : (!strcmp(a, "-b") || !strcmp(a, "--batch")) ? &batch
+                  : NULL;
+        if (!dst) {
+            fprintf(stderr, "hone bench: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        char *end = NULL;
+        errno = 0;
+        *dst = strtol(v, &end, 10);
+        if (!*v || *end || errno) {
+            fprintf(stderr, "hone bench: bad value '%s' for %s\n", v, a);
+            return 2;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "hone bench: -m FILE is required\n");
+        usage(stderr);
+        return 2;
+    }
+    if (n_prompt < 0 || n_prompt > 1000000 || n_gen < 0 || n_gen > 1000000 || depth < 0 || depth > 10000000 ||
+        reps < 1 || reps > 1000 || batch < 1 || batch > 65536 || n_threads < 0 || n_threads > 1024) {
+        fprintf(stderr, "hone bench: an option is out of range\n");
+        return 2;
+    }
+
+    int rc = 1;
+    hn_err err = {0};
+    bench_ctx c = {.rng = 0x9e3779b97f4a7c15ull};
+    double *rates = hn_malloc(sizeof(double) * (size_t)reps);
+    model_params mp = {.n_threads = (int)n_threads, .max_batch = (int)batch};
+    if (!rates) goto done;
+    if (model_load(path, &mp, &c.m, &err) != HN_OK) {
+        fprintf(stderr, "hone bench: %s: %s\n", path, err.msg);
+        goto done;
+    }
+    const model_hparams *hp = model_hp(c.m);
+    int64_t need = depth + (n_prompt > n_gen ? n_prompt : n_gen) + 1;
+    if (need > hp->n_ctx_train) {
+        fprintf(stderr, "hone bench: depth + test tokens (%lld) exceed the model's context of %d\n",
+                (long long)need, hp->n_ctx_train);
+        goto done;
+    }
+    int64_t most = depth > n_prompt ? depth : n_prompt;
+    if (most < 1) most = 1;
+    c.n_vocab = hp->n_vocab;
+    c.tok = hn_malloc(sizeof(int32_t) * (size_t)most);
+    c.pos = hn_malloc(sizeof(int32_t) * (size_t)most);
+    c.sid = hn_malloc(sizeof(int32_t) * (size_t)most);
+    c.logits = hn_malloc(sizeof(float) * (size_t)hp->n_vocab);
+    kv_config kc = model_kv_config(c.m, (int32_t)((need + 15) / 16 + 1), 16);
+    if (!c.tok || !c.pos || !c.sid || !c.logits || kv_create(&kc, &c.kv, &err) != HN_OK) {
+        fprintf(stderr, "hone bench: %s\n", err.msg[0] ? err.msg : "out of memory");
+        goto done;
+    }
+    const char *type = main_type(model_gguf(c.m));
+    if (!csv) {
+        printf("| model | type | threads | test | t/s (median) | min | max |\n");
+        printf("| --- | --- | ---: | --- | ---: | ---: | ---: |\n");
+    }
+    for (int test = 0; test < 2; test++) {
+        long n = test == 0 ? n_prompt : n_gen;
+        if (n == 0) continue;
+        /* one untimed warm-up (page faults, pool spin-up, cpu clocks) */
+        if (one_rep(&c, 0, (int32_t)(n < 16 ? n : 16), test == 1, &err) < 0) goto fail;
+        for (long r = 0; r < reps; r++) {
+            rates[r] = one_rep(&c, (int32_t)depth, (int32_t)n, test == 1, &err);
+            if (rates[r] < 0) goto fail;
+        }
+        qsort(rates, (size_t)reps, sizeof(double), cmp_double);
+        double med = reps % 2 ? rates[reps / 2] : 0.5 * (rates[reps / 2 - 1] + rates[reps / 2]);
+        char name[64];
+        if (depth > 0)
+            snprintf(name, sizeof name, "%s%ld @ d%ld", test == 0 ? "pp" : "tg", n, depth);
+        else
+            snprintf(name, sizeof name, "%s%ld", test == 0 ? "pp" : "tg", n);
+        if (csv)
+            printf("%s%ld,%ld,%d,%.2f,%.2f,%.2f\n", test == 0 ? "pp" : "tg", n, depth, model_n_threads(c.m), med,
+                   rates[0], rates[reps - 1]);
+        else
+            printf("| %s | %s | %d | %s | %.2f | %.2f | %.2f |\n", base_name(path), type, model_n_threads(c.m), name,
+                   med, rates[0], rates[reps - 1]);
+        fflush(stdout);
+    }
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "hone bench: %s\n", err.msg);
+done:
+    hn_free(rates);
+    hn_free(c.tok);
+    hn_free(c.pos);
+    hn_free(c.sid);
+    hn_free(c.logits);
+    kv_free(c.kv);
+    model_free(c.m);
+    return rc;
+}
