@@ -4,6 +4,7 @@
  * the pool; tiny ones (decode) run on the calling thread, where a dispatch
  * would cost more than the work. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../../core/alloc.h"
@@ -315,6 +316,8 @@ hn_status be_cpu_create(pool *p, be_backend **out, hn_err *err) {
     cb->base.ops = &cpu_ops;
     cb->base.impl = cb;
     vec_select(cb);
+    const char *ng = getenv("HONE_NO_GEMM");
+    cb->no_gemm = ng && *ng && strcmp(ng, "0") != 0;
     *out = &cb->base;
     return HN_OK;
 }

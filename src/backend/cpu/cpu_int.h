@@ -21,6 +21,7 @@ typedef struct cpu_be {
     pool *pool;
     int nth;
     bool force_ref;
+    bool no_gemm;         /* dot kernels only (HONE_NO_GEMM=1; for comparisons) */
     be_limits lim;
     /* matmul scratch */
     unsigned char *act;   /* converted activation rows: max_rows x (4 * max_k) bytes */

@@ -19,8 +19,12 @@
 #include "../../quant/quant.h"
 #include "cpu_int.h"
 #include "dot.h"
+#include "gemm.h"
 
 #define TILE_ROWS 16
+/* activation rows per tile when a gemm kernel runs (the tile's converted rows
+ * stay in L2 while the chunk's weight rows stream past; calls take 8 at a time) */
+#define GEMM_TILE_ROWS 64
 /* multiply-adds below which a matmul runs on the caller: a dispatch costs a few
  * microseconds, more when the OS has to wake a worker */
 #define MM_MIN_PARALLEL (1 << 17)
@@ -28,6 +32,7 @@
 typedef struct mm_group {
     const be_weight *w;
     const cpu_dot_kernel *kern; /* NULL: dequantize + f32 */
+    const cpu_gemm_kernel *gemm; /* multi-row kernel reading kern's act_type, or NULL */
     int mat;              /* matrix (expert) index */
     int n;                /* activation rows in this group */
     const int32_t *in;    /* their indices into the converted rows */
@@ -124,7 +129,23 @@ static void mm_dots(void *ctx, int ith, int nth) {
         int64_t j1 = j0 + gr->chunk_rows < n_out ? j0 + gr->chunk_rows : n_out;
         const unsigned char *wm = (const unsigned char *)w->data + (size_t)gr->mat * w->mat_bytes;
         float *y = gr->y;
-        if (gr->kern) {
+        if (gr->gemm) {
+            cpu_gemm_fn fn = gr->gemm->fn;
+            const void *ap[CPU_GEMM_MAX_NA];
+            float s[CPU_GEMM_MAX_NA];
+            for (int t0 = 0; t0 < gr->n; t0 += GEMM_TILE_ROWS) {
+                int t1 = t0 + GEMM_TILE_ROWS < gr->n ? t0 + GEMM_TILE_ROWS : gr->n;
+                for (int64_t j = j0; j < j1; j++) {
+                    const void *wr = wm + (size_t)j * w->row_bytes;
+                    for (int r0 = t0; r0 < t1; r0 += CPU_GEMM_MAX_NA) {
+                        int na = t1 - r0 < CPU_GEMM_MAX_NA ? t1 - r0 : CPU_GEMM_MAX_NA;
+                        for (int r = 0; r < na; r++) ap[r] = t->act + (size_t)gr->in[r0 + r] * t->act_row;
+                        fn(k, wr, na, ap, s);
+                        for (int r = 0; r < na; r++) y[(size_t)gr->out[r0 + r] * (size_t)n_out + (size_t)j] = s[r];
+                    }
+                }
+            }
+        } else if (gr->kern) {
             cpu_dot_fn dot = gr->kern->dot;
             for (int r0 = 0; r0 < gr->n; r0 += TILE_ROWS) {
                 int r1 = r0 + TILE_ROWS < gr->n ? r0 + TILE_ROWS : gr->n;
@@ -159,6 +180,13 @@ static void mm_dots(void *ctx, int ith, int nth) {
 /* The kernel a weight's matmul uses (NULL: the dequantize + f32 reference path). */
 static const cpu_dot_kernel *mm_kernel(const cpu_be *cb, const be_weight *w) {
     return cb->force_ref ? NULL : cpu_dot_best(w->type);
+}
+
+/* The multi-row kernel for a weight whose dot kernel is kern, for n activation rows (NULL: none). */
+static const cpu_gemm_kernel *mm_gemm(const cpu_be *cb, const be_weight *w, const cpu_dot_kernel *kern, int n) {
+    if (!kern || cb->no_gemm) return NULL;
+    const cpu_gemm_kernel *g = cpu_gemm_pick(w->type, n);
+    return g && g->act_type == kern->act_type ? g : NULL;
 }
 
 /* Runs groups over the pool: converts the n_x input rows once (every group's
@@ -210,7 +238,9 @@ static void mm_run(cpu_be *cb, const float *x, int n_x, mm_group *groups, int n_
 
 void cpu_op_matmul(be_backend *b, const be_weight *w, int mat, const float *x, int n, float *y) {
     cpu_be *cb = cpu_of(b);
-    mm_group g = {.w = w, .kern = mm_kernel(cb, w), .mat = mat, .n = n, .in = cb->ident, .out = cb->ident, .y = y};
+    const cpu_dot_kernel *kern = mm_kernel(cb, w);
+    mm_group g = {.w = w, .kern = kern, .gemm = mm_gemm(cb, w, kern, n), .mat = mat, .n = n, .in = cb->ident,
+                  .out = cb->ident, .y = y};
     mm_run(cb, x, n, &g, 1);
 }
 
@@ -225,7 +255,8 @@ void cpu_op_matmul_multi(be_backend *b, int n_w, const be_weight *const *ws, con
         while (at + m < n_w && m < BE_MULTI_MAX) {
             const cpu_dot_kernel *km = mm_kernel(cb, ws[at + m]);
             if (m > 0 && ((km == NULL) != (k0 == NULL) || (km && km->act_type != k0->act_type))) break;
-            g[m] = (mm_group){.w = ws[at + m], .kern = km, .n = n, .in = cb->ident, .out = cb->ident, .y = ys[at + m]};
+            g[m] = (mm_group){.w = ws[at + m], .kern = km, .gemm = mm_gemm(cb, ws[at + m], km, n), .n = n,
+                              .in = cb->ident, .out = cb->ident, .y = ys[at + m]};
             m++;
         }
         mm_run(cb, x, n, g, m);
@@ -251,6 +282,7 @@ void cpu_op_moe_matmul(be_backend *b, const be_weight *w, const float *x, bool x
         mm_group *g = &groups[n_groups++];
         g->w = w;
         g->kern = kern;
+        g->gemm = mm_gemm(cb, w, kern, g->n);
         g->y = y;
         g->mat = e;
         g->n = cnt[e + 1] - cnt[e];

@@ -1,0 +1,99 @@
+/* gemm.c: the gemm-kernel registry and its scalar references (see gemm.h).
+ * A reference is dot.h's reference dot of the same weight type, once per
+ * activation row, so a gemm variant is held to exactly what the dot kernels
+ * are held to. */
+#include "gemm.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "dot.h"
+#include "gemm_int.h"
+
+static void gemm_by_ref(qt_type t, int64_t k, const void *w, int na, const void *const *a, float *s) {
+    cpu_dot_fn dot = cpu_dot_ref(t)->dot;
+    for (int r = 0; r < na; r++) dot(k, &s[r], w, a[r]);
+}
+
+#define REF_FN(name, T)                                                                                   \
+    static void name(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s) { \
+        gemm_by_ref(T, k, w, na, a, s);                                                                   \
+    }
+REF_FN(gemm_q8_0_ref, QT_Q8_0)
+REF_FN(gemm_q4_0_ref, QT_Q4_0)
+REF_FN(gemm_q4_K_ref, QT_Q4_K)
+REF_FN(gemm_q6_K_ref, QT_Q6_K)
+
+enum { ISA_REF, ISA_AVX2, ISA_AVX512 };
+
+typedef struct {
+    cpu_gemm_kernel k;
+    int isa;
+} entry;
+
+/* Reference first for every type, then faster variants in order of preference. */
+static const entry g_kernels[] = {
+    {{QT_Q8_0, QT_Q8_0, gemm_q8_0_ref, "ref"}, ISA_REF},
+    {{QT_Q4_0, QT_Q8_0, gemm_q4_0_ref, "ref"}, ISA_REF},
+    {{QT_Q4_K, QT_Q8_K, gemm_q4_K_ref, "ref"}, ISA_REF},
+    {{QT_Q6_K, QT_Q8_K, gemm_q6_K_ref, "ref"}, ISA_REF},
+#if defined(__x86_64__)
+    {{QT_Q8_0, QT_Q8_0, cpu_gemm_q8_0_avx2, "avx2"}, ISA_AVX2},
+    {{QT_Q4_0, QT_Q8_0, cpu_gemm_q4_0_avx2, "avx2"}, ISA_AVX2},
+    {{QT_Q4_K, QT_Q8_K, cpu_gemm_q4_K_avx2, "avx2"}, ISA_AVX2},
+    {{QT_Q6_K, QT_Q8_K, cpu_gemm_q6_K_avx2, "avx2"}, ISA_AVX2},
+    {{QT_Q4_K, QT_Q8_K, cpu_gemm_q4_K_avx512, "avx512"}, ISA_AVX512},
+    {{QT_Q6_K, QT_Q8_K, cpu_gemm_q6_K_avx512, "avx512"}, ISA_AVX512},
+#endif
+};
+
+static bool isa_ok(int isa) {
+    const cpu_features *f = cpu_dot_features();
+    bool avx2 = f->avx2 && f->fma && f->f16c;
+    switch (isa) {
+    case ISA_REF: return true;
+    case ISA_AVX2: return avx2;
+    case ISA_AVX512: return avx2 && f->avx512f && f->avx512bw;
+    default: return false;
+    }
+}
+
+/* A kernel is usable only while it reads what the dot registry's converter writes. */
+static bool act_ok(const entry *e) {
+    const cpu_dot_kernel *d = cpu_dot_ref(e->k.wtype);
+    return d && d->act_type == e->k.act_type;
+}
+
+int cpu_gemm_variants(qt_type t, const cpu_gemm_kernel **out, int cap) {
+    int n = 0;
+    for (size_t i = 0; i < sizeof(g_kernels) / sizeof(g_kernels[0]); i++) {
+        if (g_kernels[i].k.wtype != t || !isa_ok(g_kernels[i].isa) || !act_ok(&g_kernels[i])) continue;
+        if (n < cap) out[n] = &g_kernels[i].k;
+        n++;
+    }
+    return n;
+}
+
+const cpu_gemm_kernel *cpu_gemm_best(qt_type t) {
+    const cpu_gemm_kernel *best = NULL;
+    for (size_t i = 0; i < sizeof(g_kernels) / sizeof(g_kernels[0]); i++)
+        if (g_kernels[i].k.wtype == t && isa_ok(g_kernels[i].isa) && act_ok(&g_kernels[i])) best = &g_kernels[i].k;
+    return best;
+}
+
+const cpu_gemm_kernel *cpu_gemm_ref(qt_type t) {
+    for (size_t i = 0; i < sizeof(g_kernels) / sizeof(g_kernels[0]); i++)
+        if (g_kernels[i].k.wtype == t && g_kernels[i].isa == ISA_REF && act_ok(&g_kernels[i])) return &g_kernels[i].k;
+    return NULL;
+}
+
+const cpu_gemm_kernel *cpu_gemm_pick(qt_type t, int na) {
+    const cpu_gemm_kernel *best = cpu_gemm_best(t);
+    if (!best || na > 1 || t != QT_Q4_K) return best;
+    const cpu_gemm_kernel *v[8];
+    int n = cpu_gemm_variants(t, v, 8);
+    for (int i = 0; i < n && i < 8; i++)
+        if (!strcmp(v[i]->isa, "avx2")) return v[i];
+    return best;
+}

@@ -1,0 +1,173 @@
+/* gemm_avx512.c: AVX-512 (F+BW) gemm kernels for the K-quants (compiled
+ * with -mavx512f -mavx512bw on top of AVX2; gemm.c registers them behind a
+ * run-time CPU check).
+ *
+ * One weight row against NA activation rows (NA = 1..8, each a separate
+ * instantiation so every accumulator stays in a register). Per super-block of
+ * 256 the weight's codes are unpacked once into four zmm vectors of 64 codes
+ * (unsigned bytes) and its sub-block scales into four zmm vectors of i16
+ * (one scale per pair of products); then, per activation row,
+ * vpmaddubsw (u8 code x s8 activation -> i16 pair sums, at most
+ * 2*63*127 = 16002: no saturation) and vpmaddwd by the scale give exact i32
+ * sums, scaled once per super-block in f32. Offsets (Q4_K's mins, Q6_K's
+ * 32) are folded in from the activation's 16-element sums (bsums).
+ * Zen 4 runs a zmm op as two 256-bit halves, so the win over AVX2 is in
+ * instructions per element, which is what bounds these kernels. */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "gemm_int.h"
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+static ALWAYS_INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+static ALWAYS_INLINE float hsum4(__m128 v) {
+    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_add_ss(v, _mm_movehdup_ps(v));
+    return _mm_cvtss_f32(v);
+}
+
+/* Q4_K's 12 scale bytes -> 8 scales then 8 mins, as bytes of one 16-byte vector. */
+static ALWAYS_INLINE __m128i k4_scales_mins(const uint8_t *p) {
+    uint32_t u0, u1, u2, t[4];
+    memcpy(&u0, p, 4);
+    memcpy(&u1, p + 4, 4);
+    memcpy(&u2, p + 8, 4);
+    t[0] = u0 & 0x3f3f3f3f;
+    t[1] = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4);
+    t[2] = u1 & 0x3f3f3f3f;
+    t[3] = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4);
+    return _mm_loadu_si128((const __m128i *)t);
+}
+
+/* permutexvar maps: i16 lane l of scale vector j takes scale k_map[j][l] */
+static const int16_t k_map_q4_K[4][32] __attribute__((aligned(64))) = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+    {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5},
+    {6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7},
+};
+static const int16_t k_map_q6_K[4][32] __attribute__((aligned(64))) = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13, 14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
+};
+
+static ALWAYS_INLINE void q4_K_body(int64_t k, const block_q4_K *restrict w, const int NA,
+                                    const void *const *restrict a, float *restrict s) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[CPU_GEMM_MAX_NA];
+    __m128 accm[CPU_GEMM_MAX_NA];
+    #pragma GCC unroll 8
+    for (int r = 0; r < NA; r++) {
+        acc[r] = _mm512_setzero_ps();
+        accm[r] = _mm_setzero_ps();
+    }
+    /* constant lane maps: scale j of the 64 codes in vector j: lanes 0..15 sub-block 2j, 16..31 2j+1 */
+    __m512i map[4];
+    #pragma GCC unroll 8
+    for (int j = 0; j < 4; j++) map[j] = _mm512_loadu_si512(k_map_q4_K[j]);
+    for (int64_t i = 0; i < k / QK_K; i++) {
+        const block_q4_K *b = &w[i];
+        __m128i sm = k4_scales_mins(b->scales);
+        __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
+        __m128i m16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+        __m512i q[4], sc[4];
+        #pragma GCC unroll 8
+        for (int j = 0; j < 4; j++) {
+            __m256i q32 = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * j));
+            __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(q32), _mm256_srli_epi16(q32, 4), 1);
+            q[j] = _mm512_and_si512(v, lo4);
+            sc[j] = _mm512_permutexvar_epi16(map[j], sc16);
+        }
+        const float d = h2f(b->d), dmin = h2f(b->dmin);
+        #pragma GCC unroll 8
+        for (int r = 0; r < NA; r++) {
+            const block_q8_K *y = (const block_q8_K *)a[r] + i;
+            __m512i sumi = _mm512_setzero_si512();
+            #pragma GCC unroll 8
+            for (int j = 0; j < 4; j++) {
+                __m512i p = _mm512_maddubs_epi16(q[j], _mm512_loadu_si512(y->qs + 64 * j));
+                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p, sc[j]));
+            }
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(d * y->d), _mm512_cvtepi32_ps(sumi), acc[r]);
+            __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
+                                           _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
+            accm[r] = _mm_fmadd_ps(_mm_set1_ps(dmin * y->d), _mm_cvtepi32_ps(_mm_madd_epi16(pairs, m16)), accm[r]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < NA; r++) s[r] = _mm512_reduce_add_ps(acc[r]) - hsum4(accm[r]);
+}
+
+static ALWAYS_INLINE void q6_K_body(int64_t k, const block_q6_K *restrict w, const int NA,
+                                    const void *const *restrict a, float *restrict s) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0f), lo2 = _mm512_set1_epi8(0x03);
+    __m512 acc[CPU_GEMM_MAX_NA];
+    #pragma GCC unroll 8
+    for (int r = 0; r < NA; r++) acc[r] = _mm512_setzero_ps();
+    /* vector g (64 codes, elements 64g..64g+63 of the block) uses scales 4g + l/8 for i16 lane l */
+    __m512i map[4];
+    #pragma GCC unroll 8
+    for (int g = 0; g < 4; g++) map[g] = _mm512_loadu_si512(k_map_q6_K[g]);
+    for (int64_t i = 0; i < k / QK_K; i++) {
+        const block_q6_K *b = &w[i];
+        __m256i sc16y = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        __m512i sc16 = _mm512_castsi256_si512(sc16y);
+        __m512i q[4], sc[4];
+        #pragma GCC unroll 8
+        for (int h = 0; h < 2; h++) {
+            __m512i l = _mm512_loadu_si512(b->ql + 64 * h);
+            __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+            __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(hb), _mm256_srli_epi16(hb, 2), 1);
+            q[2 * h] = _mm512_or_si512(_mm512_and_si512(l, lo4), _mm512_slli_epi16(_mm512_and_si512(hz, lo2), 4));
+            q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), lo4),
+                                           _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hz, 4), lo2), 4));
+        }
+        #pragma GCC unroll 8
+        for (int g = 0; g < 4; g++) sc[g] = _mm512_permutexvar_epi16(map[g], sc16);
+        const float d = h2f(b->d);
+        #pragma GCC unroll 8
+        for (int r = 0; r < NA; r++) {
+            const block_q8_K *y = (const block_q8_K *)a[r] + i;
+            __m512i sumi = _mm512_setzero_si512();
+            #pragma GCC unroll 8
+            for (int g = 0; g < 4; g++) {
+                __m512i p = _mm512_maddubs_epi16(q[g], _mm512_loadu_si512(y->qs + 64 * g));
+                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p, sc[g]));
+            }
+            /* codes are stored +32: subtract 32 * sum_s sc[s] * bsums[s] */
+            __m256i off = _mm256_madd_epi16(sc16y, _mm256_loadu_si256((const __m256i *)y->bsums));
+            sumi = _mm512_sub_epi32(sumi, _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(d * y->d), _mm512_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < NA; r++) s[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+#define DISPATCH(body, T)                                                   \
+    switch (na) {                                                           \
+    case 1: body(k, (const T *)w, 1, a, s); break;                          \
+    case 2: body(k, (const T *)w, 2, a, s); break;                          \
+    case 3: body(k, (const T *)w, 3, a, s); break;                          \
+    case 4: body(k, (const T *)w, 4, a, s); break;                          \
+    case 5: body(k, (const T *)w, 5, a, s); break;                          \
+    case 6: body(k, (const T *)w, 6, a, s); break;                          \
+    case 7: body(k, (const T *)w, 7, a, s); break;                          \
+    default: body(k, (const T *)w, 8, a, s); break;                         \
+    }
+
+void cpu_gemm_q4_K_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s) {
+    DISPATCH(q4_K_body, block_q4_K)
+}
+
+void cpu_gemm_q6_K_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s) {
+    DISPATCH(q6_K_body, block_q6_K)
+}
+
+#endif

@@ -1,0 +1,116 @@
+/* test_gemm.c: the multi-row gemm kernels (backend/cpu/gemm.h).
+ *
+ * Every variant this CPU can run, for every type with a gemm kernel, against
+ * the reference (dot.h's reference dot per activation row): 1..8 activation
+ * rows, one and several super-blocks, on rows from the reference quantizer,
+ * on random block bytes (every code and scale pattern) and on saturated
+ * all-0xff codes with activations at +-127, so the i16 pair sums are pushed
+ * to their limits. Also checks that the registry only hands out kernels whose
+ * activation type matches the dot registry's converter. */
+#include <math.h>
+#include <stdint.h>
+
+#include "backend/cpu/dot.h"
+#include "backend/cpu/gemm.h"
+#include "core/alloc.h"
+#include "quant/quant.h"
+#include "test.h"
+
+static uint64_t g_rng = 0x2545f4914f6cdd1dull;
+static uint32_t rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 32);
+}
+static float gauss(void) {
+    float s = 0;
+    for (int i = 0; i < 4; i++) s += (float)rnd() / 4294967296.0f;
+    return (s - 2.0f) * 1.7320508f;
+}
+
+static const qt_type k_types[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K};
+enum { MODE_QUANT, MODE_BYTES, MODE_FF, MODE_COUNT };
+
+/* Keeps f16 scale fields finite in random-byte blocks (an f16 of 0x7c00.. is inf/nan). */
+static void tame_f16(qt_type t, uint8_t *row, int64_t n) {
+    const qt_type_traits *tr = qt_traits(t);
+    for (int64_t b = 0; b < n / tr->blck_size; b++) {
+        uint8_t *blk = row + b * tr->type_size;
+        uint16_t h = qt_f32_to_f16(0.01f + 0.01f * (float)(rnd() % 100));
+        if (t == QT_Q6_K) {
+            memcpy(blk + offsetof(block_q6_K, d), &h, 2);
+        } else {
+            memcpy(blk, &h, 2);
+            if (t == QT_Q4_K) memcpy(blk + 2, &h, 2); /* dmin */
+        }
+    }
+}
+
+static void check_type(qt_type t) {
+    const cpu_gemm_kernel *ref = cpu_gemm_ref(t);
+    const cpu_dot_kernel *dref = cpu_dot_ref(t);
+    CHECKF(ref != NULL && dref != NULL, "%s: no reference", qt_traits(t)->name);
+    if (!ref || !dref) return;
+    CHECK(ref->act_type == dref->act_type);
+    const cpu_gemm_kernel *vars[8];
+    int nv = cpu_gemm_variants(t, vars, 8);
+    CHECK(nv >= 1 && vars[0] == ref);
+    static const int64_t ks[] = {256, 512, 1280};
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+        int64_t k = ks[ki];
+        size_t wbytes = qt_row_size(t, k), abytes = qt_row_size(ref->act_type, k);
+        float *xf = hn_malloc(sizeof(float) * (size_t)k);
+        uint8_t *w = hn_malloc(wbytes);
+        uint8_t *acts = hn_malloc(abytes * CPU_GEMM_MAX_NA);
+        for (int mode = 0; mode < MODE_COUNT; mode++) {
+            for (int64_t i = 0; i < k; i++) xf[i] = gauss() * (rnd() % 16 == 0 ? 8.0f : 1.0f);
+            if (mode == MODE_QUANT) {
+                qt_traits(t)->from_float(xf, w, k);
+            } else {
+                for (size_t i = 0; i < wbytes; i++) w[i] = mode == MODE_FF ? 0xff : (uint8_t)rnd();
+                tame_f16(t, w, k);
+            }
+            const void *aptr[CPU_GEMM_MAX_NA];
+            for (int r = 0; r < CPU_GEMM_MAX_NA; r++) {
+                for (int64_t i = 0; i < k; i++)
+                    xf[i] = mode == MODE_FF ? ((r + i) % 3 ? 1.0f : -1.0f) : gauss() * (1.0f + (float)r);
+                dref->act(xf, acts + (size_t)r * abytes, k);
+                aptr[r] = acts + (size_t)r * abytes;
+            }
+            for (int na = 1; na <= CPU_GEMM_MAX_NA; na++) {
+                float want[CPU_GEMM_MAX_NA], got[CPU_GEMM_MAX_NA];
+                ref->fn(k, w, na, aptr, want);
+                for (int v = 1; v < nv && v < 8; v++) {
+                    for (int r = 0; r < na; r++) got[r] = NAN;
+                    vars[v]->fn(k, w, na, aptr, got);
+                    double scale = 0;
+                    for (int r = 0; r < na; r++) scale = fmax(scale, fabs(want[r]));
+                    for (int r = 0; r < na; r++) {
+                        double tol = 1e-5 * (scale + 1.0) + 1e-4 * fabs(want[r]);
+                        CHECKF(fabs((double)got[r] - want[r]) <= tol, "%s %s k=%lld mode=%d na=%d row %d: %g vs ref %g",
+                               qt_traits(t)->name, vars[v]->isa, (long long)k, mode, na, r, got[r], want[r]);
+                    }
+                }
+            }
+        }
+        hn_free(xf);
+        hn_free(w);
+        hn_free(acts);
+    }
+}
+
+int main(void) {
+    for (size_t i = 0; i < sizeof k_types / sizeof k_types[0]; i++) check_type(k_types[i]);
+    /* a type without a gemm kernel gives none */
+    CHECK(cpu_gemm_best(QT_Q5_1) == NULL);
+    CHECK(cpu_gemm_ref(QT_F32) == NULL);
+    const cpu_features *f = cpu_dot_features();
+    if (f->avx2 && f->fma && f->f16c) {
+        CHECK(strcmp(cpu_gemm_best(QT_Q8_0)->isa, "avx2") == 0);
+        CHECK(strcmp(cpu_gemm_best(QT_Q4_K)->isa, f->avx512f && f->avx512bw ? "avx512" : "avx2") == 0);
+    } else {
+        printf("no AVX2 here: only the references were checked\n");
+    }
+    TEST_DONE();
+}
