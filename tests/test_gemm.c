@@ -88,6 +88,10 @@ static void check_type(qt_type t) {
                     for (int r = 0; r < na; r++) scale = fmax(scale, fabs(want[r]));
                     for (int r = 0; r < na; r++) {
                         double tol = 1e-5 * (scale + 1.0) + 1e-4 * fabs(want[r]);
+                        float one;
+                        vars[v]->fn(k, w, 1, &aptr[r], &one);
+                        CHECKF(memcmp(&one, &got[r], sizeof one) == 0, "%s %s k=%lld na=%d row %d: %.9g alone, %.9g in a batch",
+                               qt_traits(t)->name, vars[v]->isa, (long long)k, na, r, one, got[r]);
                         CHECKF(fabs((double)got[r] - want[r]) <= tol, "%s %s k=%lld mode=%d na=%d row %d: %g vs ref %g",
                                qt_traits(t)->name, vars[v]->isa, (long long)k, mode, na, r, got[r], want[r]);
                     }

@@ -282,10 +282,10 @@ void cpu_op_moe_matmul(be_backend *b, const be_weight *w, const float *x, bool x
         mm_group *g = &groups[n_groups++];
         g->w = w;
         g->kern = kern;
-        g->gemm = mm_gemm(cb, w, kern, g->n);
         g->y = y;
         g->mat = e;
         g->n = cnt[e + 1] - cnt[e];
+        g->gemm = mm_gemm(cb, w, kern, g->n);
         g->in = cb->order_in + cnt[e];
         g->out = cb->order_out + cnt[e];
     }
