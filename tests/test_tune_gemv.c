@@ -1,5 +1,5 @@
 /* test_tune_gemv.c: the decode GEMV tuning family and `hone tune`.
- * Every configuration (dot variant x threads x chunks) of every weight type
+ * Every configuration (kernel x threads x chunks) of every weight type
  * with a kernel, on synthetic and on real model weights, must validate against
  * the scalar reference; configurations that cannot run are refused; the tuner
  * picks a valid configuration and caches it; `hone tune` prints the probe and
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/cpu/dot.h"
+#include "backend/cpu/gemm.h"
 #include "core/alloc.h"
 #include "core/pool.h"
 #include "gguf/gguf.h"
@@ -69,9 +70,15 @@ static void test_synthetic(pool *p) {
         tn_case c;
         tn_gemv_case(g, &c);
         const cpu_dot_kernel *v[8];
-        int nv = cpu_dot_variants(types[i], v, 8);
+        const cpu_gemm_kernel *gv[8];
+        int nv = cpu_dot_variants(types[i], v, 8) + cpu_gemm_variants(types[i], gv, 8);
         CHECK(c.params[0].n == nv && !strcmp(c.params[0].labels[0], "ref"));
-        CHECK(!strcmp(c.params[0].labels[c.params[0].def], cpu_dot_best(types[i])->isa));
+        /* the default is what the backend runs untuned */
+        const cpu_gemm_kernel *pick = cpu_gemm_pick(types[i], 1);
+        char want[32];
+        snprintf(want, sizeof want, "%s%s", pick ? "gemm-" : "", pick ? pick->isa : cpu_dot_best(types[i])->isa);
+        CHECKF(!strcmp(c.params[0].labels[c.params[0].def], want), "%s: default %s, want %s", qt_name(types[i]),
+               c.params[0].labels[c.params[0].def], want);
         CHECK(c.params[1].values[c.params[1].def] == pool_n_threads(p));
         CHECK(c.params[2].values[c.params[2].def] == 4);
         CHECK(tn_gemv_bytes(g) == qt_row_size(types[i], 512) * 200);

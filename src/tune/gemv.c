@@ -1,6 +1,7 @@
-/* gemv.c: the decode GEMV kernel family for the tuner (see gemv.h). The
- * work split mirrors the CPU backend's matmul for one activation row, with
- * its fixed choices (dot variant, threads, chunks per thread) made tunable. */
+/* gemv.c: the decode GEMV kernel family for the tuner (see gemv.h). Runs are
+ * the CPU backend's own matmul of one activation row (a backend made on the
+ * case's pool), with its parameters (kernel, threads, chunks per thread) set
+ * through be_cpu_set_mm_params, so what is timed is what decode runs. */
 #include "gemv.h"
 
 #include <math.h>
@@ -8,11 +9,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../backend/cpu/cpu.h"
 #include "../backend/cpu/dot.h"
+#include "../backend/cpu/gemm.h"
 #include "../core/alloc.h"
 #include "../quant/quant.h"
 
 #define MAX_VARIANTS 8
+#define MAX_CHOICES 16
 #define DISTINCT_ROWS 32 /* synthetic weights: this many quantized rows, tiled */
 
 struct tn_gemv {
@@ -27,6 +31,11 @@ struct tn_gemv {
     size_t act_alloc;
     const cpu_dot_kernel *var[MAX_VARIANTS];
     int n_var;
+    /* kernel choices: dot variants (be kernel -1-i), then gemm variants (be kernel 1+i) */
+    int choice[MAX_CHOICES];
+    char label[MAX_CHOICES][24];
+    int n_choice, def_choice;
+    be_backend *be;
     float *ref; /* reference output over copy 0 */
     bool ref_ready;
     const void **src; /* borrowed matrices to copy from; NULL: synthetic */
@@ -78,12 +87,22 @@ static void gemv_exec(tn_gemv *g, int copy, int v, int nth_use, int cpt, float *
     else pool_run(g->pool, gemv_work, g);
 }
 
+/* A run is the backend's matmul with the configuration's parameters. */
 static bool gemv_run(void *ctx, const int *cfg, float *out) {
     tn_gemv *g = ctx;
-    if (!g->ref_ready || cfg[0] < 0 || cfg[0] >= g->n_var || cfg[1] < 1 || cfg[1] > pool_n_threads(g->pool) || cfg[2] < 1) return false;
+    if (!g->ref_ready || cfg[0] < 0 || cfg[0] >= g->n_choice || cfg[1] < 1 || cfg[1] > pool_n_threads(g->pool) ||
+        cfg[2] < 1)
+        return false;
     int copy = g->cur;
     g->cur = (g->cur + 1) % g->n_rot;
-    gemv_exec(g, copy, cfg[0], cfg[1], cfg[2], out);
+    be_cpu_mm_params mp = {.kernel = g->choice[cfg[0]], .chunks = cfg[2], .threads = cfg[1]};
+    be_cpu_set_mm_params(g->be, g->type, &mp);
+    be_weight w = {.type = g->type,
+                   .ne = {g->k, g->n, 1},
+                   .row_bytes = g->row_bytes,
+                   .mat_bytes = g->mat_bytes,
+                   .data = g->rot + (size_t)copy * g->mat_bytes};
+    g->be->ops->matmul(g->be, &w, 0, g->x, 1, out);
     return true;
 }
 
@@ -131,6 +150,27 @@ hn_status tn_gemv_create(qt_type t, int64_t k, int64_t n, const void *const *mat
     if (g->n_var < 1 || strcmp(g->var[0]->isa, "ref")) {
         tn_gemv_free(g);
         return hn_errf(err, HN_ERR_UNSUPPORTED, "gemv: no dot kernel for %s", tr->name);
+    }
+    /* kernel choices and the backend's default among them */
+    for (int i = 0; i < g->n_var && g->n_choice < MAX_CHOICES; i++, g->n_choice++) {
+        g->choice[g->n_choice] = -1 - i;
+        snprintf(g->label[g->n_choice], sizeof g->label[0], "%s", g->var[i]->isa);
+    }
+    g->def_choice = g->n_var - 1; /* cpu_dot_best */
+    const cpu_gemm_kernel *gv[MAX_VARIANTS];
+    int ng = cpu_gemm_variants(t, gv, MAX_VARIANTS);
+    const cpu_gemm_kernel *pick = cpu_gemm_pick(t, 1);
+    for (int i = 0; i < ng && i < MAX_VARIANTS && g->n_choice < MAX_CHOICES; i++, g->n_choice++) {
+        g->choice[g->n_choice] = 1 + i;
+        snprintf(g->label[g->n_choice], sizeof g->label[0], "gemm-%s", gv[i]->isa);
+        if (gv[i] == pick) g->def_choice = g->n_choice;
+    }
+    be_limits lim = {.max_rows = 1, .max_k = k, .max_head_dim = 64, .max_group = 1};
+    hn_status st = be_cpu_create(p, &g->be, err);
+    if (st == HN_OK) st = g->be->ops->reserve(g->be, &lim, err);
+    if (st != HN_OK) {
+        tn_gemv_free(g);
+        return st;
     }
     if (!mats && !tr->from_float) {
         tn_gemv_free(g);
@@ -196,6 +236,7 @@ static hn_status gemv_prepare(tn_gemv *g, hn_err *err) {
 
 void tn_gemv_free(tn_gemv *g) {
     if (!g) return;
+    be_free(g->be);
     if (g->rot) hn_pages_free(g->rot, g->rot_alloc);
     hn_free(g->src);
     hn_free(g->x);
@@ -212,13 +253,13 @@ void tn_gemv_case(tn_gemv *g, tn_case *c) {
     c->version = TN_GEMV_VERSION;
     snprintf(c->shape, sizeof c->shape, "%s", g->shape);
     tn_param *pd = &c->params[0], *pt = &c->params[1], *pc = &c->params[2];
-    pd->name = "dot";
-    pd->n = g->n_var;
-    for (int i = 0; i < g->n_var; i++) {
+    pd->name = "kernel";
+    pd->n = g->n_choice < TN_MAX_VALUES ? g->n_choice : TN_MAX_VALUES;
+    for (int i = 0; i < pd->n; i++) {
         pd->values[i] = i;
-        pd->labels[i] = g->var[i]->isa;
+        pd->labels[i] = g->label[i];
     }
-    pd->def = g->n_var - 1; /* cpu_dot_best */
+    pd->def = g->def_choice < pd->n ? g->def_choice : pd->n - 1; /* the backend's default */
     pt->name = "threads";
     int nt = pool_n_threads(g->pool);
     for (int v = 1; v < nt && pt->n < TN_MAX_VALUES - 1; v *= 2) pt->values[pt->n++] = v;

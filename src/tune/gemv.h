@@ -1,12 +1,15 @@
 /* gemv.h: the first tunable kernel family: decode matrix-vector products
  * y = W x (one activation row) with a quantized weight W of n rows of k
- * elements, run the way the CPU backend runs them: convert x once into the
- * dot kernel's activation type, then split W's rows into chunks that threads
- * of a pool take from an atomic counter.
+ * elements, run by the CPU backend's own matmul (a backend on the case's
+ * pool, parameters set with be_cpu_set_mm_params): convert x once into the
+ * kernel's activation type, then split W's rows into chunks that threads of
+ * the pool take from an atomic counter.
  *
  * Parameters:
- *   dot     which dot kernel variant of cpu_dot_variants (labels "ref",
- *           "avx2", ...); default: the last one, i.e. cpu_dot_best
+ *   kernel  the dot variants of cpu_dot_variants (labels "ref", "avx2", ...),
+ *           then the gemm variants of cpu_gemm_variants ("gemm-ref",
+ *           "gemm-avx2", "gemm-avx512"); default: what the backend uses
+ *           untuned (cpu_gemm_pick, else cpu_dot_best)
  *   threads how many of the pool's threads take part (1 runs on the caller
  *           only); default: all of them
  *   chunks  chunks per participating thread (the backend's split is 4);
@@ -33,7 +36,7 @@
 #include "tune.h"
 
 /* Bump when the kernels or the split change: cached winners then retune. */
-#define TN_GEMV_VERSION "gemv1"
+#define TN_GEMV_VERSION "gemv2"
 
 typedef struct tn_gemv tn_gemv;
 

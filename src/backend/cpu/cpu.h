@@ -1,7 +1,10 @@
 /* cpu.h: the CPU backend. Kernels run on the caller's thread pool; matmuls
- * use the fastest dot kernel of dot.h for the weight type when there is one
- * (activations converted once per row), else dequantize weight rows with the
- * quant module's reference to_float and take f32 dots. */
+ * convert activations once per row with dot.h's converter for the weight type
+ * and then use a multi-row gemm kernel (gemm.h) where the type has one, else
+ * the fastest dot kernel of dot.h, else dequantize weight rows with the quant
+ * module's reference to_float and take f32 dots. The kernel choice, the work
+ * split and the thread count per weight type can be set (be_cpu_set_mm_params),
+ * which is how tuned parameters reach the real path. */
 #ifndef HN_BACKEND_CPU_H
 #define HN_BACKEND_CPU_H
 
@@ -15,5 +18,20 @@ hn_status be_cpu_create(pool *p, be_backend **out, hn_err *err);
 /* Test hook: when set, matmuls ignore dot kernels and use the dequantize +
  * f32 path (the scalar reference every kernel is compared with). */
 void be_cpu_force_reference(be_backend *b, bool on);
+
+/* Matmul parameters for one weight type, as the tuner chooses them (all 0:
+ * the defaults). They change speed only, never results beyond float
+ * summation order: every kernel choice is validated against its reference. */
+typedef struct be_cpu_mm_params {
+    int kernel;   /* 0: default (cpu_gemm_pick, else the best dot kernel); v >= 1: variant v-1 of
+                   * cpu_gemm_variants(type); v <= -1: dot variant -v-1 of cpu_dot_variants(type)
+                   * (one activation row per call); out of range: the default */
+    int chunks;   /* weight-row chunks per taking-part thread (0: default, 4 for decode, 8 past 64 rows) */
+    int threads;  /* threads that take part (0 or more than the pool has: all) */
+} be_cpu_mm_params;
+
+/* Sets the parameters of matmuls over weights of type t from now on (NULL:
+ * back to defaults). Not thread-safe against running ops: call between steps. */
+void be_cpu_set_mm_params(be_backend *b, qt_type t, const be_cpu_mm_params *p);
 
 #endif

@@ -21,6 +21,7 @@ typedef struct cpu_be {
     pool *pool;
     int nth;
     bool force_ref;
+    be_cpu_mm_params mm[QT_TYPE_COUNT]; /* per weight type (be_cpu_set_mm_params) */
     bool no_gemm;         /* dot kernels only (HONE_NO_GEMM=1; for comparisons) */
     be_limits lim;
     /* matmul scratch */

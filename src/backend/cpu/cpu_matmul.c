@@ -39,6 +39,7 @@ typedef struct mm_group {
     const int32_t *out;   /* their output rows in y */
     float *y;             /* output rows of w->ne[1] floats */
     int64_t chunk_rows;   /* weight rows per chunk */
+    int nth_use;          /* threads that take part (the type's tuned count) */
     int first_chunk;      /* chunk ids [first_chunk, first_chunk + n_chunks) */
 } mm_group;
 
@@ -52,6 +53,7 @@ typedef struct mm_task {
     size_t act_row;              /* bytes per converted row */
     const mm_group *groups;
     int n_groups;
+    int nth_use;                 /* threads that take part in phase 2 */
     int total_chunks;
     _Atomic int next;
 } mm_task;
@@ -114,6 +116,7 @@ static void mm_convert(void *ctx, int ith, int nth) {
 static void mm_dots(void *ctx, int ith, int nth) {
     (void)nth;
     mm_task *t = ctx;
+    if (ith >= t->nth_use) return;
     const int64_t k = t->k;
     float *deq = t->cb->deq + (size_t)ith * (size_t)k;
     int g = 0;
@@ -179,14 +182,39 @@ static void mm_dots(void *ctx, int ith, int nth) {
 
 /* The kernel a weight's matmul uses (NULL: the dequantize + f32 reference path). */
 static const cpu_dot_kernel *mm_kernel(const cpu_be *cb, const be_weight *w) {
-    return cb->force_ref ? NULL : cpu_dot_best(w->type);
+    if (cb->force_ref) return NULL;
+    int choice = (int)w->type < QT_TYPE_COUNT ? cb->mm[w->type].kernel : 0;
+    if (choice < 0) {
+        const cpu_dot_kernel *v[16];
+        int nv = cpu_dot_variants(w->type, v, 16);
+        if (-choice <= nv && -choice <= 16) return v[-choice - 1];
+    }
+    return cpu_dot_best(w->type);
 }
 
-/* The multi-row kernel for a weight whose dot kernel is kern, for n activation rows (NULL: none). */
+/* The multi-row kernel for a weight whose dot kernel is kern, for n activation
+ * rows (NULL: none; the dot kernel runs): the type's tuned choice, else cpu_gemm_pick. */
 static const cpu_gemm_kernel *mm_gemm(const cpu_be *cb, const be_weight *w, const cpu_dot_kernel *kern, int n) {
     if (!kern || cb->no_gemm) return NULL;
-    const cpu_gemm_kernel *g = cpu_gemm_pick(w->type, n);
+    int choice = (int)w->type < QT_TYPE_COUNT ? cb->mm[w->type].kernel : 0;
+    if (choice < 0 && -choice <= cpu_dot_variants(w->type, NULL, 0)) return NULL;
+    const cpu_gemm_kernel *g = NULL;
+    if (choice > 0) {
+        const cpu_gemm_kernel *v[16];
+        int nv = cpu_gemm_variants(w->type, v, 16);
+        if (choice <= nv && choice <= 16) g = v[choice - 1];
+    }
+    if (!g) g = cpu_gemm_pick(w->type, n);
     return g && g->act_type == kern->act_type ? g : NULL;
+}
+
+void be_cpu_set_mm_params(be_backend *b, qt_type t, const be_cpu_mm_params *p) {
+    cpu_be *cb = cpu_of(b);
+    if ((int)t < 0 || (int)t >= QT_TYPE_COUNT) return;
+    if (p)
+        cb->mm[t] = *p;
+    else
+        memset(&cb->mm[t], 0, sizeof cb->mm[t]);
 }
 
 /* Runs groups over the pool: converts the n_x input rows once (every group's
@@ -215,12 +243,17 @@ static void mm_run(cpu_be *cb, const float *x, int n_x, mm_group *groups, int n_
         else
             pool_run_shared(cb->pool, mm_convert, &t);
     }
-    /* chunks: about 4 per thread per group when decoding, smaller as rows grow */
+    /* chunks: about 4 per thread per group when decoding, smaller as rows grow
+     * (or the type's tuned count); threads: all, or the type's tuned count */
     int c = 0;
     int64_t work = 0;
+    const be_cpu_mm_params *mp = (int)groups[0].w->type < QT_TYPE_COUNT ? &cb->mm[groups[0].w->type] : NULL;
+    int nth_use = mp && mp->threads > 0 && mp->threads < cb->nth ? mp->threads : cb->nth;
+    t.nth_use = nth_use;
     for (int g = 0; g < n_groups; g++) {
         int64_t n_out = groups[g].w->ne[1];
-        int64_t per = n_out / (cb->nth * (groups[g].n > 64 ? 8 : 4));
+        int cpt = mp && mp->chunks > 0 ? mp->chunks : (groups[g].n > 64 ? 8 : 4);
+        int64_t per = n_out / ((int64_t)nth_use * cpt);
         if (per < 4) per = 4;
         if (per > n_out) per = n_out;
         groups[g].chunk_rows = per;
@@ -230,7 +263,7 @@ static void mm_run(cpu_be *cb, const float *x, int n_x, mm_group *groups, int n_
     }
     t.total_chunks = c;
     atomic_store(&t.next, 0);
-    if (cb->nth == 1 || work < MM_MIN_PARALLEL)
+    if (nth_use == 1 || work < MM_MIN_PARALLEL)
         mm_dots(&t, 0, 1);
     else
         pool_run_shared(cb->pool, mm_dots, &t);
