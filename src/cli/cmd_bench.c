@@ -209,8 +209,6 @@ static int bench_agents(int argc, char **argv) {
         return 2;
     }
 
-    size_t rss0, hwm0;
-    proc_mem(&rss0, &hwm0);
     eng_params ep = eng_default_params();
     ep.model_path = model;
     ep.n_threads = (int)threads;
@@ -228,6 +226,40 @@ static int bench_agents(int argc, char **argv) {
         return 1;
     }
     int32_t n_vocab = tok_n_vocab(eng_vocab(e));
+    /* warm-up: one token through the model pages its weights in, so the
+     * starting memory is the model's and every later change is the KV's */
+    {
+        session w = {0};
+        agents_run wr = {.s = &w};
+        pthread_mutex_init(&wr.mu, NULL);
+        pthread_cond_init(&wr.cv, NULL);
+        sess_ctx wc = {&wr, 0};
+        int32_t one = n_vocab > 2000 ? 1000 : 1, buf[2];
+        w.conv = buf;
+        w.cap = 2;
+        eng_request rq = {.prompt = &one, .n_prompt = 1, .max_tokens = 1, .ignore_eog = true, .on_event = on_event,
+                          .ctx = &wc};
+        rq.sampling = smp_default_params();
+        eng_req_id id;
+        if (eng_submit(e, &rq, &id, &err) == HN_OK) {
+            pthread_mutex_lock(&wr.mu);
+            while (!w.done_turn) pthread_cond_wait(&wr.cv, &wr.mu);
+            pthread_mutex_unlock(&wr.mu);
+        }
+        pthread_cond_destroy(&wr.cv);
+        pthread_mutex_destroy(&wr.mu);
+        eng_stats ws;
+        for (int i = 0; i < 200; i++) {
+            eng_get_stats(e, &ws);
+            if (ws.n_running == 0 && ws.n_waiting == 0) break;
+            usleep(5000);
+        }
+        eng_trim(e);
+    }
+    size_t rss0, hwm0;
+    proc_mem(&rss0, &hwm0);
+    eng_stats es0;
+    eng_get_stats(e, &es0);
     int32_t lo = n_vocab > 2000 ? 1000 : 1, hi = n_vocab > 2000 ? (n_vocab < 100000 ? n_vocab - 500 : 100000) : n_vocab;
     rng_state = 0x9e3779b97f4a7c15ULL ^ (uint64_t)seed * 0x100000001b3ULL;
     if (!rng_state) rng_state = 1;
@@ -241,7 +273,9 @@ static int bench_agents(int argc, char **argv) {
     int n_req = (int)(S * T);
     double *ttft = hn_malloc(sizeof(double) * (size_t)n_req);
     double *ttft_later = hn_malloc(sizeof(double) * (size_t)n_req);
-    if (!run.s || !ctxs || !prefix_toks || !ttft || !ttft_later) {
+    double *dec_rate = hn_malloc(sizeof(double) * (size_t)n_req);
+    int n_rate = 0;
+    if (!run.s || !ctxs || !prefix_toks || !ttft || !ttft_later || !dec_rate) {
         fprintf(stderr, "hone bench agents: out of memory\n");
         return 1;
     }
@@ -316,6 +350,8 @@ static int bench_agents(int argc, char **argv) {
             generated += (uint64_t)s->st.n_generated;
             ttft[n_ttft++] = s->st.t_first_ms;
             if (s->turn > 1) ttft_later[n_later++] = s->st.t_first_ms;
+            if (s->st.n_generated > 1 && s->st.t_total_ms > s->st.t_first_ms)
+                dec_rate[n_rate++] = (s->st.n_generated - 1) / ((s->st.t_total_ms - s->st.t_first_ms) / 1e3);
         }
     }
     pthread_mutex_unlock(&run.mu);
@@ -348,15 +384,20 @@ static int bench_agents(int argc, char **argv) {
     printf("  prompt tokens       %llu sent, %llu computed, %llu from cache: hit rate %.1f%%\n", (unsigned long long)sent,
            (unsigned long long)computed_prompt, (unsigned long long)cached, sent ? 100.0 * (double)cached / (double)sent : 0.0);
     printf("  model tokens        %llu computed in %llu steps (%llu preemptions, %llu evictions)\n",
-           (unsigned long long)es.computed_tokens, (unsigned long long)es.steps, (unsigned long long)es.preemptions,
+           (unsigned long long)(es.computed_tokens - es0.computed_tokens), (unsigned long long)(es.steps - es0.steps), (unsigned long long)es.preemptions,
            (unsigned long long)es.evictions);
-    printf("  decode              %llu tokens, %.2f tok/s aggregate\n", (unsigned long long)generated,
-           (double)generated / (total_ms / 1e3));
+    printf("  decode              %llu tokens, %.2f tok/s aggregate over the run; per session %.2f tok/s "
+           "(median, first token to last)\n",
+           (unsigned long long)generated, (double)generated / (total_ms / 1e3), percentile(dec_rate, n_rate, 0.5));
     printf("  KV memory           peak %.1f MiB; after the sessions end %.1f MiB (%d cached blocks kept); "
            "after dropping the cache %.1f MiB\n",
            mib(es.kv_peak_bytes), mib(kv_end), (int)es.blocks_cached, mib(et.kv_bytes));
-    printf("  process RSS         start %.1f MiB, peak %.1f MiB, end %.1f MiB, after dropping the cache %.1f MiB\n",
+    printf("  process RSS         start (model loaded, warmed) %.1f MiB, peak %.1f MiB, after the sessions end %.1f MiB, "
+           "after dropping the cache %.1f MiB\n",
            mib(rss0), mib(peak_rss > hwm ? peak_rss : hwm), mib(rss_end), mib(rss_trim));
+    printf("  memory back to start  %s (RSS %+.1f MiB vs start, KV %.1f MiB)\n",
+           rss_trim <= rss0 + (size_t)(32u << 20) ? "yes" : "no", (double)((long long)rss_trim - (long long)rss0) / 1048576.0,
+           mib(et.kv_bytes));
     if (failures) printf("  %d turns did not finish normally\n", failures);
 
     for (long i = 0; i < S; i++) hn_free(run.s[i].conv);
@@ -365,6 +406,7 @@ static int bench_agents(int argc, char **argv) {
     hn_free(prefix_toks);
     hn_free(ttft);
     hn_free(ttft_later);
+    hn_free(dec_rate);
     eng_free(e);
     pthread_cond_destroy(&run.cv);
     pthread_mutex_destroy(&run.mu);
