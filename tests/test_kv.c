@@ -310,6 +310,38 @@ static void test_prefix(void) {
     kv_free(kv);
 }
 
+/* When the OS refuses a new slab, allocation falls back to evicting cached
+ * blocks, then reports the pool full; nothing is left half done. */
+static void test_map_failure(void) {
+    kv_config c = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4, .n_blocks = 8, .type = QT_F32,
+                   .slab_blocks = 2};
+    kv_cache *kv;
+    CHECK(kv_create(&c, &kv, &e) == HN_OK);
+    int32_t t[16];
+    fill_tokens(t, 16, 3);
+    kv_seq a, b;
+    kv_seq_init(&a, kv, 16, &e);
+    kv_seq_init(&b, kv, 16, &e);
+    CHECK(kv_seq_reserve(kv, &a, 8, &e) == HN_OK);
+    a.n_tokens = 8;
+    kv_seq_commit(kv, &a, t, 8);
+    kv_seq_truncate(kv, &a, 0); /* 2 cached blocks in the one mapped slab */
+    hn_alloc_fail_after(0);
+    hn_status st = kv_seq_reserve(kv, &b, 12, &e);
+    hn_alloc_fail_after(-1);
+    kv_stats ks;
+    kv_get_stats(kv, &ks);
+    CHECKF(st == HN_ERR_FULL && b.n_blocks == 2 && ks.evictions == 2 && ks.slabs_mapped == 1,
+           "slab mapping failed: %d, %d blocks taken by eviction", (int)st, (int)b.n_blocks);
+    const kv_seq *ab[2] = {&a, &b};
+    CHECK(check(kv, ab, 2));
+    CHECK(kv_seq_reserve(kv, &b, 12, &e) == HN_OK && b.n_blocks == 3); /* maps again once memory is back */
+    CHECK(check(kv, ab, 2));
+    kv_seq_free(&a, kv);
+    kv_seq_free(&b, kv);
+    kv_free(kv);
+}
+
 /* Random interleavings over a small pool; invariants after every operation. */
 static uint64_t rng = 88172645463325252ULL;
 static uint32_t rnd(uint32_t n) {
@@ -381,6 +413,7 @@ int main(void) {
     test_types();
     test_slab_shrink();
     test_prefix();
+    test_map_failure();
     test_stress();
     TEST_DONE();
 }
