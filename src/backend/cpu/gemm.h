@@ -37,11 +37,9 @@ typedef struct cpu_gemm_kernel {
  * registry's activation type differs from what the kernel reads). */
 const cpu_gemm_kernel *cpu_gemm_best(qt_type t);
 /* The default variant for a matmul of na activation rows: cpu_gemm_best, except
- * where a simpler variant measured faster for decode (Q4_K: AVX2 beats AVX-512
- * at na = 1 on Zen 4 and is within 10% at na = 8). The answer does not depend
- * on na today, so that a row's result never depends on the batch it is in
- * (the backend tests require grouped and single-row matmuls to agree exactly).
- * NULL as cpu_gemm_best. */
+ * Q4_K at one row, where AVX2 beats AVX-512 on Zen 4. Variants that the pick
+ * may mix are bit-identical (tested), so a row's result never depends on the
+ * batch it is in. NULL as cpu_gemm_best. */
 const cpu_gemm_kernel *cpu_gemm_pick(qt_type t, int na);
 /* The reference for t (dot.h's reference dot per activation row), or NULL. */
 const cpu_gemm_kernel *cpu_gemm_ref(qt_type t);

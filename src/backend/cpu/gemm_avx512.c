@@ -9,7 +9,10 @@
  * (one scale per pair of products); then, per activation row,
  * vpmaddubsw (u8 code x s8 activation -> i16 pair sums, at most
  * 2*63*127 = 16002: no saturation) and vpmaddwd by the scale give exact i32
- * sums, scaled once per super-block in f32. Offsets (Q4_K's mins, Q6_K's
+ * sums, folded to 8 lanes that hold exactly what gemm_avx2.c's lanes hold and
+ * scaled once per super-block in f32 the way gemm_avx2.c does: the two
+ * variants give bit-identical results (tested), so the backend may pick either
+ * per row count without a row's result depending on its batch. Offsets (Q4_K's mins, Q6_K's
  * 32) are folded in from the activation's 16-element sums (bsums).
  * Zen 4 runs a zmm op as two 256-bit halves, so the win over AVX2 is in
  * instructions per element, which is what bounds these kernels. */
@@ -23,6 +26,21 @@
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
 static ALWAYS_INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+/* Same as gemm_avx2.c's reduction, so both variants round alike. */
+static ALWAYS_INLINE float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* The two 256-bit halves of 16 exact i32 sums added: lane l then holds the
+ * products the AVX2 kernel's lane l holds (the same elements, summed exactly),
+ * so the float work after it is the AVX2 kernel's, bit for bit. */
+static ALWAYS_INLINE __m256i fold(__m512i v) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
 
 static ALWAYS_INLINE float hsum4(__m128 v) {
     v = _mm_add_ps(v, _mm_movehl_ps(v, v));
@@ -60,11 +78,11 @@ static const int16_t k_map_q6_K[4][32] __attribute__((aligned(64))) = {
 static ALWAYS_INLINE void q4_K_body(int64_t k, const block_q4_K *restrict w, const int NA,
                                     const void *const *restrict a, float *restrict s) {
     const __m512i lo4 = _mm512_set1_epi8(0x0f);
-    __m512 acc[CPU_GEMM_MAX_NA];
+    __m256 acc[CPU_GEMM_MAX_NA];
     __m128 accm[CPU_GEMM_MAX_NA];
     #pragma GCC unroll 8
     for (int r = 0; r < NA; r++) {
-        acc[r] = _mm512_setzero_ps();
+        acc[r] = _mm256_setzero_ps();
         accm[r] = _mm_setzero_ps();
     }
     /* constant lane maps: scale j of the 64 codes in vector j: lanes 0..15 sub-block 2j, 16..31 2j+1 */
@@ -94,22 +112,22 @@ static ALWAYS_INLINE void q4_K_body(int64_t k, const block_q4_K *restrict w, con
                 __m512i p = _mm512_maddubs_epi16(q[j], _mm512_loadu_si512(y->qs + 64 * j));
                 sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p, sc[j]));
             }
-            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(d * y->d), _mm512_cvtepi32_ps(sumi), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(fold(sumi)), acc[r]);
             __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
                                            _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
             accm[r] = _mm_fmadd_ps(_mm_set1_ps(dmin * y->d), _mm_cvtepi32_ps(_mm_madd_epi16(pairs, m16)), accm[r]);
         }
     }
     #pragma GCC unroll 8
-    for (int r = 0; r < NA; r++) s[r] = _mm512_reduce_add_ps(acc[r]) - hsum4(accm[r]);
+    for (int r = 0; r < NA; r++) s[r] = hsum8(acc[r]) - hsum4(accm[r]);
 }
 
 static ALWAYS_INLINE void q6_K_body(int64_t k, const block_q6_K *restrict w, const int NA,
                                     const void *const *restrict a, float *restrict s) {
     const __m512i lo4 = _mm512_set1_epi8(0x0f), lo2 = _mm512_set1_epi8(0x03);
-    __m512 acc[CPU_GEMM_MAX_NA];
+    __m256 acc[CPU_GEMM_MAX_NA];
     #pragma GCC unroll 8
-    for (int r = 0; r < NA; r++) acc[r] = _mm512_setzero_ps();
+    for (int r = 0; r < NA; r++) acc[r] = _mm256_setzero_ps();
     /* vector g (64 codes, elements 64g..64g+63 of the block) uses scales 4g + l/8 for i16 lane l */
     __m512i map[4];
     #pragma GCC unroll 8
@@ -143,11 +161,11 @@ static ALWAYS_INLINE void q6_K_body(int64_t k, const block_q6_K *restrict w, con
             /* codes are stored +32: subtract 32 * sum_s sc[s] * bsums[s] */
             __m256i off = _mm256_madd_epi16(sc16y, _mm256_loadu_si256((const __m256i *)y->bsums));
             sumi = _mm512_sub_epi32(sumi, _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
-            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(d * y->d), _mm512_cvtepi32_ps(sumi), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(fold(sumi)), acc[r]);
         }
     }
     #pragma GCC unroll 8
-    for (int r = 0; r < NA; r++) s[r] = _mm512_reduce_add_ps(acc[r]);
+    for (int r = 0; r < NA; r++) s[r] = hsum8(acc[r]);
 }
 
 #define DISPATCH(body, T)                                                   \
