@@ -32,6 +32,7 @@ static void bench(qt_type t, size_t total, const char *label) {
     int64_t rows = (int64_t)(total / rb);
     unsigned char *w = hn_malloc(rb * (size_t)rows + 4096), *acts = hn_malloc(ab * CPU_GEMM_MAX_NA);
     float *xf = hn_malloc(sizeof(float) * (size_t)k);
+    unsigned char *prep = hn_malloc((size_t)k * 4 * CPU_GEMM_MAX_NA);
     if (getenv("NOHUGE")) madvise((void *)(((uintptr_t)w + 4095) & ~(uintptr_t)4095), rb * (size_t)rows - 4096, MADV_NOHUGEPAGE);
     for (int64_t i = 0; i < k; i++) xf[i] = (float)((i * 7919) % 201 - 100) / 50.0f;
     qt_traits(t)->from_float(xf, w, k);
@@ -57,10 +58,18 @@ static void bench(qt_type t, size_t total, const char *label) {
         printf("%-5s %-6s dot-%-6s na=%d  %7.2f GB/s weights  %7.2f GMAC/s\n", qt_traits(t)->name, label, dk->isa, na,
                (double)rb * rows / best / 1e9, (double)rows * k * na / best / 1e9);
         for (int v = 1; v < nv; v++) {
+            const void *vp[CPU_GEMM_MAX_NA];
+            for (int r = 0; r < CPU_GEMM_MAX_NA; r++) {
+                vp[r] = ap[r];
+                if (vars[v]->prep) {
+                    vars[v]->prep(k, ap[r], prep + (size_t)r * (size_t)k * 4);
+                    vp[r] = prep + (size_t)r * (size_t)k * 4;
+                }
+            }
             best = 1e9;
             for (int rep = 0; rep < 3; rep++) {
                 double t0 = cpu_now();
-                for (int64_t j = 0; j < rows; j++) vars[v]->fn(k, w + (size_t)j * rb, na, ap, s);
+                for (int64_t j = 0; j < rows; j++) vars[v]->fn(k, w + (size_t)j * rb, na, vp, s);
                 double dt = cpu_now() - t0;
                 if (dt < best) best = dt;
                 sink += s[0];
@@ -72,6 +81,7 @@ static void bench(qt_type t, size_t total, const char *label) {
     (void)sink;
     hn_free(w);
     hn_free(acts);
+    hn_free(prep);
     hn_free(xf);
 }
 

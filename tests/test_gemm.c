@@ -56,13 +56,15 @@ static void check_type(qt_type t) {
     const cpu_gemm_kernel *vars[8];
     int nv = cpu_gemm_variants(t, vars, 8);
     CHECK(nv >= 1 && vars[0] == ref);
-    static const int64_t ks[] = {256, 512, 1280};
+    static const int64_t ks[] = {256, 512, 1280, 96};
     for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
         int64_t k = ks[ki];
+        if (k % qt_traits(t)->blck_size) continue;
         size_t wbytes = qt_row_size(t, k), abytes = qt_row_size(ref->act_type, k);
         float *xf = hn_malloc(sizeof(float) * (size_t)k);
         uint8_t *w = hn_malloc(wbytes);
         uint8_t *acts = hn_malloc(abytes * CPU_GEMM_MAX_NA);
+        uint8_t *prep = hn_malloc((size_t)k * 4 * CPU_GEMM_MAX_NA);
         for (int mode = 0; mode < MODE_COUNT; mode++) {
             for (int64_t i = 0; i < k; i++) xf[i] = gauss() * (rnd() % 16 == 0 ? 8.0f : 1.0f);
             if (mode == MODE_QUANT) {
@@ -82,21 +84,32 @@ static void check_type(qt_type t) {
                 float want[CPU_GEMM_MAX_NA], got[CPU_GEMM_MAX_NA];
                 ref->fn(k, w, na, aptr, want);
                 for (int v = 1; v < nv && v < 8; v++) {
+                    if (!cpu_gemm_fits(vars[v], k)) continue;
+                    /* a kernel with a prep pass reads its own rearrangement of the rows */
+                    const void *vptr[CPU_GEMM_MAX_NA];
+                    for (int r = 0; r < CPU_GEMM_MAX_NA; r++) {
+                        vptr[r] = aptr[r];
+                        if (vars[v]->prep) {
+                            CHECK(vars[v]->prep_bytes(k) <= (size_t)k * 4);
+                            vars[v]->prep(k, aptr[r], prep + (size_t)r * (size_t)k * 4);
+                            vptr[r] = prep + (size_t)r * (size_t)k * 4;
+                        }
+                    }
                     for (int r = 0; r < na; r++) got[r] = NAN;
-                    vars[v]->fn(k, w, na, aptr, got);
+                    vars[v]->fn(k, w, na, vptr, got);
                     double scale = 0;
                     for (int r = 0; r < na; r++) scale = fmax(scale, fabs(want[r]));
                     for (int r = 0; r < na; r++) {
                         double tol = 1e-5 * (scale + 1.0) + 1e-4 * fabs(want[r]);
                         /* the SIMD variants of a type are bit-identical (the backend mixes them) */
-                        if (v > 1) {
+                        if (v > 1 && !vars[v]->prep && !vars[1]->prep) {
                             float other[CPU_GEMM_MAX_NA];
                             vars[1]->fn(k, w, na, aptr, other);
                             CHECKF(!memcmp(&other[r], &got[r], sizeof(float)), "%s %s vs %s k=%lld na=%d: %.9g vs %.9g",
                                    qt_traits(t)->name, vars[v]->isa, vars[1]->isa, (long long)k, na, got[r], other[r]);
                         }
                         float one;
-                        vars[v]->fn(k, w, 1, &aptr[r], &one);
+                        vars[v]->fn(k, w, 1, &vptr[r], &one);
                         CHECKF(memcmp(&one, &got[r], sizeof one) == 0, "%s %s k=%lld na=%d row %d: %.9g alone, %.9g in a batch",
                                qt_traits(t)->name, vars[v]->isa, (long long)k, na, r, one, got[r]);
                         CHECKF(fabs((double)got[r] - want[r]) <= tol, "%s %s k=%lld mode=%d na=%d row %d: %g vs ref %g",
@@ -108,6 +121,7 @@ static void check_type(qt_type t) {
         hn_free(xf);
         hn_free(w);
         hn_free(acts);
+        hn_free(prep);
     }
 }
 

@@ -27,6 +27,7 @@ typedef struct cpu_be {
     /* matmul scratch */
     unsigned char *act;   /* converted activation rows: max_rows x (4 * max_k) bytes */
     size_t act_cap;
+    unsigned char *prep;  /* the rows rearranged for a gemm kernel with a prep pass: same size as act */
     float *deq;           /* per-thread dequantized weight row: nth x max_k */
     int32_t *ident;       /* 0..max_rows-1 */
     int32_t *order_in;    /* moe: activation row of each (row, slot), grouped by expert */

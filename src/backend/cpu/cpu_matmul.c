@@ -51,6 +51,9 @@ typedef struct mm_task {
     int n_x;
     const unsigned char *act;    /* converted rows (kern) or x itself */
     size_t act_row;              /* bytes per converted row */
+    const cpu_gemm_kernel *prep; /* the kernel whose prep pass runs on every converted row, or NULL */
+    const unsigned char *pact;   /* prepped rows */
+    size_t pact_row;
     const mm_group *groups;
     int n_groups;
     int nth_use;                 /* threads that take part in phase 2 */
@@ -67,6 +70,7 @@ hn_status cpu_matmul_reserve(cpu_be *cb, hn_err *err) {
     /* 4 bytes per element bounds every act_type's row size (q8_0: 34/32, q8_K: 292/256, f16: 2) */
     cb->act_cap = rows * 4 * k + 64;
     cb->act = hn_pages_alloc(cb->act_cap);
+    cb->prep = hn_pages_alloc(cb->act_cap);
     cb->deq = hn_malloc(sizeof(float) * (size_t)cb->nth * k);
     cb->ident = hn_malloc(sizeof(int32_t) * rows);
     cb->order_in = hn_malloc(sizeof(int32_t) * rows);
@@ -74,7 +78,7 @@ hn_status cpu_matmul_reserve(cpu_be *cb, hn_err *err) {
     cb->counts = hn_malloc(sizeof(int32_t) * (ne + 1));
     cb->groups = hn_malloc(sizeof(mm_group) * ne);
     cb->route = hn_malloc(sizeof(float) * ne);
-    if (!cb->act || !cb->deq || !cb->ident || !cb->order_in || !cb->order_out || !cb->counts || !cb->groups ||
+    if (!cb->act || !cb->prep || !cb->deq || !cb->ident || !cb->order_in || !cb->order_out || !cb->counts || !cb->groups ||
         !cb->route) {
         cpu_matmul_free(cb);
         return hn_errf(err, HN_ERR_NOMEM, "cpu backend: cannot allocate matmul scratch (%zu rows x %zu)", rows, k);
@@ -85,7 +89,8 @@ hn_status cpu_matmul_reserve(cpu_be *cb, hn_err *err) {
 
 void cpu_matmul_free(cpu_be *cb) {
     if (cb->act) hn_pages_free(cb->act, cb->act_cap);
-    cb->act = NULL;
+    if (cb->prep) hn_pages_free(cb->prep, cb->act_cap);
+    cb->act = cb->prep = NULL;
     hn_free(cb->deq);
     hn_free(cb->ident);
     hn_free(cb->order_in);
@@ -108,7 +113,9 @@ static void mm_convert(void *ctx, int ith, int nth) {
     for (;;) {
         int r = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
         if (r >= t->n_x) break;
-        t->kern->act(t->x + (size_t)r * (size_t)k, (unsigned char *)t->act + (size_t)r * t->act_row, k);
+        unsigned char *row = (unsigned char *)t->act + (size_t)r * t->act_row;
+        t->kern->act(t->x + (size_t)r * (size_t)k, row, k);
+        if (t->prep) t->prep->prep(k, row, (unsigned char *)t->pact + (size_t)r * t->pact_row);
     }
 }
 
@@ -142,7 +149,10 @@ static void mm_dots(void *ctx, int ith, int nth) {
                     const void *wr = wm + (size_t)j * w->row_bytes;
                     for (int r0 = t0; r0 < t1; r0 += CPU_GEMM_MAX_NA) {
                         int na = t1 - r0 < CPU_GEMM_MAX_NA ? t1 - r0 : CPU_GEMM_MAX_NA;
-                        for (int r = 0; r < na; r++) ap[r] = t->act + (size_t)gr->in[r0 + r] * t->act_row;
+                        if (gr->gemm->prep)
+                            for (int r = 0; r < na; r++) ap[r] = t->pact + (size_t)gr->in[r0 + r] * t->pact_row;
+                        else
+                            for (int r = 0; r < na; r++) ap[r] = t->act + (size_t)gr->in[r0 + r] * t->act_row;
                         fn(k, wr, na, ap, s);
                         for (int r = 0; r < na; r++) y[(size_t)gr->out[r0 + r] * (size_t)n_out + (size_t)j] = s[r];
                     }
@@ -204,7 +214,7 @@ static const cpu_gemm_kernel *mm_gemm(const cpu_be *cb, const be_weight *w, cons
         int nv = cpu_gemm_variants(w->type, v, 16);
         if (choice <= nv && choice <= 16) g = v[choice - 1];
     }
-    if (!g) g = cpu_gemm_pick(w->type, n);
+    if (!g || !cpu_gemm_fits(g, w->ne[0])) g = cpu_gemm_pick_k(w->type, n, w->ne[0]);
     return g && g->act_type == kern->act_type ? g : NULL;
 }
 
@@ -237,6 +247,17 @@ static void mm_run(cpu_be *cb, const float *x, int n_x, mm_group *groups, int n_
     } else if (t.kern) {
         t.act = cb->act;
         t.act_row = qt_row_size(t.kern->act_type, k);
+        /* one prep pass per run: groups whose kernel wants another fall back to theirs without one */
+        for (int g = 0; g < n_groups; g++) {
+            const cpu_gemm_kernel *gk = groups[g].gemm;
+            if (!gk || !gk->prep) continue;
+            if (!t.prep) t.prep = gk;
+            else if (gk->prep != t.prep->prep) groups[g].gemm = NULL;
+        }
+        if (t.prep) {
+            t.pact = cb->prep;
+            t.pact_row = t.prep->prep_bytes(k);
+        }
         atomic_store(&t.next, 0);
         if (n_x * (int64_t)k < 65536 || cb->nth == 1)
             mm_convert(&t, 0, 1);

@@ -34,17 +34,19 @@ typedef struct {
 
 /* Reference first for every type, then faster variants in order of preference. */
 static const entry g_kernels[] = {
-    {{QT_Q8_0, QT_Q8_0, gemm_q8_0_ref, "ref"}, ISA_REF},
-    {{QT_Q4_0, QT_Q8_0, gemm_q4_0_ref, "ref"}, ISA_REF},
-    {{QT_Q4_K, QT_Q8_K, gemm_q4_K_ref, "ref"}, ISA_REF},
-    {{QT_Q6_K, QT_Q8_K, gemm_q6_K_ref, "ref"}, ISA_REF},
+    {{QT_Q8_0, QT_Q8_0, gemm_q8_0_ref, "ref", NULL, NULL, 1}, ISA_REF},
+    {{QT_Q4_0, QT_Q8_0, gemm_q4_0_ref, "ref", NULL, NULL, 1}, ISA_REF},
+    {{QT_Q4_K, QT_Q8_K, gemm_q4_K_ref, "ref", NULL, NULL, 1}, ISA_REF},
+    {{QT_Q6_K, QT_Q8_K, gemm_q6_K_ref, "ref", NULL, NULL, 1}, ISA_REF},
 #if defined(__x86_64__)
-    {{QT_Q8_0, QT_Q8_0, cpu_gemm_q8_0_avx2, "avx2"}, ISA_AVX2},
-    {{QT_Q4_0, QT_Q8_0, cpu_gemm_q4_0_avx2, "avx2"}, ISA_AVX2},
-    {{QT_Q4_K, QT_Q8_K, cpu_gemm_q4_K_avx2, "avx2"}, ISA_AVX2},
-    {{QT_Q6_K, QT_Q8_K, cpu_gemm_q6_K_avx2, "avx2"}, ISA_AVX2},
-    {{QT_Q4_K, QT_Q8_K, cpu_gemm_q4_K_avx512, "avx512"}, ISA_AVX512},
-    {{QT_Q6_K, QT_Q8_K, cpu_gemm_q6_K_avx512, "avx512"}, ISA_AVX512},
+    {{QT_Q8_0, QT_Q8_0, cpu_gemm_q8_0_avx2, "avx2", NULL, NULL, 1}, ISA_AVX2},
+    {{QT_Q4_0, QT_Q8_0, cpu_gemm_q4_0_avx2, "avx2", NULL, NULL, 1}, ISA_AVX2},
+    {{QT_Q4_K, QT_Q8_K, cpu_gemm_q4_K_avx2, "avx2", NULL, NULL, 1}, ISA_AVX2},
+    {{QT_Q6_K, QT_Q8_K, cpu_gemm_q6_K_avx2, "avx2", NULL, NULL, 1}, ISA_AVX2},
+    {{QT_Q4_K, QT_Q8_K, cpu_gemm_q4_K_avx512, "avx512", NULL, NULL, 1}, ISA_AVX512},
+    {{QT_Q4_0, QT_Q8_0, cpu_gemm_q4_0_avx512, "avx512", cpu_gemm_prep_q4_0_avx512, cpu_gemm_prep_bytes_q4_0, 64},
+     ISA_AVX512},
+    {{QT_Q6_K, QT_Q8_K, cpu_gemm_q6_K_avx512, "avx512", NULL, NULL, 1}, ISA_AVX512},
 #endif
 };
 
@@ -98,4 +100,15 @@ const cpu_gemm_kernel *cpu_gemm_pick(qt_type t, int na) {
     for (int i = 0; i < n && i < 8; i++)
         if (!strcmp(v[i]->isa, "avx2")) return v[i];
     return best;
+}
+
+const cpu_gemm_kernel *cpu_gemm_pick_k(qt_type t, int na, int64_t k) {
+    const cpu_gemm_kernel *g = cpu_gemm_pick(t, na);
+    if (!g || cpu_gemm_fits(g, k)) return g;
+    /* the fastest variant that fits (variants are listed slowest first) */
+    const cpu_gemm_kernel *v[8], *fit = NULL;
+    int n = cpu_gemm_variants(t, v, 8);
+    for (int i = 0; i < n && i < 8; i++)
+        if (cpu_gemm_fits(v[i], k)) fit = v[i];
+    return fit;
 }

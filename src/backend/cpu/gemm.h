@@ -16,6 +16,7 @@
 #ifndef HN_CPU_GEMM_H
 #define HN_CPU_GEMM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../../quant/blocks.h"
@@ -26,12 +27,25 @@
 typedef void (*cpu_gemm_fn)(int64_t k, const void *restrict w, int na, const void *const *restrict a,
                             float *restrict s);
 
+/* Rearranges one converted activation row (act_type blocks, k elements) into
+ * the private layout a kernel reads instead (out: prep_bytes(k) bytes). */
+typedef void (*cpu_gemm_prep_fn)(int64_t k, const void *restrict act, void *restrict out);
+
 typedef struct cpu_gemm_kernel {
     qt_type wtype;
     qt_type act_type;
     cpu_gemm_fn fn;
     const char *isa; /* "ref", "avx2", "avx512" */
+    /* NULL: fn reads the converter's blocks. Else fn reads rows made by prep
+     * from them, prep_bytes(k) bytes each (at most 4 bytes per element), and
+     * only for k a multiple of k_align. */
+    cpu_gemm_prep_fn prep;
+    size_t (*prep_bytes)(int64_t k);
+    int k_align;
 } cpu_gemm_kernel;
+
+/* Whether kernel g can run rows of k elements (k a multiple of its k_align). */
+static inline int cpu_gemm_fits(const cpu_gemm_kernel *g, int64_t k) { return !g->prep || k % g->k_align == 0; }
 
 /* The fastest gemm variant this CPU runs for t, or NULL (no kernel, or the dot
  * registry's activation type differs from what the kernel reads). */
@@ -41,6 +55,8 @@ const cpu_gemm_kernel *cpu_gemm_best(qt_type t);
  * may mix are bit-identical (tested), so a row's result never depends on the
  * batch it is in. NULL as cpu_gemm_best. */
 const cpu_gemm_kernel *cpu_gemm_pick(qt_type t, int na);
+/* As cpu_gemm_pick, for rows of k elements (skips variants that cannot run k). */
+const cpu_gemm_kernel *cpu_gemm_pick_k(qt_type t, int na, int64_t k);
 /* The reference for t (dot.h's reference dot per activation row), or NULL. */
 const cpu_gemm_kernel *cpu_gemm_ref(qt_type t);
 /* Every variant this CPU can run for t (reference first); returns the count (at most cap written). */

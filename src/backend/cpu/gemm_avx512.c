@@ -168,6 +168,78 @@ static ALWAYS_INLINE void q6_K_body(int64_t k, const block_q6_K *restrict w, con
     for (int r = 0; r < NA; r++) s[r] = hsum8(acc[r]);
 }
 
+
+/* ---- Q4_0: pairs of blocks per zmm, activations rearranged by a prep pass ----
+ *
+ * The weight's two 16-byte code runs of blocks A and B make one ymm; its low
+ * and high nibbles make one zmm of 64 unsigned codes in the order
+ * [A 0..15 | B 0..15 | A 16..31 | B 16..31]. The prep pass writes each
+ * activation pair in that same order, plus 16 i32 corrections (8 x the sum of
+ * the 4 activations under each i32 lane) so that vpmaddubsw on the unsigned
+ * codes and one subtraction give sum((q - 8) * a) exactly, without the sign
+ * trick that zmm lacks; and both blocks' scales as floats. */
+typedef struct {
+    int8_t qs[64];
+    int32_t corr[16];
+    float d[2];
+} q4_0_pair;
+
+size_t cpu_gemm_prep_bytes_q4_0(int64_t k) { return (size_t)(k / 64) * sizeof(q4_0_pair); }
+
+void cpu_gemm_prep_q4_0_avx512(int64_t k, const void *restrict act, void *restrict out) {
+    const block_q8_0 *a = act;
+    q4_0_pair *p = out;
+    for (int64_t i = 0; i < k / 64; i++, a += 2, p++) {
+        memcpy(p->qs, a[0].qs, 16);
+        memcpy(p->qs + 16, a[1].qs, 16);
+        memcpy(p->qs + 32, a[0].qs + 16, 16);
+        memcpy(p->qs + 48, a[1].qs + 16, 16);
+        for (int l = 0; l < 16; l++) p->corr[l] = 8 * (p->qs[4 * l] + p->qs[4 * l + 1] + p->qs[4 * l + 2] + p->qs[4 * l + 3]);
+        p->d[0] = _cvtsh_ss(a[0].d);
+        p->d[1] = _cvtsh_ss(a[1].d);
+    }
+}
+
+/* One pair of blocks (64 weights) into the NA rows' accumulators. */
+static ALWAYS_INLINE void q4_0_pair_step(const block_q4_0 *restrict b, int64_t i, const int NA,
+                                         const void *const *restrict a, __m512 *acc) {
+    const __m256i lo4 = _mm256_set1_epi8(0x0f);
+    const __m512i ones = _mm512_set1_epi16(1);
+    /* scale lanes: i32 lanes 0..3 and 8..11 are block A's, 4..7 and 12..15 block B's */
+    const __m512i sidx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
+    __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)b[0].qs)),
+                                        _mm_loadu_si128((const __m128i *)b[1].qs), 1);
+    __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, lo4)),
+                                   _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4), 1);
+    __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)b[0].d | ((uint32_t)b[1].d << 16))));
+    #pragma GCC unroll 8
+    for (int r = 0; r < NA; r++) {
+        const q4_0_pair *y = (const q4_0_pair *)a[r] + i;
+        __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(q, _mm512_loadu_si512(y->qs)), ones);
+        p = _mm512_sub_epi32(p, _mm512_loadu_si512(y->corr));
+        __m128 dd = _mm_mul_ps(dw, _mm_castpd_ps(_mm_load_sd((const double *)y->d)));
+        __m512 sc = _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(dd));
+        acc[r] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(p), acc[r]);
+    }
+}
+
+static ALWAYS_INLINE void q4_0_body(int64_t k, const block_q4_0 *restrict w, const int NA,
+                                    const void *const *restrict a, float *restrict s) {
+    /* two accumulators per row (even and odd pairs) hide the FMA latency at small NA */
+    __m512 acc0[CPU_GEMM_MAX_NA], acc1[CPU_GEMM_MAX_NA];
+    #pragma GCC unroll 8
+    for (int r = 0; r < NA; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
+    const int64_t np = k / 64;
+    int64_t i = 0;
+    for (; i + 2 <= np; i += 2) {
+        q4_0_pair_step(&w[2 * i], i, NA, a, acc0);
+        q4_0_pair_step(&w[2 * i + 2], i + 1, NA, a, acc1);
+    }
+    if (i < np) q4_0_pair_step(&w[2 * i], i, NA, a, acc0);
+    #pragma GCC unroll 8
+    for (int r = 0; r < NA; r++) s[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
+}
+
 #define DISPATCH(body, T)                                                   \
     switch (na) {                                                           \
     case 1: body(k, (const T *)w, 1, a, s); break;                          \
@@ -182,6 +254,10 @@ static ALWAYS_INLINE void q6_K_body(int64_t k, const block_q6_K *restrict w, con
 
 void cpu_gemm_q4_K_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s) {
     DISPATCH(q4_K_body, block_q4_K)
+}
+
+void cpu_gemm_q4_0_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s) {
+    DISPATCH(q4_0_body, block_q4_0)
 }
 
 void cpu_gemm_q6_K_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s) {

@@ -14,6 +14,9 @@ void cpu_gemm_q4_K_avx2(int64_t k, const void *restrict w, int na, const void *c
 void cpu_gemm_q6_K_avx2(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s);
 /* AVX-512 F+BW on top of AVX2 (gemm_avx512.c) */
 void cpu_gemm_q4_K_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s);
+void cpu_gemm_q4_0_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s);
+void cpu_gemm_prep_q4_0_avx512(int64_t k, const void *restrict act, void *restrict out);
+size_t cpu_gemm_prep_bytes_q4_0(int64_t k);
 void cpu_gemm_q6_K_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s);
 #endif
 
