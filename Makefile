@@ -12,8 +12,6 @@ OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
 WARN     = -std=c11 -Wall -Wextra -Werror
 DEFS     = -D_GNU_SOURCE
-# hone serve uses the engine once its implementation (src/sched/*.c) exists
-DEFS    += $(if $(wildcard src/sched/*.c),-DHONE_HAVE_ENGINE)
 DEPFLAGS = -MMD -MP
 LIBS     = -lpcre2-8 -lutf8proc -ljansson -lxxhash -lmicrohttpd -lpthread -lm
 ARCH    := $(shell uname -m)
@@ -65,7 +63,6 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libhone.a tests/test.h
 tests: $(BIN_TST)
 
 # hone serve (and its end-to-end test) switch to the engine when its sources appear
-$(BUILD)/src/cli/cmd_serve.o $(BUILD)/tests/test_server_e2e: $(wildcard src/sched/*.c)
 
 # test: plain build; asan-test: a separate sanitizer build in build-asan/
 test: $(BUILD)/hone tests

@@ -125,8 +125,6 @@ int main(void) {
     char model[512];
     test_data_path(model, sizeof model, "data/models/qwen3-real-q8_0.gguf");
     pass(hone, model, true);
-#ifdef HONE_HAVE_ENGINE
     pass(hone, model, false);
-#endif
     TEST_DONE();
 }

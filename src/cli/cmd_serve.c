@@ -24,12 +24,10 @@
 #include "../tokenizer/tokenizer.h"
 #include "cli.h"
 
-#ifdef HONE_HAVE_ENGINE
 static hn_status real_submit(void *ctx, const eng_request *r, eng_req_id *id, hn_err *err) {
     return eng_submit(ctx, r, id, err);
 }
 static void real_cancel(void *ctx, eng_req_id id) { eng_cancel(ctx, id); }
-#endif
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -44,6 +42,9 @@ static void usage(FILE *f) {
             "  --max-tokens N       most tokens one request may generate (default: no cap)\n"
             "  -t, --threads N      compute threads (default: all cores)\n"
             "  --kv-bytes SIZE      cap on KV cache memory, e.g. 4G or 512M\n"
+            "  --kv-type T          KV cache elements: f32 (default), f16, q8_0, k8v4 (8-bit K, 4-bit V)\n"
+            "  --block-size N       KV positions per block (default 16)\n"
+            "  --no-prefix-cache    compute every prompt from scratch (no reuse across requests)\n"
             "  --max-body SIZE      largest request body (default 32M)\n"
             "  --ping-ms N          keep-alive interval of a silent stream (default 5000)\n"
             "  --verbose            log every request to stderr\n"
@@ -82,7 +83,9 @@ int cmd_serve(int argc, char **argv) {
     srv_config cfg = srv_default_config();
     long ctx = 0, max_tokens = 0, threads = 0;
     size_t kv_bytes = 0;
-    bool test_engine = false;
+    bool test_engine = false, prefix_cache = true;
+    int kv_type = 0;
+    long block_size = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -95,6 +98,9 @@ int cmd_serve(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--test-engine")) {
             test_engine = true;
+            continue;
+        } else if (!strcmp(a, "--no-prefix-cache")) {
+            prefix_cache = false;
             continue;
         }
         if (!v) {
@@ -112,6 +118,8 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-tokens") && parse_int(v, 1, 1L << 24, &max_tokens)) {}
         else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && parse_int(v, 1, 4096, &threads)) {}
         else if (!strcmp(a, "--kv-bytes") && parse_size(v, &kv_bytes)) {}
+        else if (!strcmp(a, "--kv-type") && eng_kv_type_from_name(v, &kv_type)) {}
+        else if (!strcmp(a, "--block-size") && parse_int(v, 1, 4096, &block_size)) {}
         else if (!strcmp(a, "--max-body") && parse_size(v, &cfg.max_body) && cfg.max_body >= 1024) {}
         else if (!strcmp(a, "--ping-ms") && parse_int(v, 10, 600000, &n)) cfg.ping_ms = (int)n;
         else {
@@ -164,12 +172,14 @@ int cmd_serve(int argc, char **argv) {
         meta = g;
         voc = vocab;
     } else {
-#ifdef HONE_HAVE_ENGINE
         eng_params ep = eng_default_params();
         ep.model_path = model;
         ep.n_threads = (int)threads;
         ep.n_ctx = (int32_t)ctx;
         ep.kv_max_bytes = kv_bytes;
+        ep.kv_type = kv_type;
+        ep.block_size = (int)block_size;
+        ep.prefix_cache = prefix_cache;
         if (eng_create(&ep, &eng, &err) != HN_OK) {
             fprintf(stderr, "hone serve: %s: %s\n", model, err.msg);
             goto out;
@@ -178,13 +188,6 @@ int cmd_serve(int argc, char **argv) {
         meta = eng_gguf(eng);
         voc = eng_vocab(eng);
         n_ctx = eng_n_ctx(eng);
-#else
-        (void)threads;
-        (void)kv_bytes;
-        fprintf(stderr, "hone serve: this build has no inference engine yet (src/sched); "
-                        "only --test-engine is available\n");
-        goto out;
-#endif
     }
     {
         prm_model pm;
@@ -216,11 +219,7 @@ int cmd_serve(int argc, char **argv) {
     }
 out:
     teng_free(te);
-#ifdef HONE_HAVE_ENGINE
     eng_free(eng);
-#else
-    (void)eng;
-#endif
     tok_free(vocab);
     gguf_close(g);
     return rc;
