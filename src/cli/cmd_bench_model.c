@@ -7,8 +7,9 @@
  *   tgN   N single-token decode steps after D (+ nothing else) cached tokens.
  * Tokens are pseudo-random ids from the vocabulary, so the speed does not
  * depend on a tokenizer or a prompt. The depth prefix is computed once per
- * repetition and not timed (as llama-bench does). Output is a markdown table;
- * --csv prints one line per test instead. */
+ * repetition and not timed (as llama-bench does). The KV cache is f16 by
+ * default, as llama-bench's. Output is a markdown table; --csv prints one
+ * line per test instead. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,8 @@ static void usage(FILE *f) {
             "  -d, --depth D      tokens already in the context before each test (default 0)\n"
             "  -r, --reps N       repetitions (default 5)\n"
             "  -b, --batch N      most tokens per forward step (default 512)\n"
+            "  -ctk, --cache-type-k T   K cache type: f32, f16, q8_0 (default f16, as llama-bench)\n"
+            "  -ctv, --cache-type-v T   V cache type: f32, f16, q8_0, q4_0, q4_1 (default f16)\n"
             "  --csv              print `test,depth,threads,median,min,max` lines instead\n");
 }
 
@@ -122,6 +125,7 @@ int cmd_bench_model(int argc, char **argv) {
     const char *path = NULL;
     long n_prompt = 512, n_gen = 128, depth = 0, reps = 5, batch = 512, n_threads = 0;
     bool csv = false;
+    qt_type ctk = QT_F16, ctv = QT_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -140,6 +144,14 @@ int cmd_bench_model(int argc, char **argv) {
         const char *v = argv[++i];
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             path = v;
+            continue;
+        }
+        if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) {
+            bool is_k = !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k");
+            if (!qt_from_name(v, is_k ? &ctk : &ctv)) {
+                fprintf(stderr, "hone bench: unknown cache type '%s'\n", v);
+                return 2;
+            }
             continue;
         }
         long *dst = !strcmp(a, "-p") ? &n_prompt
@@ -198,6 +210,8 @@ int cmd_bench_model(int argc, char **argv) {
     c.sid = hn_malloc(sizeof(int32_t) * (size_t)most);
     c.logits = hn_malloc(sizeof(float) * (size_t)hp->n_vocab);
     kv_config kc = model_kv_config(c.m, (int32_t)((need + 15) / 16 + 1), 16);
+    kc.type = ctk;
+    kc.v_type = ctv;
     if (!c.tok || !c.pos || !c.sid || !c.logits || kv_create(&kc, &c.kv, &err) != HN_OK) {
         fprintf(stderr, "hone bench: %s\n", err.msg[0] ? err.msg : "out of memory");
         goto done;

@@ -7,10 +7,12 @@
  * and accumulator by exp(old_max - new_max) once per block, add exp(s - max)
  * weighted V rows. Only positions the token may see are visited (causal, and
  * the sliding window if any): no work is spent on masked positions. The dot
- * and axpy over head_dim are the backend's vector helpers (AVX2+FMA when the
- * CPU has them). Quantized caches (f16/q8_0 K, f16/q8_0/q4 V) are dequantized
- * one chunk of at most CPU_ATTN_SCORE_CAP rows at a time into per-thread
- * scratch. */
+ * over head_dim and the chunk's weighted sum of V rows (accumulators of the
+ * whole group held in registers while V streams, one V load per group) are
+ * the backend's vector helpers (AVX2+FMA+F16C when the CPU has them). f32 and
+ * f16 caches are read in place; other quantized caches (q8_0 K, q8_0/q4 V)
+ * are dequantized one chunk of at most CPU_ATTN_SCORE_CAP rows at a time into
+ * per-thread scratch. */
 #include <math.h>
 #include <string.h>
 
@@ -57,23 +59,28 @@ static void attn_item(cpu_be *cb, const be_attn_args *a, int t, int kvh, float *
         const unsigned char *vr = kv_block_vraw(kv, seq->blocks[blk], a->layer) + (size_t)slot0 * kv->v_row_bytes +
                                   (size_t)kvh * kv->v_head_bytes;
         const float *kb = (const float *)kr, *vb = (const float *)vr;
+        const bool k_f16 = kv->cfg.type == QT_F16, v_f16 = kv->cfg.v_type == QT_F16;
         size_t krow = row, vrow = row;
-        if (!k_f32) {
+        if (!k_f32 && !k_f16) {
             kv_k_to_f32(kv, kr, kv->k_row_bytes, np, kd);
             kb = kd;
             krow = (size_t)hd;
         }
-        if (!v_f32) {
+        if (!v_f32 && !v_f16) {
             kv_v_to_f32(kv, vr, kv->v_row_bytes, np, vd);
             vb = vd;
             vrow = (size_t)hd;
         }
+        /* scores and online-softmax weights of the chunk for every head of the group
+         * (f16 rows are read in place: k_row_bytes / 2 elements apart) */
         for (int h = 0; h < group; h++) {
             const float *qh = q + (size_t)h * (size_t)hd;
             float *sh = s + (size_t)h * CPU_ATTN_SCORE_CAP;
             float mx = m[h];
             for (int i = 0; i < np; i++) {
-                sh[i] = cb->vdot(qh, kb + (size_t)i * krow, hd) * a->scale;
+                sh[i] = (k_f16 ? cb->vdot_h(qh, (const uint16_t *)kr + (size_t)i * (kv->k_row_bytes / 2), hd)
+                               : cb->vdot(qh, kb + (size_t)i * krow, hd)) *
+                        a->scale;
                 if (sh[i] > mx) mx = sh[i];
             }
             float corr = expf(m[h] - mx); /* 0 on the first block (m = -inf) */
@@ -84,11 +91,15 @@ static void attn_item(cpu_be *cb, const be_attn_args *a, int t, int kvh, float *
             }
             m[h] = mx;
             for (int i = 0; i < np; i++) {
-                float wgt = expf(sh[i] - mx);
-                l[h] += wgt;
-                cb->vaxpy(ah, wgt, vb + (size_t)i * vrow, hd);
+                sh[i] = expf(sh[i] - mx);
+                l[h] += sh[i];
             }
         }
+        /* acc[h] += sum_i w[h][i] V_i, each V row loaded once for the whole group */
+        if (v_f16)
+            cb->wsum_h(acc, group, hd, s, CPU_ATTN_SCORE_CAP, (const uint16_t *)vr, kv->v_row_bytes / 2, np);
+        else
+            cb->wsum(acc, group, hd, s, CPU_ATTN_SCORE_CAP, vb, vrow, np);
         p0 = p1 + 1;
     }
     float *o = a->out + (size_t)t * (size_t)a->n_head * (size_t)hd + (size_t)kvh * (size_t)group * (size_t)hd;

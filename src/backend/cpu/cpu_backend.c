@@ -10,6 +10,7 @@
 #include "../../core/alloc.h"
 #include "../../quant/quant.h"
 #include "cpu_int.h"
+#include "dot.h"
 
 #define PAR_MIN_ROWS 8 /* fewer rows than this: run on the caller */
 
@@ -246,14 +247,46 @@ static void vec_axpy_generic(float *y, float a, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+static float vec_dot_h_generic(const float *a, const uint16_t *b, int n) {
+    float s[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += a[i + j] * qt_f16_to_f32(b[i + j]);
+    float t = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    for (; i < n; i++) t += a[i] * qt_f16_to_f32(b[i]);
+    return t;
+}
+
+static void wsum_generic(float *acc, int group, int hd, const float *w, int ws, const float *v, size_t vstride, int np) {
+    for (int h = 0; h < group; h++)
+        for (int i = 0; i < np; i++)
+            vec_axpy_generic(acc + (size_t)h * (size_t)hd, w[(size_t)h * (size_t)ws + i], v + (size_t)i * vstride, hd);
+}
+
+static void wsum_h_generic(float *acc, int group, int hd, const float *w, int ws, const uint16_t *v, size_t vstride,
+                           int np) {
+    for (int h = 0; h < group; h++)
+        for (int i = 0; i < np; i++)
+            for (int d = 0; d < hd; d++)
+                acc[(size_t)h * (size_t)hd + d] += w[(size_t)h * (size_t)ws + i] * qt_f16_to_f32(v[(size_t)i * vstride + d]);
+}
+
 static void vec_select(cpu_be *cb) {
     cb->vdot = vec_dot_generic;
     cb->vaxpy = vec_axpy_generic;
+    cb->vdot_h = vec_dot_h_generic;
+    cb->wsum = wsum_generic;
+    cb->wsum_h = wsum_h_generic;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     if (!cb->force_ref && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         cb->vdot = cpu_vec_dot_avx2;
         cb->vaxpy = cpu_vec_axpy_avx2;
+        if (cpu_dot_features()->f16c) {
+            cb->vdot_h = cpu_vec_dot_f16_avx2;
+            cb->wsum = cpu_attn_wsum_f32_avx2;
+            cb->wsum_h = cpu_attn_wsum_f16_avx2;
+        }
     }
 #endif
 }

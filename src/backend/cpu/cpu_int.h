@@ -13,8 +13,19 @@
  * cpu_vec_avx2.c, picked at run time by cpu_vec_select (into cpu_be). */
 typedef float (*cpu_vec_dot_fn)(const float *a, const float *b, int n);
 typedef void (*cpu_vec_axpy_fn)(float *y, float a, const float *x, int n);
+typedef float (*cpu_vec_dot_h_fn)(const float *a, const uint16_t *b, int n);
+/* acc[h][0..hd) += sum_{i<np} w[h*ws + i] * v[i*vstride ..] for h < group (position order per element) */
+typedef void (*cpu_attn_wsum_fn)(float *acc, int group, int hd, const float *w, int ws, const float *v, size_t vstride,
+                                 int np);
+typedef void (*cpu_attn_wsum_h_fn)(float *acc, int group, int hd, const float *w, int ws, const uint16_t *v,
+                                   size_t vstride, int np);
 float cpu_vec_dot_avx2(const float *a, const float *b, int n);
 void cpu_vec_axpy_avx2(float *y, float a, const float *x, int n);
+float cpu_vec_dot_f16_avx2(const float *a, const uint16_t *b, int n);
+void cpu_attn_wsum_f32_avx2(float *acc, int group, int hd, const float *w, int ws, const float *v, size_t vstride,
+                            int np);
+void cpu_attn_wsum_f16_avx2(float *acc, int group, int hd, const float *w, int ws, const uint16_t *v, size_t vstride,
+                            int np);
 
 typedef struct cpu_be {
     be_backend base;
@@ -40,6 +51,9 @@ typedef struct cpu_be {
     float *route;         /* max_experts floats */
     cpu_vec_dot_fn vdot;  /* attention helpers for this CPU */
     cpu_vec_axpy_fn vaxpy;
+    cpu_vec_dot_h_fn vdot_h;        /* f16 K rows */
+    cpu_attn_wsum_fn wsum;          /* f32 V rows */
+    cpu_attn_wsum_h_fn wsum_h;      /* f16 V rows */
 } cpu_be;
 
 static inline cpu_be *cpu_of(be_backend *b) { return (cpu_be *)b->impl; }
