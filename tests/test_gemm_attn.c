@@ -7,8 +7,9 @@
  * enough to span many blocks and chunks: the f32 cache against a naive double
  * reference, and an f16 cache against an f32 cache holding the same
  * (f16-rounded) values, which must agree bit for bit (the f16 loops convert
- * and then do exactly the f32 loops' arithmetic). Both with the vector helpers
- * this CPU picks and with the portable ones (force_reference). */
+ * and then do exactly the f32 loops' arithmetic). Run twice, the second time
+ * with force_reference on (which changes only the matmul path, so both runs
+ * must agree with the reference alike). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

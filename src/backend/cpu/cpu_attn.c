@@ -77,12 +77,18 @@ static void attn_item(cpu_be *cb, const be_attn_args *a, int t, int kvh, float *
             const float *qh = q + (size_t)h * (size_t)hd;
             float *sh = s + (size_t)h * CPU_ATTN_SCORE_CAP;
             float mx = m[h];
-            for (int i = 0; i < np; i++) {
-                sh[i] = (k_f16 ? cb->vdot_h(qh, (const uint16_t *)kr + (size_t)i * (kv->k_row_bytes / 2), hd)
-                               : cb->vdot(qh, kb + (size_t)i * krow, hd)) *
-                        a->scale;
-                if (sh[i] > mx) mx = sh[i];
+            if (k_f16 && cb->scores_h && hd % 8 == 0) {
+                cb->scores_h(qh, hd, (const uint16_t *)kr, kv->k_row_bytes / 2, np, a->scale, sh);
+            } else if (!k_f16 && cb->scores && hd % 8 == 0) {
+                cb->scores(qh, hd, kb, krow, np, a->scale, sh);
+            } else {
+                for (int i = 0; i < np; i++)
+                    sh[i] = (k_f16 ? cb->vdot_h(qh, (const uint16_t *)kr + (size_t)i * (kv->k_row_bytes / 2), hd)
+                                   : cb->vdot(qh, kb + (size_t)i * krow, hd)) *
+                            a->scale;
             }
+            for (int i = 0; i < np; i++)
+                if (sh[i] > mx) mx = sh[i];
             float corr = expf(m[h] - mx); /* 0 on the first block (m = -inf) */
             float *ah = acc + (size_t)h * (size_t)hd;
             if (corr != 1.0f) {
@@ -90,10 +96,7 @@ static void attn_item(cpu_be *cb, const be_attn_args *a, int t, int kvh, float *
                 l[h] *= corr;
             }
             m[h] = mx;
-            for (int i = 0; i < np; i++) {
-                sh[i] = expf(sh[i] - mx);
-                l[h] += sh[i];
-            }
+            l[h] += cb->vexp(sh, np, mx);
         }
         /* acc[h] += sum_i w[h][i] V_i, each V row loaded once for the whole group */
         if (v_f16)

@@ -271,7 +271,17 @@ static void wsum_h_generic(float *acc, int group, int hd, const float *w, int ws
                 acc[(size_t)h * (size_t)hd + d] += w[(size_t)h * (size_t)ws + i] * qt_f16_to_f32(v[(size_t)i * vstride + d]);
 }
 
+static float vec_exp_sub_generic(float *s, int n, float mx) {
+    float sum = 0;
+    for (int i = 0; i < n; i++) {
+        s[i] = expf(s[i] - mx);
+        sum += s[i];
+    }
+    return sum;
+}
+
 static void vec_select(cpu_be *cb) {
+    cb->vexp = vec_exp_sub_generic;
     cb->vdot = vec_dot_generic;
     cb->vaxpy = vec_axpy_generic;
     cb->vdot_h = vec_dot_h_generic;
@@ -286,6 +296,9 @@ static void vec_select(cpu_be *cb) {
             cb->vdot_h = cpu_vec_dot_f16_avx2;
             cb->wsum = cpu_attn_wsum_f32_avx2;
             cb->wsum_h = cpu_attn_wsum_f16_avx2;
+            cb->vexp = cpu_vec_exp_sub_avx2;
+            cb->scores = cpu_attn_scores_f32_avx2;
+            cb->scores_h = cpu_attn_scores_f16_avx2;
         }
     }
 #endif

@@ -22,6 +22,16 @@ typedef void (*cpu_attn_wsum_h_fn)(float *acc, int group, int hd, const float *w
 float cpu_vec_dot_avx2(const float *a, const float *b, int n);
 void cpu_vec_axpy_avx2(float *y, float a, const float *x, int n);
 float cpu_vec_dot_f16_avx2(const float *a, const uint16_t *b, int n);
+/* s[i] = dot(q, K row i) * scale for i < np (rows kstride elements apart; hd a multiple of 8) */
+typedef void (*cpu_attn_scores_fn)(const float *q, int hd, const float *k, size_t kstride, int np, float scale, float *s);
+typedef void (*cpu_attn_scores_h_fn)(const float *q, int hd, const uint16_t *k, size_t kstride, int np, float scale,
+                                     float *s);
+void cpu_attn_scores_f32_avx2(const float *q, int hd, const float *k, size_t kstride, int np, float scale, float *s);
+void cpu_attn_scores_f16_avx2(const float *q, int hd, const uint16_t *k, size_t kstride, int np, float scale,
+                              float *s);
+/* s[i] = exp(s[i] - mx) for i < n (s[i] <= mx); returns the sum in position order */
+typedef float (*cpu_vec_exp_sub_fn)(float *s, int n, float mx);
+float cpu_vec_exp_sub_avx2(float *s, int n, float mx);
 void cpu_attn_wsum_f32_avx2(float *acc, int group, int hd, const float *w, int ws, const float *v, size_t vstride,
                             int np);
 void cpu_attn_wsum_f16_avx2(float *acc, int group, int hd, const float *w, int ws, const uint16_t *v, size_t vstride,
@@ -54,6 +64,9 @@ typedef struct cpu_be {
     cpu_vec_dot_h_fn vdot_h;        /* f16 K rows */
     cpu_attn_wsum_fn wsum;          /* f32 V rows */
     cpu_attn_wsum_h_fn wsum_h;      /* f16 V rows */
+    cpu_vec_exp_sub_fn vexp;        /* softmax weights of a chunk */
+    cpu_attn_scores_fn scores;      /* a chunk's scores, f32 K (NULL: per-row vdot) */
+    cpu_attn_scores_h_fn scores_h;  /* f16 K (NULL: per-row vdot_h) */
 } cpu_be;
 
 static inline cpu_be *cpu_of(be_backend *b) { return (cpu_be *)b->impl; }

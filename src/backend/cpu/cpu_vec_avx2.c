@@ -100,6 +100,91 @@ void cpu_attn_wsum_f16_avx2(float *acc, int group, int hd, const float *w, int w
 #undef TAIL
 }
 
+/* s[i] = dot(q, k_i) * scale for i < np (k_i = K row i, kstride elements
+ * apart; hd a multiple of 8): eight rows at a time, one accumulator each, then
+ * one transposing reduction for all eight instead of a horizontal sum per row.
+ * The leftover rows (np % 8) go through the same reduction with zero rows. */
+#define SCORES_BODY(LOAD, T)                                                                           \
+    for (int i0 = 0; i0 < np; i0 += 8) {                                                               \
+        const T *kr[8];                                                                                \
+        int nr = np - i0 < 8 ? np - i0 : 8;                                                            \
+        for (int j = 0; j < 8; j++) kr[j] = k + (size_t)(i0 + (j < nr ? j : 0)) * kstride;            \
+        __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;  \
+        for (int d = 0; d < hd; d += 8) {                                                              \
+            __m256 qv = _mm256_loadu_ps(q + d);                                                        \
+            c0 = _mm256_fmadd_ps(qv, LOAD(kr[0] + d), c0);                                            \
+            c1 = _mm256_fmadd_ps(qv, LOAD(kr[1] + d), c1);                                            \
+            c2 = _mm256_fmadd_ps(qv, LOAD(kr[2] + d), c2);                                            \
+            c3 = _mm256_fmadd_ps(qv, LOAD(kr[3] + d), c3);                                            \
+            c4 = _mm256_fmadd_ps(qv, LOAD(kr[4] + d), c4);                                            \
+            c5 = _mm256_fmadd_ps(qv, LOAD(kr[5] + d), c5);                                            \
+            c6 = _mm256_fmadd_ps(qv, LOAD(kr[6] + d), c6);                                            \
+            c7 = _mm256_fmadd_ps(qv, LOAD(kr[7] + d), c7);                                            \
+        }                                                                                              \
+        __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(c0, c1), _mm256_hadd_ps(c2, c3));                  \
+        __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(c4, c5), _mm256_hadd_ps(c6, c7));                  \
+        __m256 r = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31)); \
+        r = _mm256_mul_ps(r, _mm256_set1_ps(scale));                                                   \
+        if (nr == 8) {                                                                                 \
+            _mm256_storeu_ps(s + i0, r);                                                               \
+        } else {                                                                                       \
+            float t[8];                                                                                \
+            _mm256_storeu_ps(t, r);                                                                    \
+            for (int j = 0; j < nr; j++) s[i0 + j] = t[j];                                            \
+        }                                                                                              \
+    }
+
+static inline __m256 load_f32(const float *p);
+static inline __m256 load_f16(const uint16_t *p);
+
+void cpu_attn_scores_f32_avx2(const float *q, int hd, const float *k, size_t kstride, int np, float scale, float *s) {
+    SCORES_BODY(load_f32, float)
+}
+
+void cpu_attn_scores_f16_avx2(const float *q, int hd, const uint16_t *k, size_t kstride, int np, float scale,
+                              float *s) {
+    SCORES_BODY(load_f16, uint16_t)
+}
+
+/* e^x for x <= 0 (attention weights), 8 at a time: x = n ln2 + r with
+ * |r| <= ln2/2, e^r by a degree-6 polynomial (relative error about 2e-7,
+ * near expf's), 2^n through the exponent bits; x below -87 gives 0. */
+static inline __m256 exp_neg8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.0f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+/* s[i] = e^(s[i] - mx) for i < n (every s[i] <= mx); returns their sum, added in
+ * position order (as the scalar loop adds them). */
+float cpu_vec_exp_sub_avx2(float *s, int n, float mx) {
+    __m256 m = _mm256_set1_ps(mx);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(s + i, exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(s + i), m)));
+    if (i < n) {
+        float t[8] = {0};
+        for (int j = 0; i + j < n; j++) t[j] = s[i + j] - mx;
+        _mm256_storeu_ps(t, exp_neg8(_mm256_loadu_ps(t)));
+        for (int j = 0; i + j < n; j++) s[i + j] = t[j];
+    }
+    float sum = 0;
+    for (int j = 0; j < n; j++) sum += s[j];
+    return sum;
+}
+
 /* dot(q, k) with k in f16, summed as cpu_vec_dot_avx2 sums (same result as
  * dotting the f32-converted row). */
 float cpu_vec_dot_f16_avx2(const float *a, const uint16_t *b, int n) {
