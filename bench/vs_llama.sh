@@ -40,13 +40,19 @@ run_llama() { # p n depth
 
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
-    run_hone "$PP" "$TG" 0 >> "$TMP/hone"
-    run_llama "$PP" "$TG" 0 >> "$TMP/llama"
-    if [ "$DEPTH" -gt 0 ]; then
-        run_hone 0 "$DEPTH_TG" "$DEPTH" >> "$TMP/hone"
-        run_llama 0 "$DEPTH_TG" "$DEPTH" >> "$TMP/llama"
+    : > "$TMP/hone.r"
+    : > "$TMP/llama.r"
+    if [ "$PP" -gt 0 ] || [ "$TG" -gt 0 ]; then
+        run_hone "$PP" "$TG" 0 >> "$TMP/hone.r"
+        run_llama "$PP" "$TG" 0 >> "$TMP/llama.r"
     fi
-    echo "round $r:" $(tail -n 3 "$TMP/hone" | tr '\n' ' ') "| llama:" $(tail -n 3 "$TMP/llama" | tr '\n' ' ') >&2
+    if [ "$DEPTH" -gt 0 ]; then
+        run_hone 0 "$DEPTH_TG" "$DEPTH" >> "$TMP/hone.r"
+        run_llama 0 "$DEPTH_TG" "$DEPTH" >> "$TMP/llama.r"
+    fi
+    echo "round $r:" $(tr '\n' ' ' < "$TMP/hone.r") "| llama:" $(tr '\n' ' ' < "$TMP/llama.r") >&2
+    cat "$TMP/hone.r" >> "$TMP/hone"
+    cat "$TMP/llama.r" >> "$TMP/llama"
     r=$((r + 1))
 done
 
