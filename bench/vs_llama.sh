@@ -7,7 +7,7 @@
 #        PP     (default 512) prompt tokens; TG (default 128) generated tokens
 #        DEPTH  (default 16384; 0 skips) context depth for the decode-at-depth test
 #        DEPTH_TG (default 32) tokens generated at depth
-#        HONE   (default "./hone bench-model") the hone benchmark command
+#        HONE   (default "./hone bench") the hone benchmark command
 # The two programs run alternately (hone, llama, hone, llama, ...) so that a
 # machine whose load changes affects both alike. Prints each round, then the
 # median over rounds of each program's medians and the ratio hone / llama.
@@ -21,7 +21,7 @@ PP=${PP:-512}
 TG=${TG:-128}
 DEPTH=${DEPTH:-16384}
 DEPTH_TG=${DEPTH_TG:-32}
-HONE=${HONE:-./hone bench-model}
+HONE=${HONE:-./hone bench}
 : "${LLAMA_BENCH:?set LLAMA_BENCH to the llama-bench binary}"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT

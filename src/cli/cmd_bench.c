@@ -424,7 +424,8 @@ static const struct {
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: hone bench MODE [options]   (hone bench MODE --help for its options)\nmodes:\n");
+    fprintf(f, "usage: hone bench -m FILE [-p 512] [-n 128] [-t N] [--depth D] ...   prefill and decode speed\n"
+               "       hone bench MODE [options]   (hone bench MODE --help for its options)\nmodes:\n");
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) fprintf(f, "  %-10s %s\n", modes[i].name, modes[i].help);
 }
 
@@ -435,6 +436,8 @@ int cmd_bench(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
         if (!strcmp(argv[1], modes[i].name)) return modes[i].fn(argc - 1, argv + 1);
+    /* no mode: options of the model benchmark (llama-bench's shape) */
+    if (argv[1][0] == '-') return cmd_bench_model(argc, argv);
     fprintf(stderr, "hone bench: unknown mode '%s'\n", argv[1]);
     usage(stderr);
     return 2;

@@ -19,8 +19,7 @@ static const command commands[] = {
     {"template", cmd_template, "render a chat template with a JSON context"},
     {"serve", cmd_serve, "serve OpenAI, Responses and Anthropic APIs over HTTP"},
     {"tune", cmd_tune, "probe this machine and tune the CPU kernels (cached per device)"},
-    {"bench", cmd_bench, "end-to-end benchmarks (agents: concurrent sessions sharing a prefix)"},
-    {"bench-model", cmd_bench_model, "prefill and decode speed of a model, like llama-bench (temporary name)"},
+    {"bench", cmd_bench, "prefill/decode speed like llama-bench; `bench agents`: concurrent sessions sharing a prefix"},
 };
 
 static void usage(FILE *f) {
