@@ -44,6 +44,8 @@ static const entry g_kernels[] = {
     {{QT_Q4_K, QT_Q8_K, cpu_gemm_q4_K_avx2, "avx2", NULL, NULL, 1}, ISA_AVX2},
     {{QT_Q6_K, QT_Q8_K, cpu_gemm_q6_K_avx2, "avx2", NULL, NULL, 1}, ISA_AVX2},
     {{QT_Q4_K, QT_Q8_K, cpu_gemm_q4_K_avx512, "avx512", NULL, NULL, 1}, ISA_AVX512},
+    {{QT_Q8_0, QT_Q8_0, cpu_gemm_q8_0_avx512, "avx512", cpu_gemm_prep_q8_0_avx512, cpu_gemm_prep_bytes_q8_0, 64},
+     ISA_AVX512},
     {{QT_Q4_0, QT_Q8_0, cpu_gemm_q4_0_avx512, "avx512", cpu_gemm_prep_q4_0_avx512, cpu_gemm_prep_bytes_q4_0, 64},
      ISA_AVX512},
     {{QT_Q6_K, QT_Q8_K, cpu_gemm_q6_K_avx512, "avx512", NULL, NULL, 1}, ISA_AVX512},

@@ -240,6 +240,66 @@ static ALWAYS_INLINE void q4_0_body(int64_t k, const block_q4_0 *restrict w, con
     for (int r = 0; r < NA; r++) s[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
 }
 
+/* ---- Q8_0: pairs of blocks per zmm; the sign trick done with a mask ----
+ * Activations are rearranged per pair as [A 0..31 | B 0..31] with both scales
+ * as floats; per weight pair |w| and the mask of its negative bytes are made
+ * once, and each activation row is negated under that mask (|a| <= 127, so
+ * exact) before vpmaddubsw. */
+typedef struct {
+    int8_t qs[64];
+    float d[2];
+} q8_0_pair;
+
+size_t cpu_gemm_prep_bytes_q8_0(int64_t k) { return (size_t)(k / 64) * sizeof(q8_0_pair); }
+
+void cpu_gemm_prep_q8_0_avx512(int64_t k, const void *restrict act, void *restrict out) {
+    const block_q8_0 *a = act;
+    q8_0_pair *p = out;
+    for (int64_t i = 0; i < k / 64; i++, a += 2, p++) {
+        memcpy(p->qs, a[0].qs, 32);
+        memcpy(p->qs + 32, a[1].qs, 32);
+        p->d[0] = _cvtsh_ss(a[0].d);
+        p->d[1] = _cvtsh_ss(a[1].d);
+    }
+}
+
+static ALWAYS_INLINE void q8_0_pair_step(const block_q8_0 *restrict b, int64_t i, const int NA,
+                                         const void *const *restrict a, __m512 *acc) {
+    const __m512i ones = _mm512_set1_epi16(1);
+    const __m512i sidx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[0].qs)),
+                                   _mm256_loadu_si256((const __m256i *)b[1].qs), 1);
+    __mmask64 neg = _mm512_movepi8_mask(w);
+    __m512i aw = _mm512_abs_epi8(w);
+    __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)b[0].d | ((uint32_t)b[1].d << 16))));
+    #pragma GCC unroll 8
+    for (int r = 0; r < NA; r++) {
+        const q8_0_pair *y = (const q8_0_pair *)a[r] + i;
+        __m512i av = _mm512_loadu_si512(y->qs);
+        av = _mm512_mask_sub_epi8(av, neg, _mm512_setzero_si512(), av);
+        __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(aw, av), ones);
+        __m128 dd = _mm_mul_ps(dw, _mm_castpd_ps(_mm_load_sd((const double *)y->d)));
+        __m512 sc = _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(dd));
+        acc[r] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(p), acc[r]);
+    }
+}
+
+static ALWAYS_INLINE void q8_0_body(int64_t k, const block_q8_0 *restrict w, const int NA,
+                                    const void *const *restrict a, float *restrict s) {
+    __m512 acc0[CPU_GEMM_MAX_NA], acc1[CPU_GEMM_MAX_NA];
+    #pragma GCC unroll 8
+    for (int r = 0; r < NA; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
+    const int64_t np = k / 64;
+    int64_t i = 0;
+    for (; i + 2 <= np; i += 2) {
+        q8_0_pair_step(&w[2 * i], i, NA, a, acc0);
+        q8_0_pair_step(&w[2 * i + 2], i + 1, NA, a, acc1);
+    }
+    if (i < np) q8_0_pair_step(&w[2 * i], i, NA, a, acc0);
+    #pragma GCC unroll 8
+    for (int r = 0; r < NA; r++) s[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
+}
+
 #define DISPATCH(body, T)                                                   \
     switch (na) {                                                           \
     case 1: body(k, (const T *)w, 1, a, s); break;                          \
@@ -258,6 +318,10 @@ void cpu_gemm_q4_K_avx512(int64_t k, const void *restrict w, int na, const void 
 
 void cpu_gemm_q4_0_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s) {
     DISPATCH(q4_0_body, block_q4_0)
+}
+
+void cpu_gemm_q8_0_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s) {
+    DISPATCH(q8_0_body, block_q8_0)
 }
 
 void cpu_gemm_q6_K_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s) {

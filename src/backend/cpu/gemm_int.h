@@ -17,6 +17,9 @@ void cpu_gemm_q4_K_avx512(int64_t k, const void *restrict w, int na, const void 
 void cpu_gemm_q4_0_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s);
 void cpu_gemm_prep_q4_0_avx512(int64_t k, const void *restrict act, void *restrict out);
 size_t cpu_gemm_prep_bytes_q4_0(int64_t k);
+void cpu_gemm_q8_0_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s);
+void cpu_gemm_prep_q8_0_avx512(int64_t k, const void *restrict act, void *restrict out);
+size_t cpu_gemm_prep_bytes_q8_0(int64_t k);
 void cpu_gemm_q6_K_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s);
 #endif
 
