@@ -37,4 +37,27 @@ static inline const char *test_data_path(char *buf, size_t cap, const char *rel)
     return buf;
 }
 
+/* Reads a whole file (binary) into a malloc'd, NUL-terminated buffer; NULL if
+ * it cannot be read. *len (if non-NULL) gets the byte count. Caller frees. */
+static inline char *test_slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (n < 0) {
+        fclose(f);
+        return NULL;
+    }
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) buf[n] = 0;
+    if (len) *len = (size_t)n;
+    return buf;
+}
+
 #endif

@@ -15,23 +15,6 @@
 #include "test.h"
 #include "tokenizer/tokenizer.h"
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[n] = 0;
-    if (len) *len = (size_t)n;
-    return buf;
-}
-
 static int64_t fixed_now(void) {
     struct tm tm = {0};
     tm.tm_year = 2025 - 1900;
@@ -146,7 +129,7 @@ static void load_corpus(void) {
         char rel[512];
         snprintf(rel, sizeof rel, "data/templates/templates/%s", name);
         e->name = name;
-        e->src = slurp(test_data_path(path, sizeof path, rel), &e->len);
+        e->src = test_slurp(test_data_path(path, sizeof path, rel), &e->len);
         e->bos = json_string_value(json_object_get(info, "bos_token"));
         e->eos = json_string_value(json_object_get(info, "eos_token"));
         hn_err err = {0};
@@ -482,8 +465,8 @@ static void test_corpus_identity(void) {
         if (!strcmp(cid, "content_parts") && !chat_template_caps(e->t)->parts) continue;
         char rel[600];
         snprintf(rel, sizeof rel, "data/templates/%s", json_string_value(json_object_get(p, "output_file")));
-        size_t elen;
-        char *want = slurp(test_data_path(path, sizeof path, rel), &elen);
+        size_t elen = 0;
+        char *want = test_slurp(test_data_path(path, sizeof path, rel), &elen);
         chat_options o = {0};
         o.add_generation_prompt = json_is_true(json_object_get(c, "add_generation_prompt"));
         o.kwargs = json_object_get(c, "extra_variables");

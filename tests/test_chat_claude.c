@@ -23,23 +23,6 @@ static gguf_ctx *qwen_gguf;
 static tok_vocab *qwen_vocab;
 static chat_template *qwen3, *qwen35;
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[n] = 0;
-    if (len) *len = (size_t)n;
-    return buf;
-}
-
 /* ---- Anthropic Messages -> OpenAI chat, as a server maps it ---- */
 
 static json_t *text_of_blocks(const json_t *content) {
@@ -166,7 +149,7 @@ static void load_requests(void) {
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
         char rel[128], path[1024];
         snprintf(rel, sizeof rel, "data/clients/%s.jsonl", files[f]);
-        char *text = slurp(test_data_path(path, sizeof path, rel), NULL);
+        char *text = test_slurp(test_data_path(path, sizeof path, rel), NULL);
         CHECKF(text != NULL, "cannot read %s", path);
         if (!text) continue;
         for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
@@ -335,7 +318,7 @@ int main(void) {
     if (qwen_gguf) CHECK(tok_load(qwen_gguf, &qwen_vocab, &err) == HN_OK);
     if (qwen_vocab) CHECK(chat_template_from_gguf(qwen_gguf, qwen_vocab, &qwen3, &err) == HN_OK);
     size_t len;
-    char *src = slurp(test_data_path(path, sizeof path, "data/templates/templates/Qwen3.5-4B.jinja"), &len);
+    char *src = test_slurp(test_data_path(path, sizeof path, "data/templates/templates/Qwen3.5-4B.jinja"), &len);
     if (src) CHECK(chat_template_new(src, len, "<|endoftext|>", "<|im_end|>", NULL, NULL, &qwen35, &err) == HN_OK);
     free(src);
     if (!qwen3 || !qwen35) TEST_DONE();

@@ -10,23 +10,6 @@
 #include "template/template.h"
 #include "test.h"
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[n] = 0;
-    if (len) *len = (size_t)n;
-    return buf;
-}
-
 static int64_t fixed_now(void) {
     struct tm tm = {0};
     tm.tm_year = 2025 - 1900;
@@ -185,7 +168,7 @@ static void corpus(void) {
             snprintf(path, sizeof path, "%s/data/templates/templates/%s",
                      getenv("HONE_SHARED") && *getenv("HONE_SHARED") ? getenv("HONE_SHARED") : "../shared", tname);
             size_t len;
-            char *src = slurp(path, &len);
+            char *src = test_slurp(path, &len);
             if (!src || tpl_compile(src, len, &t, &cerr) != HN_OK) t = NULL;
             free(src);
             last_name = tname;
@@ -210,7 +193,7 @@ static void corpus(void) {
         char *expected;
         snprintf(path, sizeof path, "%s/data/templates/%s",
                  getenv("HONE_SHARED") && *getenv("HONE_SHARED") ? getenv("HONE_SHARED") : "../shared", ofile);
-        expected = slurp(path, &elen);
+        expected = test_slurp(path, &elen);
         bool ok = false;
         char why[600] = "";
         if (!t) {
