@@ -95,17 +95,6 @@ static inline float u2f(uint32_t u) {
     return f;
 }
 
-float qt_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f;
-    uint32_t man = h & 0x3ff;
-    if (exp == 0x1f) return u2f(sign | 0x7f800000 | (man ? 0x400000 | (man << 13) : 0)); /* inf; NaN made quiet */
-    if (exp != 0) return u2f(sign | ((exp + 112) << 23) | (man << 13));
-    /* zero or subnormal: man * 2^-24, exact in f32 */
-    float v = (float)man * 0x1p-24f;
-    return u2f(sign | f2u(v));
-}
-
 /* Shifts m right by s (1..31) rounding to nearest, ties to even. */
 static inline uint32_t shr_rne(uint32_t m, int s) {
     uint32_t q = m >> s, rem = m & ((1u << s) - 1), half = 1u << (s - 1);
@@ -127,8 +116,6 @@ uint16_t qt_f32_to_f16(float f) {
     uint32_t m = (a & 0x7fffff) | 0x800000;
     return sign | (uint16_t)shr_rne(m, (int)(126 - e));
 }
-
-float qt_bf16_to_f32(uint16_t h) { return u2f((uint32_t)h << 16); }
 
 uint16_t qt_f32_to_bf16(float f) {
     uint32_t u = f2u(f);

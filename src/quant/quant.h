@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "blocks.h"
 
@@ -39,10 +40,27 @@ bool qt_from_name(const char *name, qt_type *out);
 /* Bytes of a row of n elements; 0 if n is not a multiple of the block size or the type is unknown. */
 size_t qt_row_size(qt_type t, int64_t n);
 
-/* IEEE half and bfloat16 conversions (round to nearest even, as ggml does). */
-float qt_f16_to_f32(uint16_t h);
+/* IEEE half and bfloat16 conversions (round to nearest even, as ggml does).
+ * The widening ones are inline: kernels' scalar paths call them per element. */
+static inline float qt_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) { /* zero or subnormal: man * 2^-24, exact in f32 */
+        float v = (float)man * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    if (exp == 0x1f) bits = sign | 0x7f800000 | (man ? 0x400000 | (man << 13) : 0); /* inf; NaN made quiet */
+    else bits = sign | ((exp + 112) << 23) | (man << 13);
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+static inline float qt_bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
 uint16_t qt_f32_to_f16(float f);
-float qt_bf16_to_f32(uint16_t h);
 uint16_t qt_f32_to_bf16(float f);
 
 #endif

@@ -37,28 +37,6 @@
 #define HN_X86 1
 #endif
 
-/* Inline so the F16 reference is not a call per element; the same function
- * as qt_f16_to_f32 (the test checks every reference against the quant
- * module's to_float). */
-static inline float f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        float f = (float)man * (1.0f / 16777216.0f); /* zero or subnormal: man * 2^-24 */
-        return sign ? -f : f;
-    }
-    bits = sign | (exp == 31 ? 0x7f800000u | (man << 13) : ((exp + 112) << 23) | (man << 13));
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-static inline uint16_t f32_to_f16(float f) { return qt_f32_to_f16(f); }
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 const int8_t cpu_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                       1,    13,   25,  38,  53,  69,  89,  113};
 const int8_t cpu_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
@@ -88,7 +66,7 @@ void cpu_act_q8_0(const float *restrict x, void *restrict vy, int64_t n) {
         float amax = 0;
         for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
         float d = amax / 127.0f, id = amax != 0 ? 127.0f / amax : 0.0f;
-        y[i].d = f32_to_f16(d);
+        y[i].d = qt_f32_to_f16(d);
         for (int j = 0; j < QK8_0; j++) y[i].qs[j] = (int8_t)clamp_round(x[j] * id);
     }
 }
@@ -106,8 +84,8 @@ void cpu_act_q8_1(const float *restrict x, void *restrict vy, int64_t n) {
             y[i].qs[j] = (int8_t)q;
             sum += q;
         }
-        y[i].d = f32_to_f16(d);
-        y[i].s = f32_to_f16(d * (float)sum);
+        y[i].d = qt_f32_to_f16(d);
+        y[i].s = qt_f32_to_f16(d * (float)sum);
     }
 }
 
@@ -152,14 +130,14 @@ static void dot_f16_ref(int64_t n, float *restrict s, const void *restrict vw, c
     const uint16_t *w = vw;
     const float *a = va;
     double sum = 0;
-    for (int64_t i = 0; i < n; i++) sum += (double)f16_to_f32(w[i]) * a[i];
+    for (int64_t i = 0; i < n; i++) sum += (double)qt_f16_to_f32(w[i]) * a[i];
     *s = (float)sum;
 }
 
 static void dot_bf16_ref(int64_t n, float *restrict s, const void *restrict vw, const void *restrict va) {
     const uint16_t *w = vw, *a = va;
     double sum = 0;
-    for (int64_t i = 0; i < n; i++) sum += (double)bf16_to_f32(w[i]) * bf16_to_f32(a[i]);
+    for (int64_t i = 0; i < n; i++) sum += (double)qt_bf16_to_f32(w[i]) * qt_bf16_to_f32(a[i]);
     *s = (float)sum;
 }
 
@@ -173,7 +151,7 @@ static void dot_q4_0_ref(int64_t n, float *restrict s, const void *restrict vw, 
             sumi += ((w[i].qs[j] & 0xf) - 8) * a[i].qs[j];
             sumi += ((w[i].qs[j] >> 4) - 8) * a[i].qs[j + 16];
         }
-        sum += (double)(f16_to_f32(w[i].d) * f16_to_f32(a[i].d)) * sumi;
+        sum += (double)(qt_f16_to_f32(w[i].d) * qt_f16_to_f32(a[i].d)) * sumi;
     }
     *s = (float)sum;
 }
@@ -186,7 +164,7 @@ static void dot_q4_1_ref(int64_t n, float *restrict s, const void *restrict vw, 
         int sumi = 0;
         for (int j = 0; j < QK4_1 / 2; j++)
             sumi += (w[i].qs[j] & 0xf) * a[i].qs[j] + (w[i].qs[j] >> 4) * a[i].qs[j + 16];
-        sum += (double)(f16_to_f32(w[i].d) * f16_to_f32(a[i].d)) * sumi + (double)f16_to_f32(w[i].m) * f16_to_f32(a[i].s);
+        sum += (double)(qt_f16_to_f32(w[i].d) * qt_f16_to_f32(a[i].d)) * sumi + (double)qt_f16_to_f32(w[i].m) * qt_f16_to_f32(a[i].s);
     }
     *s = (float)sum;
 }
@@ -205,7 +183,7 @@ static void dot_q5_0_ref(int64_t n, float *restrict s, const void *restrict vw, 
             sumi += (((w[i].qs[j] & 0xf) | q5_hi(qh, j)) - 16) * a[i].qs[j];
             sumi += (((w[i].qs[j] >> 4) | q5_hi(qh, j + 16)) - 16) * a[i].qs[j + 16];
         }
-        sum += (double)(f16_to_f32(w[i].d) * f16_to_f32(a[i].d)) * sumi;
+        sum += (double)(qt_f16_to_f32(w[i].d) * qt_f16_to_f32(a[i].d)) * sumi;
     }
     *s = (float)sum;
 }
@@ -222,7 +200,7 @@ static void dot_q5_1_ref(int64_t n, float *restrict s, const void *restrict vw, 
             sumi += ((w[i].qs[j] & 0xf) | q5_hi(qh, j)) * a[i].qs[j];
             sumi += ((w[i].qs[j] >> 4) | q5_hi(qh, j + 16)) * a[i].qs[j + 16];
         }
-        sum += (double)(f16_to_f32(w[i].d) * f16_to_f32(a[i].d)) * sumi + (double)f16_to_f32(w[i].m) * f16_to_f32(a[i].s);
+        sum += (double)(qt_f16_to_f32(w[i].d) * qt_f16_to_f32(a[i].d)) * sumi + (double)qt_f16_to_f32(w[i].m) * qt_f16_to_f32(a[i].s);
     }
     *s = (float)sum;
 }
@@ -234,7 +212,7 @@ static void dot_q8_0_ref(int64_t n, float *restrict s, const void *restrict vw, 
     for (int64_t i = 0; i < n / QK8_0; i++) {
         int sumi = 0;
         for (int j = 0; j < QK8_0; j++) sumi += w[i].qs[j] * a[i].qs[j];
-        sum += (double)(f16_to_f32(w[i].d) * f16_to_f32(a[i].d)) * sumi;
+        sum += (double)(qt_f16_to_f32(w[i].d) * qt_f16_to_f32(a[i].d)) * sumi;
     }
     *s = (float)sum;
 }
@@ -252,7 +230,7 @@ static void dot_iq4_nl_ref(int64_t n, float *restrict s, const void *restrict vw
     double sum = 0;
     for (int64_t i = 0; i < n / QK4_NL; i++) {
         int sumi = lut4_block(w[i].qs, a[i].qs, cpu_kvalues_iq4nl);
-        sum += (double)(f16_to_f32(w[i].d) * f16_to_f32(a[i].d)) * sumi;
+        sum += (double)(qt_f16_to_f32(w[i].d) * qt_f16_to_f32(a[i].d)) * sumi;
     }
     *s = (float)sum;
 }
@@ -263,7 +241,7 @@ static void dot_mxfp4_ref(int64_t n, float *restrict s, const void *restrict vw,
     double sum = 0;
     for (int64_t i = 0; i < n / QK_MXFP4; i++) {
         int sumi = lut4_block(w[i].qs, a[i].qs, cpu_kvalues_mxfp4);
-        sum += (double)(cpu_e8m0_half(w[i].e) * f16_to_f32(a[i].d)) * sumi;
+        sum += (double)(cpu_e8m0_half(w[i].e) * qt_f16_to_f32(a[i].d)) * sumi;
     }
     *s = (float)sum;
 }
@@ -288,7 +266,7 @@ static void dot_q2_K_ref(int64_t n, float *restrict s, const void *restrict vw, 
                 }
             }
         }
-        sum += (double)(f16_to_f32(w[i].d) * a[i].d) * sumi - (double)(f16_to_f32(w[i].dmin) * a[i].d) * summ;
+        sum += (double)(qt_f16_to_f32(w[i].d) * a[i].d) * sumi - (double)(qt_f16_to_f32(w[i].dmin) * a[i].d) * summ;
     }
     *s = (float)sum;
 }
@@ -325,7 +303,7 @@ static void dot_q3_K_ref(int64_t n, float *restrict s, const void *restrict vw, 
                 }
             }
         }
-        sum += (double)(f16_to_f32(w[i].d) * a[i].d) * sumi;
+        sum += (double)(qt_f16_to_f32(w[i].d) * a[i].d) * sumi;
     }
     *s = (float)sum;
 }
@@ -361,7 +339,7 @@ static void dot_q4_K_ref(int64_t n, float *restrict s, const void *restrict vw, 
             aq += 32;
             if (j & 1) q += 32;
         }
-        sum += (double)(f16_to_f32(w[i].d) * a[i].d) * sumi - (double)(f16_to_f32(w[i].dmin) * a[i].d) * summ;
+        sum += (double)(qt_f16_to_f32(w[i].d) * a[i].d) * sumi - (double)(qt_f16_to_f32(w[i].dmin) * a[i].d) * summ;
     }
     *s = (float)sum;
 }
@@ -388,7 +366,7 @@ static void dot_q5_K_ref(int64_t n, float *restrict s, const void *restrict vw, 
             aq += 32;
             if (j & 1) q += 32;
         }
-        sum += (double)(f16_to_f32(w[i].d) * a[i].d) * sumi - (double)(f16_to_f32(w[i].dmin) * a[i].d) * summ;
+        sum += (double)(qt_f16_to_f32(w[i].d) * a[i].d) * sumi - (double)(qt_f16_to_f32(w[i].dmin) * a[i].d) * summ;
     }
     *s = (float)sum;
 }
@@ -418,7 +396,7 @@ static void dot_q6_K_ref(int64_t n, float *restrict s, const void *restrict vw, 
             }
             for (int k = 0; k < 8; k++) sumi += sc[k] * s4[k];
         }
-        sum += (double)(f16_to_f32(w[i].d) * a[i].d) * sumi;
+        sum += (double)(qt_f16_to_f32(w[i].d) * a[i].d) * sumi;
     }
     *s = (float)sum;
 }
@@ -434,7 +412,7 @@ static void dot_iq4_xs_ref(int64_t n, float *restrict s, const void *restrict vw
             int ls = ((w[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((w[i].scales_h >> 2 * ib) & 3) << 4);
             sumi += (ls - 32) * lut4_block(w[i].qs + 16 * ib, a[i].qs + 32 * ib, cpu_kvalues_iq4nl);
         }
-        sum += (double)(f16_to_f32(w[i].d) * a[i].d) * sumi;
+        sum += (double)(qt_f16_to_f32(w[i].d) * a[i].d) * sumi;
     }
     *s = (float)sum;
 }
