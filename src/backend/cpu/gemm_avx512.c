@@ -300,32 +300,21 @@ static ALWAYS_INLINE void q8_0_body(int64_t k, const block_q8_0 *restrict w, con
     for (int r = 0; r < NA; r++) s[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
 }
 
-#define DISPATCH(body, T)                                                   \
-    switch (na) {                                                           \
-    case 1: body(k, (const T *)w, 1, a, s); break;                          \
-    case 2: body(k, (const T *)w, 2, a, s); break;                          \
-    case 3: body(k, (const T *)w, 3, a, s); break;                          \
-    case 4: body(k, (const T *)w, 4, a, s); break;                          \
-    case 5: body(k, (const T *)w, 5, a, s); break;                          \
-    case 6: body(k, (const T *)w, 6, a, s); break;                          \
-    case 7: body(k, (const T *)w, 7, a, s); break;                          \
-    default: body(k, (const T *)w, 8, a, s); break;                         \
-    }
 
 void cpu_gemm_q4_K_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s) {
-    DISPATCH(q4_K_body, block_q4_K)
+    GEMM_DISPATCH(q4_K_body, block_q4_K)
 }
 
 void cpu_gemm_q4_0_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s) {
-    DISPATCH(q4_0_body, block_q4_0)
+    GEMM_DISPATCH(q4_0_body, block_q4_0)
 }
 
 void cpu_gemm_q8_0_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s) {
-    DISPATCH(q8_0_body, block_q8_0)
+    GEMM_DISPATCH(q8_0_body, block_q8_0)
 }
 
 void cpu_gemm_q6_K_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s) {
-    DISPATCH(q6_K_body, block_q6_K)
+    GEMM_DISPATCH(q6_K_body, block_q6_K)
 }
 
 #endif

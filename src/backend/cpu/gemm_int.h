@@ -23,4 +23,19 @@ size_t cpu_gemm_prep_bytes_q8_0(int64_t k);
 void cpu_gemm_q6_K_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s);
 #endif
 
+/* The ISA files' entry points: instantiate a kernel body (a static inline
+ * function templated on the activation-row count by its constant argument)
+ * for na = 1..8 rows, so each count gets its own register-resident accumulators. */
+#define GEMM_DISPATCH(body, T)                      \
+    switch (na) {                                   \
+    case 1: body(k, (const T *)w, 1, a, s); break;  \
+    case 2: body(k, (const T *)w, 2, a, s); break;  \
+    case 3: body(k, (const T *)w, 3, a, s); break;  \
+    case 4: body(k, (const T *)w, 4, a, s); break;  \
+    case 5: body(k, (const T *)w, 5, a, s); break;  \
+    case 6: body(k, (const T *)w, 6, a, s); break;  \
+    case 7: body(k, (const T *)w, 7, a, s); break;  \
+    default: body(k, (const T *)w, 8, a, s); break; \
+    }
+
 #endif
