@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../core/alloc.h"
+#include "../template/chat.h"
 
 char *creq_strdup(const char *s) { return s ? hn_strdup(s) : NULL; }
 
@@ -373,13 +374,8 @@ bool creq_parse(api_kind api, bool count_only, const json_t *body, creq *r, api_
 }
 
 char *creq_strip_billing(const char *text) {
-    static const char key[] = "x-anthropic-billing-header:";
-    const char *p = text;
-    while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t') p++;
-    if (strncmp(p, key, sizeof key - 1)) return NULL;
-    const char *nl = strchr(p, '\n');
-    const char *rest = nl ? nl + 1 : p + strlen(p);
-    return hn_strdup(rest);
+    /* one implementation of the rule: the chat layer's (which also applies it at render) */
+    return chat_strip_billing(text, strlen(text), NULL, NULL);
 }
 
 void creq_free(creq *r) {
