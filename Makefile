@@ -4,8 +4,8 @@
 # Sources are found by wildcard: every src/*/**.c except src/cli goes into
 # libhone.a; src/cli/*.c make the hone binary; each tests/test_*.c is its own
 # test binary linked with libhone.a. Files named *_avx2.c are compiled for
-# AVX2+FMA+F16C, *_avx512.c for AVX-512 F+BW on top; both only called after a
-# run-time CPU check.
+# AVX2+FMA+F16C, *_avx512.c for AVX-512 F+BW on top, *_vnni.c for AVX-512
+# F+BW+VL+VNNI on top; all only called after a run-time CPU check.
 
 CC      ?= cc
 OPT     ?= -O2
@@ -28,6 +28,7 @@ BIN_TST := $(SRC_TST:tests/%.c=$(BUILD)/tests/%)
 ifeq ($(ARCH),x86_64)
 SIMD_AVX2 = -mavx2 -mfma -mf16c
 SIMD_AVX512 = $(SIMD_AVX2) -mavx512f -mavx512bw
+SIMD_VNNI = $(SIMD_AVX512) -mavx512vl -mavx512vnni
 endif
 
 .PHONY: all check test asan-test setup demo clean
@@ -51,6 +52,10 @@ $(BUILD)/%_avx2.o: %_avx2.c
 $(BUILD)/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(DEFS) $(DEPFLAGS) $(SIMD_AVX512) -c -o $@ $<
+
+$(BUILD)/%_vnni.o: %_vnni.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) $(DEFS) $(DEPFLAGS) $(SIMD_VNNI) -c -o $@ $<
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
