@@ -197,6 +197,117 @@ static void test_act_rounding(void) {
            "bf16 activations: %04x %04x %04x %04x %04x", yb[0], yb[1], yb[2], yb[3], yb[5]);
 }
 
+/* Fills x[0..n) with one of the converter test patterns. */
+static void act_pattern(int pat, float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float g = gauss();
+        switch (pat) {
+        case 0: x[i] = g; break;
+        case 1: x[i] = (i / 32) % 3 == 1 ? 0.0f : g; break;                            /* zero blocks */
+        case 2: x[i] = g * 1e37f * (rnd() % 8 == 0 ? 3.0f : 1.0f); break;              /* huge */
+        case 3: x[i] = g * 1e-39f; break;                                               /* subnormal */
+        case 4: x[i] = g * 1e-30f; break;                                               /* tiny */
+        case 5: x[i] = (float)((int)(rnd() % 16) - 8) * 0.013f; break;                  /* ties (4-bit rows) */
+        case 6: x[i] = rnd() % 4 ? (rnd() % 2 ? 2.5f : -2.5f) : g; break;               /* +-amax both present */
+        case 7: x[i] = rnd() % 3 ? 0.0f : (rnd() % 2 ? -0.0f : g * 1e-42f); break;      /* signed zeros */
+        case 8: x[i] = rnd() % 50 == 0 ? (rnd() % 2 ? INFINITY : NAN) : g; break;       /* inf and NaN */
+        default: {
+            /* any bit pattern but signaling NaNs: glibc's fmaxf propagates
+             * those, and arithmetic never makes one */
+            uint32_t u = rnd();
+            if ((u & 0x7f800000) == 0x7f800000 && (u & 0x7fffff)) u |= 0x400000;
+            memcpy(&x[i], &u, 4);
+        }
+        }
+    }
+}
+
+/* Every SIMD converter writes the scalar converter's bytes, on every pattern
+ * above, for row lengths of one block, several and odd counts. */
+static void test_act_variants(void) {
+    static const qt_type acts[] = {QT_BF16, QT_Q8_0, QT_Q8_1, QT_Q8_K};
+    static const int64_t ns[] = {256, 512, 768, 1280, 4096};
+    const int64_t max_n = 4096 + 64;
+    float *x = hn_malloc(sizeof(float) * (size_t)max_n);
+    uint8_t *want = hn_malloc((size_t)max_n * 4), *got = hn_malloc((size_t)max_n * 4);
+    for (size_t ti = 0; ti < sizeof acts / sizeof acts[0]; ti++) {
+        const cpu_act_kernel *v[8];
+        int nv = cpu_act_variants(acts[ti], v, 8);
+        CHECKF(nv >= 1 && !strcmp(v[0]->isa, "ref") && v[0]->act_type == acts[ti], "%s converters", qt_name(acts[ti]));
+        /* the registry's converter for the type is one of them, so it is checked too */
+        const cpu_dot_kernel *dk = cpu_dot_best(acts[ti] == QT_BF16 ? QT_BF16 : acts[ti] == QT_Q8_0 ? QT_Q8_0
+                                                : acts[ti] == QT_Q8_1 ? QT_Q4_1 : QT_Q4_K);
+        for (int pat = 0; pat < 10; pat++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                for (int extra = 0; extra < (acts[ti] == QT_BF16 ? 3 : 1); extra++) {
+                    int64_t n = ns[ni] + (extra == 1 ? 7 : extra == 2 ? 16 : 0); /* bf16 tails */
+                    act_pattern(pat, x, n);
+                    size_t bytes = qt_row_size(acts[ti], n);
+                    memset(want, 0xa5, bytes);
+                    v[0]->act(x, want, n);
+                    for (int k = 1; k <= nv && k < 8; k++) {
+                        cpu_act_fn fn = k < nv ? v[k]->act : dk->act;
+                        memset(got, 0x5a, bytes);
+                        fn(x, got, n);
+                        size_t at = 0;
+                        while (at < bytes && want[at] == got[at]) at++;
+                        CHECKF(at == bytes, "%s %s pattern %d n=%lld: byte %zu differs (%02x vs ref %02x)", qt_name(acts[ti]),
+                               k < nv ? v[k]->isa : "registry", pat, (long long)n, at, at < bytes ? got[at] : 0,
+                               at < bytes ? want[at] : 0);
+                    }
+                }
+    }
+    const cpu_features *f = cpu_dot_features();
+    const cpu_act_kernel *v[8];
+    int nv = cpu_act_variants(QT_Q8_K, v, 8);
+    CHECKF(nv == 1 + (f->avx2 && f->fma && f->f16c) + (f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw),
+           "q8_K converter variants: %d", nv);
+    hn_free(x);
+    hn_free(want);
+    hn_free(got);
+}
+
+/* The quant module's f16 rows (the KV store's K/V conversion; SIMD where the
+ * CPU has F16C) write qt_f32_to_f16's bits for every float, NaNs and
+ * subnormals included, and widen every one of the 65536 halves as
+ * qt_f16_to_f32 does. */
+static void test_f16_rows(void) {
+    enum { N = 4096 + 5 };
+    float *x = hn_malloc(sizeof(float) * N), *back = hn_malloc(sizeof(float) * 65536);
+    uint16_t *h = hn_malloc(2 * N), *all = hn_malloc(2 * 65536);
+    const qt_type_traits *tr = qt_traits(QT_F16);
+    int bad = 0;
+    for (int trial = 0; trial < 64; trial++) {
+        for (int i = 0; i < N; i++) {
+            uint32_t u = rnd();
+            if (trial % 4 == 1) u = (u & 0x807fffffu) | ((uint32_t)(100 + rnd() % 50) << 23); /* near the half range */
+            if (trial % 4 == 2) u = (u & 0x80001fffu) | (0x33000000u + (rnd() % 16) * 0x00800000u); /* ties, subnormals */
+            memcpy(&x[i], &u, 4);
+        }
+        if (trial == 0) {
+            static const float edge[] = {65504.0f, 65519.99f, 65520.0f, -65520.0f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-26f,
+                                         -0.0f, 0.0f, INFINITY, -INFINITY, NAN, -NAN};
+            memcpy(x, edge, sizeof edge);
+        }
+        int64_t n = N - trial % 5;
+        tr->from_float(x, h, n);
+        for (int64_t i = 0; i < n; i++) bad += h[i] != qt_f32_to_f16(x[i]);
+    }
+    CHECKF(bad == 0, "f16 rows: %d halves differ from qt_f32_to_f16", bad);
+    for (int i = 0; i < 65536; i++) all[i] = (uint16_t)i;
+    tr->to_float(all, back, 65536);
+    bad = 0;
+    for (int i = 0; i < 65536; i++) {
+        float want = qt_f16_to_f32((uint16_t)i);
+        bad += memcmp(&want, &back[i], 4) != 0;
+    }
+    CHECKF(bad == 0, "f16 rows: %d halves widen differently", bad);
+    hn_free(x);
+    hn_free(back);
+    hn_free(h);
+    hn_free(all);
+}
+
 int main(void) {
     int sanitized = getenv("HONE_SANITIZED") != NULL;
     const int64_t max_n = 16 * 256 + 256;
@@ -228,6 +339,8 @@ int main(void) {
     }
 
     test_act_rounding();
+    test_act_variants();
+    test_f16_rows();
 
     static const int nblocks[] = {1, 2, 3, 8, 17};
     static const int64_t float_ns[] = {1, 7, 8, 31, 32, 33, 100, 1024, 4097};

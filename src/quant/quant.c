@@ -133,12 +133,33 @@ void qt_quant_f32(const float *restrict x, void *restrict y, int64_t n) {
     memcpy(y, x, (size_t)n * sizeof(float));
 }
 
+/* Whether quant_avx2.c's f16 rows may run (the KV store converts a row per token and layer). */
+static bool f16_simd(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+    return false;
+#endif
+}
+
 void qt_dequant_f16(const void *restrict x, float *restrict y, int64_t n) {
+#if defined(__x86_64__)
+    if (n >= 8 && f16_simd()) {
+        qt_dequant_f16_avx2(x, y, n);
+        return;
+    }
+#endif
     const uint16_t *h = x;
     for (int64_t i = 0; i < n; i++) y[i] = qt_f16_to_f32(h[i]);
 }
 
 void qt_quant_f16(const float *restrict x, void *restrict y, int64_t n) {
+#if defined(__x86_64__)
+    if (n >= 16 && f16_simd()) {
+        qt_quant_f16_avx2(x, y, n);
+        return;
+    }
+#endif
     uint16_t *h = y;
     for (int64_t i = 0; i < n; i++) h[i] = qt_f32_to_f16(x[i]);
 }

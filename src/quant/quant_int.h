@@ -28,6 +28,10 @@ static inline int qt_nearest_int(float f) {
 QT_DECL(f32)
 QT_DECL(f16)
 QT_DECL(bf16)
+/* quant_avx2.c: AVX2+F16C versions of the f16 rows (same bits); call only
+ * when the CPU has AVX2, FMA and F16C (quant.c checks) */
+void qt_quant_f16_avx2(const float *restrict x, void *restrict y, int64_t n);
+void qt_dequant_f16_avx2(const void *restrict x, float *restrict y, int64_t n);
 /* quant_legacy.c */
 QT_DECL(q4_0)
 QT_DECL(q4_1)

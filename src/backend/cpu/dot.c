@@ -41,15 +41,18 @@ const int8_t cpu_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                       1,    13,   25,  38,  53,  69,  89,  113};
 const int8_t cpu_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-/* ---- activation converters ---- */
+/* ---- activation converters (scalar references) ----
+ * The registry's converters (cpu_act_q8_0 ...) dispatch at run time to the
+ * AVX2 (dot_avx2.c) or AVX-512 (dot_conv_avx512.c) versions, which reproduce
+ * these byte for byte, step by step (tests/test_dot.c checks every one). */
 
-void cpu_act_f32(const float *restrict x, void *restrict y, int64_t n) {
+void cpu_act_f32_ref(const float *restrict x, void *restrict y, int64_t n) {
     memcpy(y, x, (size_t)n * sizeof(float));
 }
 
 /* BF16 weights see BF16 activations, as in llama.cpp (whose bf16 kernels
  * multiply bf16 by bf16): rounding the activations moves logits visibly. */
-void cpu_act_bf16(const float *restrict x, void *restrict vy, int64_t n) {
+void cpu_act_bf16_ref(const float *restrict x, void *restrict vy, int64_t n) {
     uint16_t *y = vy;
     for (int64_t i = 0; i < n; i++) y[i] = qt_f32_to_bf16(x[i]);
 }
@@ -60,7 +63,7 @@ static inline int clamp_round(float v) {
 }
 
 /* Symmetric 8-bit blocks of 32: d = max|x| / 127, q = round-half-even(x * (127 / max|x|)). */
-void cpu_act_q8_0(const float *restrict x, void *restrict vy, int64_t n) {
+void cpu_act_q8_0_ref(const float *restrict x, void *restrict vy, int64_t n) {
     block_q8_0 *y = vy;
     for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
         float amax = 0;
@@ -72,7 +75,7 @@ void cpu_act_q8_0(const float *restrict x, void *restrict vy, int64_t n) {
 }
 
 /* As Q8_0, plus s = d * sum(q) (f16; d in f32 before rounding). */
-void cpu_act_q8_1(const float *restrict x, void *restrict vy, int64_t n) {
+void cpu_act_q8_1_ref(const float *restrict x, void *restrict vy, int64_t n) {
     block_q8_1 *y = vy;
     for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
         float amax = 0;
@@ -91,7 +94,7 @@ void cpu_act_q8_1(const float *restrict x, void *restrict vy, int64_t n) {
 
 /* Blocks of 256 with an f32 scale and per-16 sums; |q| <= 127 so that the
  * SIMD kernels may negate activations without overflow. */
-void cpu_act_q8_K(const float *restrict x, void *restrict vy, int64_t n) {
+void cpu_act_q8_K_ref(const float *restrict x, void *restrict vy, int64_t n) {
     block_q8_K *y = vy;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         float amax = 0, max = 0;
@@ -467,6 +470,75 @@ static void detect_features(void) {
 const cpu_features *cpu_dot_features(void) {
     pthread_once(&g_features_once, detect_features);
     return &g_features;
+}
+
+/* ---- activation converters: run-time dispatch and their registry ---- */
+
+enum { ACT_REF, ACT_AVX2, ACT_AVX512 };
+
+static int act_level(void) {
+    const cpu_features *f = cpu_dot_features();
+    if (!(f->avx2 && f->fma && f->f16c)) return ACT_REF;
+    return f->avx512f && f->avx512bw ? ACT_AVX512 : ACT_AVX2;
+}
+
+#ifdef HN_X86
+#define ACT_DISPATCH(name)                                                               \
+    void cpu_act_##name(const float *restrict x, void *restrict y, int64_t n) {          \
+        switch (act_level()) {                                                           \
+        case ACT_AVX512: cpu_act_##name##_avx512(x, y, n); break;                        \
+        case ACT_AVX2: cpu_act_##name##_avx2(x, y, n); break;                            \
+        default: cpu_act_##name##_ref(x, y, n); break;                                   \
+        }                                                                                \
+    }
+#else
+#define ACT_DISPATCH(name)                                                      \
+    void cpu_act_##name(const float *restrict x, void *restrict y, int64_t n) { \
+        cpu_act_##name##_ref(x, y, n);                                          \
+    }
+#endif
+
+void cpu_act_f32(const float *restrict x, void *restrict y, int64_t n) { cpu_act_f32_ref(x, y, n); }
+ACT_DISPATCH(bf16)
+ACT_DISPATCH(q8_0)
+ACT_DISPATCH(q8_1)
+ACT_DISPATCH(q8_K)
+
+typedef struct {
+    cpu_act_kernel k;
+    int level;
+} act_entry;
+
+#define ACT_REF_E(T, FN) {{T, FN, "ref"}, ACT_REF}
+#define ACT_AVX2_E(T, FN) {{T, FN, "avx2"}, ACT_AVX2}
+#define ACT_AVX512_E(T, FN) {{T, FN, "avx512"}, ACT_AVX512}
+
+static const act_entry g_acts[] = {
+    ACT_REF_E(QT_F32, cpu_act_f32_ref),
+    ACT_REF_E(QT_BF16, cpu_act_bf16_ref),
+    ACT_REF_E(QT_Q8_0, cpu_act_q8_0_ref),
+    ACT_REF_E(QT_Q8_1, cpu_act_q8_1_ref),
+    ACT_REF_E(QT_Q8_K, cpu_act_q8_K_ref),
+#ifdef HN_X86
+    ACT_AVX2_E(QT_BF16, cpu_act_bf16_avx2),
+    ACT_AVX2_E(QT_Q8_0, cpu_act_q8_0_avx2),
+    ACT_AVX2_E(QT_Q8_1, cpu_act_q8_1_avx2),
+    ACT_AVX2_E(QT_Q8_K, cpu_act_q8_K_avx2),
+    ACT_AVX512_E(QT_BF16, cpu_act_bf16_avx512),
+    ACT_AVX512_E(QT_Q8_0, cpu_act_q8_0_avx512),
+    ACT_AVX512_E(QT_Q8_1, cpu_act_q8_1_avx512),
+    ACT_AVX512_E(QT_Q8_K, cpu_act_q8_K_avx512),
+#endif
+};
+
+int cpu_act_variants(qt_type act_type, const cpu_act_kernel **out, int cap) {
+    int n = 0, level = act_level();
+    for (size_t i = 0; i < sizeof(g_acts) / sizeof(g_acts[0]); i++) {
+        if (g_acts[i].k.act_type != act_type || g_acts[i].level > level) continue;
+        if (n < cap) out[n] = &g_acts[i].k;
+        n++;
+    }
+    return n;
 }
 
 /* ---- registry ---- */

@@ -35,6 +35,18 @@ const cpu_dot_kernel *cpu_dot_ref(qt_type t);
 /* Every variant this CPU can run for t (reference first); returns the count (at most cap written). */
 int cpu_dot_variants(qt_type t, const cpu_dot_kernel **out, int cap);
 
+/* One activation converter: the scalar reference or a SIMD version of it that
+ * writes the same bytes. The registry's act functions dispatch to the fastest
+ * one this CPU runs; the list is for tests and benchmarks. */
+typedef struct cpu_act_kernel {
+    qt_type act_type;
+    cpu_act_fn act;
+    const char *isa; /* "ref", "avx2", "avx512" */
+} cpu_act_kernel;
+
+/* Every converter to act_type this CPU can run (reference first); returns the count (at most cap written). */
+int cpu_act_variants(qt_type act_type, const cpu_act_kernel **out, int cap);
+
 /* What this CPU and OS support, detected once on first use (thread-safe). The
  * AVX-512 and VNNI bits are recorded for kernels and tuning to come. */
 typedef struct cpu_features {

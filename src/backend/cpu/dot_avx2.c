@@ -15,6 +15,7 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "dot_int.h"
@@ -481,6 +482,150 @@ void cpu_dot_iq4_xs_avx2(int64_t n, float *restrict s, const void *restrict vw, 
         acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     *s = hsum8(acc);
+}
+
+/* ---- activation converters (byte for byte what dot.c's scalar ones write) ---- */
+
+/* max(|x|) over n floats (n a multiple of 8), NaNs ignored as fmaxf ignores
+ * them: vmaxps returns its second operand when either is NaN, and the running
+ * maximum (never NaN) is always that second operand. */
+static inline float amax8n(const float *x, int n) {
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 m0 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
+    for (int j = 0; j < n; j += 16) {
+        m0 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), abs), m0);
+        m1 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + j + 8), abs), m1);
+    }
+    __m256 m = _mm256_max_ps(m0, m1);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+/* lrintf(x * m) clamped to [-127, 127] (out-of-range and NaN give INT_MIN, as lrintf's LONG_MIN: -127). */
+static inline __m256i round_clamp(__m256 x, __m256 m) {
+    __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(x, m));
+    return _mm256_max_epi32(_mm256_min_epi32(q, _mm256_set1_epi32(127)), _mm256_set1_epi32(-127));
+}
+
+/* Four vectors of 8 i32 codes (in [-127, 127]) -> 32 bytes in element order. */
+static inline __m256i pack32(__m256i q0, __m256i q1, __m256i q2, __m256i q3) {
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* One 32-block: codes of x * id into qs; returns their sum. */
+static inline __m256i q8_block32(const float *x, __m256 id, int8_t *qs) {
+    __m256i q0 = round_clamp(_mm256_loadu_ps(x), id), q1 = round_clamp(_mm256_loadu_ps(x + 8), id);
+    __m256i q2 = round_clamp(_mm256_loadu_ps(x + 16), id), q3 = round_clamp(_mm256_loadu_ps(x + 24), id);
+    _mm256_storeu_si256((__m256i *)qs, pack32(q0, q1, q2, q3));
+    return _mm256_add_epi32(_mm256_add_epi32(q0, q1), _mm256_add_epi32(q2, q3));
+}
+
+static inline int hsum_i32_8(__m256i v) {
+    return hsum_i32_4(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+}
+
+void cpu_act_q8_0_avx2(const float *restrict x, void *restrict vy, int64_t n) {
+    block_q8_0 *y = vy;
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        float amax = amax8n(x, QK8_0);
+        float d = amax / 127.0f, id = amax != 0 ? 127.0f / amax : 0.0f;
+        y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        (void)q8_block32(x, _mm256_set1_ps(id), y[i].qs);
+    }
+}
+
+void cpu_act_q8_1_avx2(const float *restrict x, void *restrict vy, int64_t n) {
+    block_q8_1 *y = vy;
+    for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
+        float amax = amax8n(x, QK8_1);
+        float d = amax / 127.0f, id = amax != 0 ? 127.0f / amax : 0.0f;
+        int sum = hsum_i32_8(q8_block32(x, _mm256_set1_ps(id), y[i].qs));
+        y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        y[i].s = _cvtss_sh(d * (float)sum, _MM_FROUND_TO_NEAREST_INT);
+    }
+}
+
+void cpu_act_q8_K_avx2(const float *restrict x, void *restrict vy, int64_t n) {
+    block_q8_K *y = vy;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        /* the largest |x| and its sign: the first element of that magnitude (as the scalar scan keeps it) */
+        __m256 hi = _mm256_set1_ps(-INFINITY), lo = _mm256_set1_ps(INFINITY);
+        for (int j = 0; j < QK_K; j += 8) {
+            __m256 v = _mm256_loadu_ps(x + j);
+            hi = _mm256_max_ps(v, hi);
+            lo = _mm256_min_ps(v, lo);
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(hi), _mm256_extractf128_ps(hi, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        __m128 l = _mm_min_ps(_mm256_castps256_ps128(lo), _mm256_extractf128_ps(lo, 1));
+        l = _mm_min_ps(l, _mm_movehl_ps(l, l));
+        l = _mm_min_ss(l, _mm_movehdup_ps(l));
+        float vmax = _mm_cvtss_f32(h), vmin = _mm_cvtss_f32(l);
+        float amax = vmax > -vmin ? vmax : -vmin;
+        if (!(amax > 0)) {
+            memset(&y[i], 0, sizeof(y[i]));
+            continue;
+        }
+        float max;
+        if (vmax != amax) max = vmin;
+        else if (-vmin != amax) max = vmax;
+        else { /* both +amax and -amax occur: the first one wins */
+            max = 0;
+            for (int j = 0; j < QK_K; j++)
+                if (fabsf(x[j]) == amax) {
+                    max = x[j];
+                    break;
+                }
+        }
+        float iscale = -127.0f / max;
+        const __m256 m = _mm256_set1_ps(iscale);
+        __m256i sums[8];
+        for (int j = 0; j < QK_K / 32; j++) {
+            __m256i q0 = round_clamp(_mm256_loadu_ps(x + 32 * j), m), q1 = round_clamp(_mm256_loadu_ps(x + 32 * j + 8), m);
+            __m256i q2 = round_clamp(_mm256_loadu_ps(x + 32 * j + 16), m), q3 = round_clamp(_mm256_loadu_ps(x + 32 * j + 24), m);
+            _mm256_storeu_si256((__m256i *)(y[i].qs + 32 * j), pack32(q0, q1, q2, q3));
+            /* lanes 0..3: partial sums of elements 0..15, lanes 4..7 of 16..31 */
+            __m256i s01 = _mm256_add_epi32(q0, q1), s23 = _mm256_add_epi32(q2, q3);
+            sums[j] = _mm256_permute2x128_si256(s01, s23, 0x20); /* [s01 lo | s23 lo] */
+            sums[j] = _mm256_add_epi32(sums[j], _mm256_permute2x128_si256(s01, s23, 0x31));
+        }
+        /* sums[j]: lanes 0..3 sum to bsum 2j, lanes 4..7 to bsum 2j+1 */
+        __m256i r[2];
+        for (int g = 0; g < 2; g++) {
+            __m256i a = _mm256_hadd_epi32(sums[4 * g], sums[4 * g + 1]);
+            __m256i b = _mm256_hadd_epi32(sums[4 * g + 2], sums[4 * g + 3]);
+            /* [j0 lo, j1 lo, j2 lo, j3 lo | j0 hi, j1 hi, j2 hi, j3 hi] */
+            __m256i c = _mm256_hadd_epi32(a, b);
+            r[g] = _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        }
+        __m256i b16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(r[0], r[1]), _MM_SHUFFLE(3, 1, 2, 0));
+        _mm256_storeu_si256((__m256i *)y[i].bsums, b16);
+        y[i].d = 1.0f / iscale;
+    }
+}
+
+void cpu_act_bf16_avx2(const float *restrict x, void *restrict vy, int64_t n) {
+    uint16_t *y = vy;
+    int64_t i = 0;
+    const __m256i lsb = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff), quiet = _mm256_set1_epi32(0x40);
+    for (; i + 16 <= n; i += 16) {
+        __m256i r[2];
+        for (int h = 0; h < 2; h++) {
+            __m256 v = _mm256_loadu_ps(x + i + 8 * h);
+            __m256i u = _mm256_castps_si256(v);
+            __m256i up = _mm256_srli_epi32(u, 16);
+            __m256i rn = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, bias), _mm256_and_si256(up, lsb)), 16);
+            __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            r[h] = _mm256_blendv_epi8(rn, _mm256_or_si256(up, quiet), nan);
+        }
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r[0], r[1]), _MM_SHUFFLE(3, 1, 2, 0));
+        _mm256_storeu_si256((__m256i *)(y + i), p);
+    }
+    if (i < n) cpu_act_bf16_ref(x + i, y + i, n - i);
 }
 
 #else

@@ -13,12 +13,20 @@
 
 #include "dot.h"
 
-/* Activation converters (scalar; run once per activation row). */
+/* Activation converters (run once per activation row): cpu_act_<t> picks the
+ * fastest version at run time; _ref is the scalar reference, _avx2 (dot_avx2.c)
+ * and _avx512 (dot_conv_avx512.c) write the same bytes. */
+#define CPU_ACT_DECL(name)                                                           \
+    void cpu_act_##name(const float *restrict x, void *restrict y, int64_t n);        \
+    void cpu_act_##name##_ref(const float *restrict x, void *restrict y, int64_t n);  \
+    void cpu_act_##name##_avx2(const float *restrict x, void *restrict y, int64_t n); \
+    void cpu_act_##name##_avx512(const float *restrict x, void *restrict y, int64_t n);
+CPU_ACT_DECL(bf16)
+CPU_ACT_DECL(q8_0)
+CPU_ACT_DECL(q8_1)
+CPU_ACT_DECL(q8_K)
 void cpu_act_f32(const float *restrict x, void *restrict y, int64_t n);
-void cpu_act_bf16(const float *restrict x, void *restrict y, int64_t n);
-void cpu_act_q8_0(const float *restrict x, void *restrict y, int64_t n);
-void cpu_act_q8_1(const float *restrict x, void *restrict y, int64_t n);
-void cpu_act_q8_K(const float *restrict x, void *restrict y, int64_t n);
+void cpu_act_f32_ref(const float *restrict x, void *restrict y, int64_t n);
 
 /* The 16 non-linear levels of IQ4_NL / IQ4_XS, and MXFP4's doubled E2M1 levels. */
 extern const int8_t cpu_kvalues_iq4nl[16];
