@@ -23,7 +23,7 @@
 #include "../kv/kv.h"
 #include "../quant/blocks.h"
 
-#define BE_OPS_VERSION 2
+#define BE_OPS_VERSION 3
 
 /* most weights in one matmul_multi call */
 #define BE_MULTI_MAX 8
@@ -34,7 +34,20 @@ typedef struct be_weight {
     size_t row_bytes;  /* bytes of one row */
     size_t mat_bytes;  /* bytes of one matrix (N rows) */
     const void *data;
+    /* set by prepare_weight (version 3), zero otherwise: a backend-owned copy
+     * of the weight in a backend layout (layout != 0), which matmuls read
+     * instead of data; get_rows always reads data */
+    const void *packed;
+    int layout;
 } be_weight;
+
+/* prepare_weight flags */
+enum {
+    /* data lies in a read-only file mapping, and nothing but this weight's
+     * matmuls reads it (not an embedding table): after repacking, the backend
+     * may give those pages back to the OS (a later read faults them in again) */
+    BE_PREP_DROP_SOURCE = 1u << 0,
+};
 
 /* What scratch the ops need, given at load. */
 typedef struct be_limits {
@@ -111,6 +124,14 @@ typedef struct be_ops {
     /* ys[i][n][N_i] = x[n][K] . W_i^T for n_w (<= BE_MULTI_MAX) dense weights sharing
      * K and the input (q/k/v, gate/up): one activation conversion, one dispatch. */
     void (*matmul_multi)(be_backend *b, int n_w, const be_weight *const *ws, const float *x, int n, float *const *ys);
+
+    /* ---- version 3 ---- */
+    /* Readies a matmul weight once at load (after reserve): the backend may
+     * repack it into a layout of its own, owned by the backend and freed with
+     * it, and record it in w->packed / w->layout (copies of *w made afterwards
+     * carry it along). Leaves w unpacked when the type has no layout (or
+     * packing is off). Fails only when out of memory. flags: BE_PREP_*. */
+    hn_status (*prepare_weight)(be_backend *b, be_weight *w, unsigned flags, hn_err *err);
 } be_ops;
 
 struct be_backend {

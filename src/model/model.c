@@ -247,7 +247,24 @@ static hn_status alloc_scratch(model *m, hn_err *err) {
 
 /* ---- load / free ---- */
 
-hn_status model_load_gguf(const gguf_ctx *g, const model_params *p, model **out, hn_err *err) {
+/* Lets the backend repack every matmul weight (file_backed: the tensor data is
+ * a read-only file mapping, whose pages the backend may give back once copied). */
+static hn_status prepare_weights(model *m, bool file_backed, hn_err *err) {
+    const be_ops *ops = m->be->ops;
+    const unsigned drop = file_backed ? BE_PREP_DROP_SOURCE : 0;
+    hn_status st;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        model_layer *L = &m->layers[il];
+        be_weight *ws[] = {&L->wq,     &L->wk,        &L->wv,      &L->wo,       &L->w_gate,   &L->w_up,
+                           &L->w_down, &L->gate_inp, &L->gate_exps, &L->up_exps, &L->down_exps};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            if (ws[i]->data && (st = ops->prepare_weight(m->be, ws[i], drop, err))) return st;
+    }
+    /* a tied output matrix is also the embedding table, which get_rows reads */
+    return ops->prepare_weight(m->be, &m->output, m->hp.tied_output ? 0 : drop, err);
+}
+
+static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file_backed, model **out, hn_err *err) {
     *out = NULL;
     model *m = hn_calloc(1, sizeof *m);
     if (!m) return hn_errf(err, HN_ERR_NOMEM, "model: out of memory");
@@ -298,7 +315,7 @@ hn_status model_load_gguf(const gguf_ctx *g, const model_params *p, model **out,
         .max_group = hp->n_head / hp->n_head_kv,
         .max_experts = hp->n_expert,
     };
-    if ((st = m->be->ops->reserve(m->be, &lim, err))) goto fail;
+    if ((st = m->be->ops->reserve(m->be, &lim, err)) || (st = prepare_weights(m, file_backed, err))) goto fail;
     *out = m;
     return HN_OK;
 fail:
@@ -306,12 +323,16 @@ fail:
     return st;
 }
 
+hn_status model_load_gguf(const gguf_ctx *g, const model_params *p, model **out, hn_err *err) {
+    return load_common(g, p, false, out, err);
+}
+
 hn_status model_load(const char *path, const model_params *p, model **out, hn_err *err) {
     *out = NULL;
     gguf_ctx *g;
     hn_status st = gguf_open(path, &g, err);
     if (st) return st;
-    st = model_load_gguf(g, p, out, err);
+    st = load_common(g, p, true, out, err);
     if (st) {
         gguf_close(g);
         return st;

@@ -19,6 +19,12 @@ hn_status be_cpu_create(pool *p, be_backend **out, hn_err *err);
  * f32 path (the scalar reference every kernel is compared with). */
 void be_cpu_force_reference(be_backend *b, bool on);
 
+/* Load-time repacking: ops->prepare_weight copies a weight into the
+ * row-interleaved layout of the fastest packed kernel (pack.h) when its type
+ * has one; matmuls then run that kernel on whole groups of rows and the
+ * ordinary kernels on the rows past the last group. HONE_NO_PACK=1 in the
+ * environment (read at create) turns packing off, for comparisons. */
+
 /* Matmul parameters for one weight type, as the tuner chooses them (all 0:
  * the defaults). They change speed only, never results beyond float
  * summation order: every kernel choice is validated against its reference. */
@@ -28,6 +34,9 @@ typedef struct be_cpu_mm_params {
                    * (one activation row per call); out of range: the default */
     int chunks;   /* weight-row chunks per taking-part thread (0: default, 4 for decode, 8 past 64 rows) */
     int threads;  /* threads that take part (0 or more than the pool has: all) */
+    int pack;     /* weights repacked at load (pack.h): 0: the default packed kernel; -1: ignore the
+                   * packed copy (the kernels above on the GGUF rows); v >= 1: variant v-1 of
+                   * cpu_pack_variants(type) when it reads the weight's layout (else the default) */
 } be_cpu_mm_params;
 
 /* Sets the parameters of matmuls over weights of type t from now on (NULL:

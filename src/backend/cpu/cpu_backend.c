@@ -309,6 +309,7 @@ static void vec_select(cpu_be *cb) {
 static void op_free(be_backend *b) {
     cpu_be *cb = cpu_of(b);
     cpu_matmul_free(cb);
+    cpu_packs_free(cb);
     hn_free(cb->attn);
     hn_free(cb);
 }
@@ -351,6 +352,7 @@ static const be_ops cpu_ops = {
     .argmax = op_argmax,
     .softmax = op_softmax,
     .matmul_multi = cpu_op_matmul_multi,
+    .prepare_weight = cpu_op_prepare_weight,
 };
 
 hn_status be_cpu_create(pool *p, be_backend **out, hn_err *err) {
@@ -364,6 +366,8 @@ hn_status be_cpu_create(pool *p, be_backend **out, hn_err *err) {
     vec_select(cb);
     const char *ng = getenv("HONE_NO_GEMM");
     cb->no_gemm = ng && *ng && strcmp(ng, "0") != 0;
+    const char *np = getenv("HONE_NO_PACK");
+    cb->no_pack = np && *np && strcmp(np, "0") != 0;
     *out = &cb->base;
     return HN_OK;
 }

@@ -44,6 +44,11 @@ typedef struct cpu_be {
     bool force_ref;
     be_cpu_mm_params mm[QT_TYPE_COUNT]; /* per weight type (be_cpu_set_mm_params) */
     bool no_gemm;         /* dot kernels only (HONE_NO_GEMM=1; for comparisons) */
+    bool no_pack;         /* prepare_weight leaves weights unpacked (HONE_NO_PACK=1) */
+    /* packed weight copies (prepare_weight), freed with the backend */
+    struct cpu_packed { void *p; size_t bytes; } *packs;
+    int n_packs, cap_packs;
+    unsigned char *pprep; /* converted rows rearranged for a packed kernel's prep: same size as act */
     be_limits lim;
     /* matmul scratch */
     unsigned char *act;   /* converted activation rows: max_rows x (4 * max_k) bytes */
@@ -90,5 +95,7 @@ void cpu_op_matmul_multi(be_backend *b, int n_w, const be_weight *const *ws, con
 void cpu_op_moe_matmul(be_backend *b, const be_weight *w, const float *x, bool x_shared, int n, int k,
                        const int32_t *ids, float *y);
 void cpu_op_attention(be_backend *b, const be_attn_args *a);
+hn_status cpu_op_prepare_weight(be_backend *b, be_weight *w, unsigned flags, hn_err *err);
+void cpu_packs_free(cpu_be *cb);
 
 #endif

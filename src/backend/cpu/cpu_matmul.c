@@ -12,14 +12,22 @@
  *      stays in cache while the chunk's weight rows stream past it.
  * Decode (one row) reads each weight row exactly once, spread over threads.
  * Without a dot kernel for the type, each weight row is dequantized with the
- * reference to_float into a per-thread buffer and dotted in f32. */
+ * reference to_float into a per-thread buffer and dotted in f32.
+ *
+ * Weights repacked at load (cpu_op_prepare_weight, pack.h) run their packed
+ * kernel instead: chunks are whole groups of R rows, one call per group and
+ * tile of up to 8 activation rows writes R outputs per activation row; rows
+ * past the last full group run the kernels above on the GGUF rows. */
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "../../core/alloc.h"
 #include "../../quant/quant.h"
 #include "cpu_int.h"
 #include "dot.h"
 #include "gemm.h"
+#include "pack.h"
 
 #define TILE_ROWS 16
 /* activation rows per tile when a gemm kernel runs (the tile's converted rows
@@ -33,6 +41,8 @@ typedef struct mm_group {
     const be_weight *w;
     const cpu_dot_kernel *kern; /* NULL: dequantize + f32 */
     const cpu_gemm_kernel *gemm; /* multi-row kernel reading kern's act_type, or NULL */
+    const cpu_pack_kernel *pk;   /* packed kernel over w->packed (reads kern's act_type), or NULL */
+    int64_t n_packed;            /* rows in whole groups of pk (the rest run gemm/kern on w->data) */
     int mat;              /* matrix (expert) index */
     int n;                /* activation rows in this group */
     const int32_t *in;    /* their indices into the converted rows */
@@ -54,6 +64,9 @@ typedef struct mm_task {
     const cpu_gemm_kernel *prep; /* the kernel whose prep pass runs on every converted row, or NULL */
     const unsigned char *pact;   /* prepped rows */
     size_t pact_row;
+    cpu_gemm_prep_fn pprep;      /* the packed kernels' prep pass, or NULL */
+    const unsigned char *ppact;  /* rows prepped by it */
+    size_t ppact_row;
     const mm_group *groups;
     int n_groups;
     int nth_use;                 /* threads that take part in phase 2 */
@@ -71,6 +84,7 @@ hn_status cpu_matmul_reserve(cpu_be *cb, hn_err *err) {
     cb->act_cap = rows * 4 * k + 64;
     cb->act = hn_pages_alloc(cb->act_cap);
     cb->prep = hn_pages_alloc(cb->act_cap);
+    cb->pprep = hn_pages_alloc(cb->act_cap);
     cb->deq = hn_malloc(sizeof(float) * (size_t)cb->nth * k);
     cb->ident = hn_malloc(sizeof(int32_t) * rows);
     cb->order_in = hn_malloc(sizeof(int32_t) * rows);
@@ -78,7 +92,7 @@ hn_status cpu_matmul_reserve(cpu_be *cb, hn_err *err) {
     cb->counts = hn_malloc(sizeof(int32_t) * (ne + 1));
     cb->groups = hn_malloc(sizeof(mm_group) * ne);
     cb->route = hn_malloc(sizeof(float) * ne);
-    if (!cb->act || !cb->prep || !cb->deq || !cb->ident || !cb->order_in || !cb->order_out || !cb->counts || !cb->groups ||
+    if (!cb->act || !cb->prep || !cb->pprep || !cb->deq || !cb->ident || !cb->order_in || !cb->order_out || !cb->counts || !cb->groups ||
         !cb->route) {
         cpu_matmul_free(cb);
         return hn_errf(err, HN_ERR_NOMEM, "cpu backend: cannot allocate matmul scratch (%zu rows x %zu)", rows, k);
@@ -90,7 +104,8 @@ hn_status cpu_matmul_reserve(cpu_be *cb, hn_err *err) {
 void cpu_matmul_free(cpu_be *cb) {
     if (cb->act) hn_pages_free(cb->act, cb->act_cap);
     if (cb->prep) hn_pages_free(cb->prep, cb->act_cap);
-    cb->act = cb->prep = NULL;
+    if (cb->pprep) hn_pages_free(cb->pprep, cb->act_cap);
+    cb->act = cb->prep = cb->pprep = NULL;
     hn_free(cb->deq);
     hn_free(cb->ident);
     hn_free(cb->order_in);
@@ -116,6 +131,35 @@ static void mm_convert(void *ctx, int ith, int nth) {
         unsigned char *row = (unsigned char *)t->act + (size_t)r * t->act_row;
         t->kern->act(t->x + (size_t)r * (size_t)k, row, k);
         if (t->prep) t->prep->prep(k, row, (unsigned char *)t->pact + (size_t)r * t->pact_row);
+        if (t->pprep) t->pprep(k, row, (unsigned char *)t->ppact + (size_t)r * t->ppact_row);
+    }
+}
+
+/* Weight rows [j0, j1) of a group (whole groups of its packed kernel). */
+static void mm_rows_packed(const mm_task *t, const mm_group *gr, int64_t j0, int64_t j1) {
+    const cpu_pack_kernel *pk = gr->pk;
+    const be_weight *w = gr->w;
+    const int64_t k = t->k, n_out = w->ne[1], R = pk->rows;
+    const size_t gb = pk->group_bytes(k);
+    const unsigned char *pw = (const unsigned char *)w->packed + (size_t)gr->mat * (size_t)(n_out / R) * gb;
+    const unsigned char *abase = pk->prep ? t->ppact : t->act;
+    const size_t arow = pk->prep ? t->ppact_row : t->act_row;
+    const void *ap[CPU_PACK_MAX_NA];
+    float s[CPU_PACK_MAX_NA * CPU_PACK_MAX_ROWS];
+    float *y = gr->y;
+    for (int t0 = 0; t0 < gr->n; t0 += GEMM_TILE_ROWS) {
+        int t1 = t0 + GEMM_TILE_ROWS < gr->n ? t0 + GEMM_TILE_ROWS : gr->n;
+        for (int64_t j = j0; j < j1; j += R) {
+            const void *gp = pw + (size_t)(j / R) * gb;
+            for (int r0 = t0; r0 < t1; r0 += CPU_PACK_MAX_NA) {
+                int na = t1 - r0 < CPU_PACK_MAX_NA ? t1 - r0 : CPU_PACK_MAX_NA;
+                for (int r = 0; r < na; r++) ap[r] = abase + (size_t)gr->in[r0 + r] * arow;
+                pk->fn(k, gp, na, ap, s);
+                for (int r = 0; r < na; r++)
+                    memcpy(y + (size_t)gr->out[r0 + r] * (size_t)n_out + (size_t)j, s + (size_t)r * (size_t)R,
+                           sizeof(float) * (size_t)R);
+            }
+        }
     }
 }
 
@@ -137,6 +181,12 @@ static void mm_dots(void *ctx, int ith, int nth) {
         const int64_t n_out = w->ne[1];
         int64_t j0 = (int64_t)(c - gr->first_chunk) * gr->chunk_rows;
         int64_t j1 = j0 + gr->chunk_rows < n_out ? j0 + gr->chunk_rows : n_out;
+        if (gr->pk && j0 < gr->n_packed) {
+            int64_t jp = j1 < gr->n_packed ? j1 : gr->n_packed;
+            mm_rows_packed(t, gr, j0, jp);
+            j0 = jp;
+            if (j0 >= j1) continue;
+        }
         const unsigned char *wm = (const unsigned char *)w->data + (size_t)gr->mat * w->mat_bytes;
         float *y = gr->y;
         if (gr->gemm) {
@@ -218,6 +268,31 @@ static const cpu_gemm_kernel *mm_gemm(const cpu_be *cb, const be_weight *w, cons
     return g && g->act_type == kern->act_type ? g : NULL;
 }
 
+/* The packed kernel for a weight whose dot kernel is kern (NULL: run the GGUF
+ * rows): the type's tuned variant when it reads the weight's layout, else the
+ * fastest that does. */
+static const cpu_pack_kernel *mm_pack(const cpu_be *cb, const be_weight *w, const cpu_dot_kernel *kern) {
+    if (!w->packed || !kern || (int)w->type >= QT_TYPE_COUNT) return NULL;
+    int choice = cb->mm[w->type].pack;
+    if (choice < 0) return NULL;
+    const cpu_pack_kernel *v[16], *p = NULL;
+    int nv = cpu_pack_variants(w->type, v, 16);
+    if (nv > 16) nv = 16;
+    if (choice > 0 && choice <= nv && v[choice - 1]->layout == w->layout && cpu_pack_fits(v[choice - 1], w->ne[0]))
+        p = v[choice - 1];
+    for (int i = nv - 1; i >= 0 && !p; i--)
+        if (v[i]->layout == w->layout && cpu_pack_fits(v[i], w->ne[0])) p = v[i];
+    return p && p->act_type == kern->act_type ? p : NULL;
+}
+
+/* A group of weight w over n activation rows with the type's kernels. */
+static mm_group mm_group_for(const cpu_be *cb, const be_weight *w, int n) {
+    const cpu_dot_kernel *kern = mm_kernel(cb, w);
+    mm_group g = {.w = w, .kern = kern, .gemm = mm_gemm(cb, w, kern, n), .pk = mm_pack(cb, w, kern), .n = n};
+    if (g.pk) g.n_packed = w->ne[1] / g.pk->rows * g.pk->rows;
+    return g;
+}
+
 void be_cpu_set_mm_params(be_backend *b, qt_type t, const be_cpu_mm_params *p) {
     cpu_be *cb = cpu_of(b);
     if ((int)t < 0 || (int)t >= QT_TYPE_COUNT) return;
@@ -258,6 +333,19 @@ static void mm_run(cpu_be *cb, const float *x, int n_x, mm_group *groups, int n_
             t.pact = cb->prep;
             t.pact_row = t.prep->prep_bytes(k);
         }
+        /* likewise one packed kernels' prep (callers split runs so that they agree) */
+        const cpu_pack_kernel *pp = NULL;
+        for (int g = 0; g < n_groups; g++) {
+            const cpu_pack_kernel *pk = groups[g].pk;
+            if (!pk || !pk->prep) continue;
+            if (!pp) pp = pk;
+            else if (pk->prep != pp->prep) groups[g].pk = NULL;
+        }
+        if (pp) {
+            t.pprep = pp->prep;
+            t.ppact = cb->pprep;
+            t.ppact_row = pp->prep_bytes(k);
+        }
         atomic_store(&t.next, 0);
         if (n_x * (int64_t)k < 65536 || cb->nth == 1)
             mm_convert(&t, 0, 1);
@@ -276,6 +364,11 @@ static void mm_run(cpu_be *cb, const float *x, int n_x, mm_group *groups, int n_
         int cpt = mp && mp->chunks > 0 ? mp->chunks : (groups[g].n > 64 ? 8 : 4);
         int64_t per = n_out / ((int64_t)nth_use * cpt);
         if (per < 4) per = 4;
+        if (groups[g].pk) {
+            /* whole groups of the packed kernel */
+            int64_t R = groups[g].pk->rows;
+            per = (per + R - 1) / R * R;
+        }
         if (per > n_out) per = n_out;
         groups[g].chunk_rows = per;
         groups[g].first_chunk = c;
@@ -292,9 +385,10 @@ static void mm_run(cpu_be *cb, const float *x, int n_x, mm_group *groups, int n_
 
 void cpu_op_matmul(be_backend *b, const be_weight *w, int mat, const float *x, int n, float *y) {
     cpu_be *cb = cpu_of(b);
-    const cpu_dot_kernel *kern = mm_kernel(cb, w);
-    mm_group g = {.w = w, .kern = kern, .gemm = mm_gemm(cb, w, kern, n), .mat = mat, .n = n, .in = cb->ident,
-                  .out = cb->ident, .y = y};
+    mm_group g = mm_group_for(cb, w, n);
+    g.mat = mat;
+    g.in = g.out = cb->ident;
+    g.y = y;
     mm_run(cb, x, n, &g, 1);
 }
 
@@ -303,15 +397,20 @@ void cpu_op_matmul_multi(be_backend *b, int n_w, const be_weight *const *ws, con
     mm_group g[BE_MULTI_MAX];
     int at = 0;
     while (at < n_w) {
-        /* take the longest run of weights that can share converted activations */
-        const cpu_dot_kernel *k0 = mm_kernel(cb, ws[at]);
+        /* take the longest run of weights that can share converted (and prepped) activations */
         int m = 0;
+        cpu_gemm_prep_fn pp = NULL;
         while (at + m < n_w && m < BE_MULTI_MAX) {
-            const cpu_dot_kernel *km = mm_kernel(cb, ws[at + m]);
-            if (m > 0 && ((km == NULL) != (k0 == NULL) || (km && km->act_type != k0->act_type))) break;
-            g[m] = (mm_group){.w = ws[at + m], .kern = km, .gemm = mm_gemm(cb, ws[at + m], km, n), .n = n,
-                              .in = cb->ident, .out = cb->ident, .y = ys[at + m]};
-            m++;
+            mm_group gm = mm_group_for(cb, ws[at + m], n);
+            const cpu_dot_kernel *km = gm.kern, *k0 = m > 0 ? g[0].kern : km;
+            if ((km == NULL) != (k0 == NULL) || (km && km->act_type != k0->act_type)) break;
+            if (gm.pk && gm.pk->prep) {
+                if (pp && gm.pk->prep != pp) break;
+                pp = gm.pk->prep;
+            }
+            gm.in = gm.out = cb->ident;
+            gm.y = ys[at + m];
+            g[m++] = gm;
         }
         mm_run(cb, x, n, g, m);
         at += m;
@@ -329,17 +428,13 @@ void cpu_op_moe_matmul(be_backend *b, const be_weight *w, const float *x, bool x
     for (int i = 0; i < total; i++) cnt[ids[i] + 1]++;
     for (int e = 0; e < n_exp; e++) cnt[e + 1] += cnt[e];
     mm_group *groups = cb->groups;
-    const cpu_dot_kernel *kern = mm_kernel(cb, w);
     int n_groups = 0;
     for (int e = 0; e < n_exp; e++) {
         if (cnt[e + 1] == cnt[e]) continue;
         mm_group *g = &groups[n_groups++];
-        g->w = w;
-        g->kern = kern;
+        *g = mm_group_for(cb, w, cnt[e + 1] - cnt[e]);
         g->y = y;
         g->mat = e;
-        g->n = cnt[e + 1] - cnt[e];
-        g->gemm = mm_gemm(cb, w, kern, g->n);
         g->in = cb->order_in + cnt[e];
         g->out = cb->order_out + cnt[e];
     }
@@ -349,4 +444,81 @@ void cpu_op_moe_matmul(be_backend *b, const be_weight *w, const float *x, bool x
         cb->order_out[at] = i;
     }
     if (n_groups > 0) mm_run(cb, x, x_shared ? n : total, groups, n_groups);
+}
+
+/* ---- load-time repacking ---- */
+
+typedef struct {
+    const cpu_pack_kernel *pk;
+    const be_weight *w;
+    unsigned char *dst;
+    int64_t n_groups; /* per matrix */
+    int64_t total;    /* n_groups x matrices */
+    _Atomic int64_t next;
+} pack_task;
+
+static void pack_worker(void *ctx, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    pack_task *t = ctx;
+    const be_weight *w = t->w;
+    const int64_t k = w->ne[0], R = t->pk->rows;
+    const size_t gb = t->pk->group_bytes(k);
+    for (;;) {
+        int64_t i = atomic_fetch_add_explicit(&t->next, 16, memory_order_relaxed);
+        if (i >= t->total) break;
+        for (int64_t e = i; e < i + 16 && e < t->total; e++) {
+            int64_t mat = e / t->n_groups, g = e % t->n_groups;
+            const unsigned char *src =
+                (const unsigned char *)w->data + (size_t)mat * w->mat_bytes + (size_t)(g * R) * w->row_bytes;
+            t->pk->pack(k, src, w->row_bytes, t->dst + (size_t)e * gb);
+        }
+    }
+}
+
+/* Gives the whole pages inside [p, p + n) of a read-only file mapping back to the OS. */
+static void drop_pages(const void *p, size_t n) {
+    long ps = sysconf(_SC_PAGESIZE);
+    if (ps <= 0) return;
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)ps - 1) & ~((uintptr_t)ps - 1);
+    uintptr_t e = ((uintptr_t)p + n) & ~((uintptr_t)ps - 1);
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+hn_status cpu_op_prepare_weight(be_backend *b, be_weight *w, unsigned flags, hn_err *err) {
+    cpu_be *cb = cpu_of(b);
+    if (cb->no_pack || w->packed || !w->data || w->ne[0] <= 0 || w->ne[1] <= 0 || w->ne[2] <= 0) return HN_OK;
+    const cpu_pack_kernel *pk = cpu_pack_best(w->type, w->ne[0]);
+    if (!pk || pk->rows > CPU_PACK_MAX_ROWS || w->ne[1] < pk->rows) return HN_OK;
+    const int64_t ng = w->ne[1] / pk->rows;
+    const size_t bytes = pk->group_bytes(w->ne[0]) * (size_t)ng * (size_t)w->ne[2];
+    if (cb->n_packs == cb->cap_packs) {
+        int cap = cb->cap_packs ? 2 * cb->cap_packs : 64;
+        void *np = hn_realloc(cb->packs, sizeof *cb->packs * (size_t)cap);
+        if (!np) return hn_errf(err, HN_ERR_NOMEM, "cpu backend: out of memory");
+        cb->packs = np;
+        cb->cap_packs = cap;
+    }
+    unsigned char *dst = hn_pages_alloc(bytes);
+    if (!dst) return hn_errf(err, HN_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes for a repacked weight", bytes);
+    pack_task t = {.pk = pk, .w = w, .dst = dst, .n_groups = ng, .total = ng * w->ne[2]};
+    atomic_store(&t.next, 0);
+    if (cb->nth == 1 || t.total < 64)
+        pack_worker(&t, 0, 1);
+    else
+        pool_run_shared(cb->pool, pack_worker, &t);
+    cb->packs[cb->n_packs++] = (struct cpu_packed){dst, bytes};
+    if (flags & BE_PREP_DROP_SOURCE)
+        for (int64_t m = 0; m < w->ne[2]; m++)
+            drop_pages((const unsigned char *)w->data + (size_t)m * w->mat_bytes, (size_t)(ng * pk->rows) * w->row_bytes);
+    w->packed = dst;
+    w->layout = pk->layout;
+    return HN_OK;
+}
+
+void cpu_packs_free(cpu_be *cb) {
+    for (int i = 0; i < cb->n_packs; i++) hn_pages_free(cb->packs[i].p, cb->packs[i].bytes);
+    hn_free(cb->packs);
+    cb->packs = NULL;
+    cb->n_packs = cb->cap_packs = 0;
 }

@@ -21,6 +21,9 @@
  *     tolerance tests/test_gemm.c holds gemm kernels to.
  *   - Kernels of the same wtype and layout read the same packed bytes, so the
  *     backend (or the tuner) can switch between them without repacking.
+ *   - prep, when set, rearranges one converted activation row into at most
+ *     4 bytes per element (prep_bytes(k) <= 4 * k), as gemm.h's prep passes;
+ *     kernels sharing a prep function can share one prepped copy.
  * Rows past the last full group (N not a multiple of R) stay unpacked and
  * run the ordinary kernels on the original data. */
 #ifndef HN_CPU_PACK_H
@@ -34,6 +37,8 @@
 
 /* most activation rows per packed-kernel call */
 #define CPU_PACK_MAX_NA 8
+/* most weight rows per group (R) */
+#define CPU_PACK_MAX_ROWS 16
 
 /* layout ids (per weight type; 0 means not packed) */
 enum {
@@ -73,7 +78,10 @@ enum {
 };
 
 /* Kernel tables: each kernel file exports one (pack.c's registry walks them,
- * in this order, keeping the entries whose isa this CPU has). */
+ * in this order, keeping the entries whose isa this CPU has). Within a table,
+ * entries of a type go slowest first, and a layout's reference (isa 0, fn =
+ * unpack_row + dot.h's reference dot) comes before its other portable kernels.
+ * The K-quant tables are optional at link time (pack.c declares them weak). */
 typedef struct cpu_pack_table {
     const cpu_pack_kernel *k;
     int n;
@@ -92,5 +100,7 @@ const cpu_pack_kernel *cpu_pack_best(qt_type t, int64_t k);
 /* The reference kernel of a layout: unpack_row + dot.h's reference dot per
  * row (slow; for tests and the tuner's validation), or NULL. */
 const cpu_pack_kernel *cpu_pack_ref(qt_type t, int layout);
+/* Whether kernel p can run rows of k elements. */
+static inline int cpu_pack_fits(const cpu_pack_kernel *p, int64_t k) { return k > 0 && k % p->k_align == 0; }
 
 #endif
