@@ -3,8 +3,9 @@
  * and then use a multi-row gemm kernel (gemm.h) where the type has one, else
  * the fastest dot kernel of dot.h, else dequantize weight rows with the quant
  * module's reference to_float and take f32 dots. The kernel choice, the work
- * split and the thread count per weight type can be set (be_cpu_set_mm_params),
- * which is how tuned parameters reach the real path. */
+ * split and the thread count can be set per weight type (be_cpu_set_mm_params)
+ * and per weight shape and call size (be_cpu_set_mm_params_shape), which is
+ * how tuned parameters reach the real path. */
 #ifndef HN_BACKEND_CPU_H
 #define HN_BACKEND_CPU_H
 
@@ -37,10 +38,27 @@ typedef struct be_cpu_mm_params {
     int pack;     /* weights repacked at load (pack.h): 0: the default packed kernel; -1: ignore the
                    * packed copy (the kernels above on the GGUF rows); v >= 1: variant v-1 of
                    * cpu_pack_variants(type) when it reads the weight's layout (else the default) */
+    int tile;     /* activation rows per tile kept in cache while a chunk's weight rows stream past
+                   * (0: default, 64 with a gemm kernel, 16 with a dot kernel) */
 } be_cpu_mm_params;
 
 /* Sets the parameters of matmuls over weights of type t from now on (NULL:
  * back to defaults). Not thread-safe against running ops: call between steps. */
 void be_cpu_set_mm_params(be_backend *b, qt_type t, const be_cpu_mm_params *p);
+
+/* most per-shape entries (be_cpu_set_mm_params_shape) */
+#define BE_CPU_MM_SHAPES 128
+
+/* Sets the parameters of matmuls over weights of type t with rows of k
+ * elements and n output rows, for calls of at least min_rows (>= 1) activation
+ * rows: a call uses the entry of its shape with the largest min_rows <= its
+ * rows (e.g. decode at 1, prefill at 9), which overrides the type's
+ * parameters (single-matrix weights only: expert stacks keep the type's). Replaces an entry of the same (t, k, n, min_rows); NULL removes
+ * it. Returns false when the table is full or the arguments are bad. Not
+ * thread-safe against running ops: call between steps. */
+bool be_cpu_set_mm_params_shape(be_backend *b, qt_type t, int64_t k, int64_t n, int min_rows,
+                                const be_cpu_mm_params *p);
+/* Removes every per-shape entry. */
+void be_cpu_clear_mm_params_shape(be_backend *b);
 
 #endif

@@ -37,12 +37,22 @@ void cpu_attn_wsum_f32_avx2(float *acc, int group, int hd, const float *w, int w
 void cpu_attn_wsum_f16_avx2(float *acc, int group, int hd, const float *w, int ws, const uint16_t *v, size_t vstride,
                             int np);
 
+/* parameters for one weight shape from min_rows activation rows on (be_cpu_set_mm_params_shape) */
+typedef struct cpu_mm_shape {
+    qt_type type;
+    int64_t k, n;
+    int min_rows;
+    be_cpu_mm_params p;
+} cpu_mm_shape;
+
 typedef struct cpu_be {
     be_backend base;
     pool *pool;
     int nth;
     bool force_ref;
     be_cpu_mm_params mm[QT_TYPE_COUNT]; /* per weight type (be_cpu_set_mm_params) */
+    cpu_mm_shape mm_shape[BE_CPU_MM_SHAPES]; /* per weight shape and call size (override mm[]) */
+    int n_mm_shape;
     bool no_gemm;         /* dot kernels only (HONE_NO_GEMM=1; for comparisons) */
     bool no_pack;         /* prepare_weight leaves weights unpacked (HONE_NO_PACK=1) */
     /* packed weight copies (prepare_weight), freed with the backend */

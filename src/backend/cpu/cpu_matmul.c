@@ -48,6 +48,8 @@ typedef struct mm_group {
     const int32_t *in;    /* their indices into the converted rows */
     const int32_t *out;   /* their output rows in y */
     float *y;             /* output rows of w->ne[1] floats */
+    const be_cpu_mm_params *mp; /* the tuned parameters for this weight and call size (NULL: defaults) */
+    int tile;             /* activation rows per tile */
     int64_t chunk_rows;   /* weight rows per chunk */
     int nth_use;          /* threads that take part (the type's tuned count) */
     int first_chunk;      /* chunk ids [first_chunk, first_chunk + n_chunks) */
@@ -147,8 +149,8 @@ static void mm_rows_packed(const mm_task *t, const mm_group *gr, int64_t j0, int
     const void *ap[CPU_PACK_MAX_NA];
     float s[CPU_PACK_MAX_NA * CPU_PACK_MAX_ROWS];
     float *y = gr->y;
-    for (int t0 = 0; t0 < gr->n; t0 += GEMM_TILE_ROWS) {
-        int t1 = t0 + GEMM_TILE_ROWS < gr->n ? t0 + GEMM_TILE_ROWS : gr->n;
+    for (int t0 = 0; t0 < gr->n; t0 += gr->tile) {
+        int t1 = t0 + gr->tile < gr->n ? t0 + gr->tile : gr->n;
         for (int64_t j = j0; j < j1; j += R) {
             const void *gp = pw + (size_t)(j / R) * gb;
             for (int r0 = t0; r0 < t1; r0 += CPU_PACK_MAX_NA) {
@@ -193,8 +195,8 @@ static void mm_dots(void *ctx, int ith, int nth) {
             cpu_gemm_fn fn = gr->gemm->fn;
             const void *ap[CPU_GEMM_MAX_NA];
             float s[CPU_GEMM_MAX_NA];
-            for (int t0 = 0; t0 < gr->n; t0 += GEMM_TILE_ROWS) {
-                int t1 = t0 + GEMM_TILE_ROWS < gr->n ? t0 + GEMM_TILE_ROWS : gr->n;
+            for (int t0 = 0; t0 < gr->n; t0 += gr->tile) {
+                int t1 = t0 + gr->tile < gr->n ? t0 + gr->tile : gr->n;
                 for (int64_t j = j0; j < j1; j++) {
                     const void *wr = wm + (size_t)j * w->row_bytes;
                     for (int r0 = t0; r0 < t1; r0 += CPU_GEMM_MAX_NA) {
@@ -210,8 +212,8 @@ static void mm_dots(void *ctx, int ith, int nth) {
             }
         } else if (gr->kern) {
             cpu_dot_fn dot = gr->kern->dot;
-            for (int r0 = 0; r0 < gr->n; r0 += TILE_ROWS) {
-                int r1 = r0 + TILE_ROWS < gr->n ? r0 + TILE_ROWS : gr->n;
+            for (int r0 = 0; r0 < gr->n; r0 += gr->tile) {
+                int r1 = r0 + gr->tile < gr->n ? r0 + gr->tile : gr->n;
                 for (int64_t j = j0; j < j1; j++) {
                     const void *wr = wm + (size_t)j * w->row_bytes;
                     for (int r = r0; r < r1; r++) {
@@ -240,10 +242,25 @@ static void mm_dots(void *ctx, int ith, int nth) {
     }
 }
 
+/* The parameters of a matmul of weight w with n activation rows: the shape's
+ * entry with the largest min_rows <= n (single-matrix weights only), else the
+ * type's (NULL: none). */
+static const be_cpu_mm_params *mm_params(const cpu_be *cb, const be_weight *w, int n) {
+    const cpu_mm_shape *best = NULL;
+    for (int i = 0; i < cb->n_mm_shape && w->ne[2] <= 1; i++) {
+        const cpu_mm_shape *e = &cb->mm_shape[i];
+        if (e->type == w->type && e->k == w->ne[0] && e->n == w->ne[1] && e->min_rows <= n &&
+            (!best || e->min_rows > best->min_rows))
+            best = e;
+    }
+    if (best) return &best->p;
+    return (int)w->type < QT_TYPE_COUNT ? &cb->mm[w->type] : NULL;
+}
+
 /* The kernel a weight's matmul uses (NULL: the dequantize + f32 reference path). */
-static const cpu_dot_kernel *mm_kernel(const cpu_be *cb, const be_weight *w) {
+static const cpu_dot_kernel *mm_kernel(const cpu_be *cb, const be_weight *w, const be_cpu_mm_params *mp) {
     if (cb->force_ref) return NULL;
-    int choice = (int)w->type < QT_TYPE_COUNT ? cb->mm[w->type].kernel : 0;
+    int choice = mp ? mp->kernel : 0;
     if (choice < 0) {
         const cpu_dot_kernel *v[16];
         int nv = cpu_dot_variants(w->type, v, 16);
@@ -254,9 +271,10 @@ static const cpu_dot_kernel *mm_kernel(const cpu_be *cb, const be_weight *w) {
 
 /* The multi-row kernel for a weight whose dot kernel is kern, for n activation
  * rows (NULL: none; the dot kernel runs): the type's tuned choice, else cpu_gemm_pick. */
-static const cpu_gemm_kernel *mm_gemm(const cpu_be *cb, const be_weight *w, const cpu_dot_kernel *kern, int n) {
+static const cpu_gemm_kernel *mm_gemm(const cpu_be *cb, const be_weight *w, const cpu_dot_kernel *kern, int n,
+                                      const be_cpu_mm_params *mp) {
     if (!kern || cb->no_gemm) return NULL;
-    int choice = (int)w->type < QT_TYPE_COUNT ? cb->mm[w->type].kernel : 0;
+    int choice = mp ? mp->kernel : 0;
     if (choice < 0 && -choice <= cpu_dot_variants(w->type, NULL, 0)) return NULL;
     const cpu_gemm_kernel *g = NULL;
     if (choice > 0) {
@@ -271,9 +289,9 @@ static const cpu_gemm_kernel *mm_gemm(const cpu_be *cb, const be_weight *w, cons
 /* The packed kernel for a weight whose dot kernel is kern (NULL: run the GGUF
  * rows): the type's tuned variant when it reads the weight's layout, else the
  * fastest that does. */
-static const cpu_pack_kernel *mm_pack(const cpu_be *cb, const be_weight *w, const cpu_dot_kernel *kern) {
+static const cpu_pack_kernel *mm_pack(const be_weight *w, const cpu_dot_kernel *kern, const be_cpu_mm_params *mp) {
     if (!w->packed || !kern || (int)w->type >= QT_TYPE_COUNT) return NULL;
-    int choice = cb->mm[w->type].pack;
+    int choice = mp ? mp->pack : 0;
     if (choice < 0) return NULL;
     const cpu_pack_kernel *v[16], *p = NULL;
     int nv = cpu_pack_variants(w->type, v, 16);
@@ -285,10 +303,12 @@ static const cpu_pack_kernel *mm_pack(const cpu_be *cb, const be_weight *w, cons
     return p && p->act_type == kern->act_type ? p : NULL;
 }
 
-/* A group of weight w over n activation rows with the type's kernels. */
+/* A group of weight w over n activation rows with the kernels of its parameters. */
 static mm_group mm_group_for(const cpu_be *cb, const be_weight *w, int n) {
-    const cpu_dot_kernel *kern = mm_kernel(cb, w);
-    mm_group g = {.w = w, .kern = kern, .gemm = mm_gemm(cb, w, kern, n), .pk = mm_pack(cb, w, kern), .n = n};
+    const be_cpu_mm_params *mp = mm_params(cb, w, n);
+    const cpu_dot_kernel *kern = mm_kernel(cb, w, mp);
+    mm_group g = {.w = w, .kern = kern, .gemm = mm_gemm(cb, w, kern, n, mp), .pk = mm_pack(w, kern, mp), .mp = mp,
+                  .n = n};
     if (g.pk) g.n_packed = w->ne[1] / g.pk->rows * g.pk->rows;
     return g;
 }
@@ -301,6 +321,28 @@ void be_cpu_set_mm_params(be_backend *b, qt_type t, const be_cpu_mm_params *p) {
     else
         memset(&cb->mm[t], 0, sizeof cb->mm[t]);
 }
+
+bool be_cpu_set_mm_params_shape(be_backend *b, qt_type t, int64_t k, int64_t n, int min_rows,
+                                const be_cpu_mm_params *p) {
+    cpu_be *cb = cpu_of(b);
+    if ((int)t < 0 || (int)t >= QT_TYPE_COUNT || k < 1 || n < 1 || min_rows < 1) return false;
+    int i = 0;
+    while (i < cb->n_mm_shape && !(cb->mm_shape[i].type == t && cb->mm_shape[i].k == k && cb->mm_shape[i].n == n &&
+                                   cb->mm_shape[i].min_rows == min_rows))
+        i++;
+    if (!p) {
+        if (i < cb->n_mm_shape) cb->mm_shape[i] = cb->mm_shape[--cb->n_mm_shape];
+        return true;
+    }
+    if (i == cb->n_mm_shape) {
+        if (i == BE_CPU_MM_SHAPES) return false;
+        cb->n_mm_shape++;
+    }
+    cb->mm_shape[i] = (cpu_mm_shape){.type = t, .k = k, .n = n, .min_rows = min_rows, .p = *p};
+    return true;
+}
+
+void be_cpu_clear_mm_params_shape(be_backend *b) { cpu_of(b)->n_mm_shape = 0; }
 
 /* Runs groups over the pool: converts the n_x input rows once (every group's
  * kernel must share one act_type, or all be NULL), then the dots of all groups
@@ -353,15 +395,18 @@ static void mm_run(cpu_be *cb, const float *x, int n_x, mm_group *groups, int n_
             pool_run_shared(cb->pool, mm_convert, &t);
     }
     /* chunks: about 4 per thread per group when decoding, smaller as rows grow
-     * (or the type's tuned count); threads: all, or the type's tuned count */
+     * (or the tuned count of the group's weight); threads: all, or the first
+     * group's tuned count; tiles: the tuned rows, else the kernel's default */
     int c = 0;
     int64_t work = 0;
-    const be_cpu_mm_params *mp = (int)groups[0].w->type < QT_TYPE_COUNT ? &cb->mm[groups[0].w->type] : NULL;
-    int nth_use = mp && mp->threads > 0 && mp->threads < cb->nth ? mp->threads : cb->nth;
+    const be_cpu_mm_params *mp0 = groups[0].mp;
+    int nth_use = mp0 && mp0->threads > 0 && mp0->threads < cb->nth ? mp0->threads : cb->nth;
     t.nth_use = nth_use;
     for (int g = 0; g < n_groups; g++) {
+        const be_cpu_mm_params *mp = groups[g].mp;
         int64_t n_out = groups[g].w->ne[1];
         int cpt = mp && mp->chunks > 0 ? mp->chunks : (groups[g].n > 64 ? 8 : 4);
+        groups[g].tile = mp && mp->tile > 0 ? mp->tile : groups[g].gemm || groups[g].pk ? GEMM_TILE_ROWS : TILE_ROWS;
         int64_t per = n_out / ((int64_t)nth_use * cpt);
         if (per < 4) per = 4;
         if (groups[g].pk) {
