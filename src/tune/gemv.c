@@ -1,7 +1,7 @@
-/* gemv.c: the decode GEMV kernel family for the tuner (see gemv.h). Runs are
- * the CPU backend's own matmul of one activation row (a backend made on the
- * case's pool), with its parameters (kernel, threads, chunks per thread) set
- * through be_cpu_set_mm_params, so what is timed is what decode runs. */
+/* gemv.c: the decode (gemv) and prefill matmul families for the tuner (see
+ * gemv.h). Runs are the CPU backend's own matmul (a backend made on the
+ * case's pool), with its parameters (kernel, threads, chunks per thread, tile)
+ * set through be_cpu_set_mm_params, so what is timed is what the model runs. */
 #include "gemv.h"
 
 #include <math.h>
@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../backend/cpu/cpu.h"
 #include "../backend/cpu/dot.h"
 #include "../backend/cpu/gemm.h"
 #include "../core/alloc.h"
@@ -18,91 +17,79 @@
 #define MAX_VARIANTS 8
 #define MAX_CHOICES 16
 #define DISTINCT_ROWS 32 /* synthetic weights: this many quantized rows, tiled */
+#define MAX_ROWS 4096
 
 struct tn_gemv {
     qt_type type;
     int64_t k, n;
+    int rows; /* activation rows per run (1: decode) */
     size_t row_bytes, mat_bytes;
     unsigned char *rot; /* n_rot copies of the matrix, back to back */
     size_t rot_alloc;
     int n_rot, cur;
-    float *x;           /* the activation row (k floats) */
-    unsigned char *act; /* x converted for the current variant */
-    size_t act_alloc;
-    const cpu_dot_kernel *var[MAX_VARIANTS];
-    int n_var;
+    float *x;           /* the activation rows (rows x k floats) */
+    unsigned char *act; /* x converted by the reference kernel (rows rows) */
+    size_t act_row;
+    const cpu_dot_kernel *ref_kern;
     /* kernel choices: dot variants (be kernel -1-i), then gemm variants (be kernel 1+i) */
     int choice[MAX_CHOICES];
     char label[MAX_CHOICES][24];
     int n_choice, def_choice;
     be_backend *be;
-    float *ref; /* reference output over copy 0 */
+    float *ref; /* reference output over copy 0: rows x n */
     bool ref_ready;
     const void **src; /* borrowed matrices to copy from; NULL: synthetic */
     int n_src;
     pool *pool;
-    char shape[64];
+    char shape[96];
 
-    /* the current run */
-    const cpu_dot_kernel *kern;
-    const unsigned char *w, *a;
-    float *y;
-    int64_t chunk_rows;
-    int total_chunks, nth_use;
+    /* the reference run */
     _Atomic int next;
 };
 
-/* Threads take chunks of rows from the counter until none are left. */
-static void gemv_work(void *ctx, int ith, int nth) {
+/* reference: threads take weight rows in chunks of 16 and dot them with every activation row */
+static void ref_work(void *ctx, int ith, int nth) {
+    (void)ith;
     (void)nth;
     tn_gemv *g = ctx;
-    if (ith >= g->nth_use) return;
-    cpu_dot_fn dot = g->kern->dot;
     const int64_t k = g->k, n = g->n;
     for (;;) {
-        int c = atomic_fetch_add_explicit(&g->next, 1, memory_order_relaxed);
-        if (c >= g->total_chunks) break;
-        int64_t j0 = (int64_t)c * g->chunk_rows, j1 = j0 + g->chunk_rows < n ? j0 + g->chunk_rows : n;
-        for (int64_t j = j0; j < j1; j++) dot(k, &g->y[j], g->w + (size_t)j * g->row_bytes, g->a);
+        int64_t j0 = (int64_t)atomic_fetch_add_explicit(&g->next, 1, memory_order_relaxed) * 16;
+        if (j0 >= n) break;
+        int64_t j1 = j0 + 16 < n ? j0 + 16 : n;
+        for (int64_t j = j0; j < j1; j++)
+            for (int r = 0; r < g->rows; r++)
+                g->ref_kern->dot(k, &g->ref[(size_t)r * (size_t)n + (size_t)j], g->rot + (size_t)j * g->row_bytes,
+                                 g->act + (size_t)r * g->act_row);
     }
 }
 
-/* Runs y = W x on `copy` with variant v, nth_use threads, cpt chunks per thread. */
-static void gemv_exec(tn_gemv *g, int copy, int v, int nth_use, int cpt, float *y) {
-    g->kern = g->var[v];
-    g->w = g->rot + (size_t)copy * g->mat_bytes;
-    g->y = y;
-    if (g->kern->act_type == QT_F32) {
-        g->a = (const unsigned char *)g->x;
-    } else {
-        g->kern->act(g->x, g->act, g->k);
-        g->a = g->act;
-    }
-    int64_t per = g->n / ((int64_t)nth_use * cpt);
-    g->chunk_rows = per < 1 ? 1 : per;
-    g->total_chunks = (int)((g->n + g->chunk_rows - 1) / g->chunk_rows);
-    g->nth_use = nth_use;
-    atomic_store_explicit(&g->next, 0, memory_order_relaxed);
-    if (nth_use == 1) gemv_work(g, 0, 1);
-    else pool_run(g->pool, gemv_work, g);
+void tn_gemv_params(const tn_gemv *g, const int *cfg, be_cpu_mm_params *out) {
+    memset(out, 0, sizeof *out);
+    int c = cfg[0] >= 0 && cfg[0] < g->n_choice ? cfg[0] : g->def_choice;
+    out->kernel = g->choice[c];
+    out->threads = cfg[1];
+    out->chunks = cfg[2];
+    if (g->rows > 1) out->tile = cfg[3];
 }
 
 /* A run is the backend's matmul with the configuration's parameters. */
 static bool gemv_run(void *ctx, const int *cfg, float *out) {
     tn_gemv *g = ctx;
     if (!g->ref_ready || cfg[0] < 0 || cfg[0] >= g->n_choice || cfg[1] < 1 || cfg[1] > pool_n_threads(g->pool) ||
-        cfg[2] < 1)
+        cfg[2] < 1 || (g->rows > 1 && (cfg[3] < 0 || cfg[3] > MAX_ROWS)))
         return false;
     int copy = g->cur;
     g->cur = (g->cur + 1) % g->n_rot;
-    be_cpu_mm_params mp = {.kernel = g->choice[cfg[0]], .chunks = cfg[2], .threads = cfg[1]};
+    be_cpu_mm_params mp;
+    tn_gemv_params(g, cfg, &mp);
     be_cpu_set_mm_params(g->be, g->type, &mp);
     be_weight w = {.type = g->type,
                    .ne = {g->k, g->n, 1},
                    .row_bytes = g->row_bytes,
                    .mat_bytes = g->mat_bytes,
                    .data = g->rot + (size_t)copy * g->mat_bytes};
-    g->be->ops->matmul(g->be, &w, 0, g->x, 1, out);
+    g->be->ops->matmul(g->be, &w, 0, g->x, g->rows, out);
     return true;
 }
 
@@ -111,10 +98,9 @@ static void gemv_reset(void *ctx) { ((tn_gemv *)ctx)->cur = 0; }
 static hn_status gemv_prepare(tn_gemv *g, hn_err *err);
 
 static hn_status gemv_reference(void *ctx, float *out, hn_err *err) {
-    (void)err;
     tn_gemv *g = ctx;
     hn_status st = gemv_prepare(g, err);
-    if (st == HN_OK) memcpy(out, g->ref, sizeof(float) * (size_t)g->n);
+    if (st == HN_OK) memcpy(out, g->ref, sizeof(float) * (size_t)g->n * (size_t)g->rows);
     return st;
 }
 
@@ -127,45 +113,66 @@ static uint64_t xorshift(uint64_t *s) {
 
 static float uniform(uint64_t *s) { return (float)(xorshift(s) >> 40) / (float)(1 << 24) - 0.5f; }
 
-hn_status tn_gemv_create(qt_type t, int64_t k, int64_t n, const void *const *mats, int n_mats, size_t rotate_bytes,
-                         pool *p, tn_gemv **out, hn_err *err) {
+static void add_choice(tn_gemv *g, int be_kernel, const char *prefix, const char *isa) {
+    if (g->n_choice == MAX_CHOICES) return;
+    g->choice[g->n_choice] = be_kernel;
+    snprintf(g->label[g->n_choice], sizeof g->label[0], "%s%s", prefix, isa);
+    g->n_choice++;
+}
+
+static hn_status make_case(qt_type t, int64_t k, int64_t n, int rows, const void *const *mats, int n_mats,
+                           size_t rotate_bytes, pool *p, tn_gemv **out, hn_err *err) {
     *out = NULL;
     const qt_type_traits *tr = qt_traits(t);
-    if (!tr || k <= 0 || n <= 0 || k > ((int64_t)1 << 24) || n > ((int64_t)1 << 24) || !p)
+    if (!tr || k <= 0 || n <= 0 || k > ((int64_t)1 << 24) || n > ((int64_t)1 << 24) || !p || rows < 1 ||
+        rows > MAX_ROWS)
         return hn_errf(err, HN_ERR_INVALID, "gemv: bad shape or type");
     size_t rb = qt_row_size(t, k);
     if (!rb) return hn_errf(err, HN_ERR_INVALID, "gemv: %lld is not a multiple of %s's block", (long long)k, tr->name);
+    const cpu_dot_kernel *dv[MAX_VARIANTS];
+    int nd = cpu_dot_variants(t, dv, MAX_VARIANTS);
+    if (nd > MAX_VARIANTS) nd = MAX_VARIANTS;
+    if (nd < 1 || strcmp(dv[0]->isa, "ref"))
+        return hn_errf(err, HN_ERR_UNSUPPORTED, "gemv: no dot kernel for %s", tr->name);
     tn_gemv *g = hn_calloc(1, sizeof *g);
     if (!g) return hn_errf(err, HN_ERR_NOMEM, "gemv: out of memory");
     g->type = t;
     g->k = k;
     g->n = n;
+    g->rows = rows;
     g->pool = p;
     g->row_bytes = rb;
     g->mat_bytes = rb * (size_t)n;
-    g->n_var = cpu_dot_variants(t, g->var, MAX_VARIANTS);
-    if (g->n_var > MAX_VARIANTS) g->n_var = MAX_VARIANTS;
-    snprintf(g->shape, sizeof g->shape, "%s k%lld n%lld t%d", tr->name, (long long)k, (long long)n,
-             pool_n_threads(p));
-    if (g->n_var < 1 || strcmp(g->var[0]->isa, "ref")) {
-        tn_gemv_free(g);
-        return hn_errf(err, HN_ERR_UNSUPPORTED, "gemv: no dot kernel for %s", tr->name);
-    }
-    /* kernel choices and the backend's default among them */
-    for (int i = 0; i < g->n_var && g->n_choice < MAX_CHOICES; i++, g->n_choice++) {
-        g->choice[g->n_choice] = -1 - i;
-        snprintf(g->label[g->n_choice], sizeof g->label[0], "%s", g->var[i]->isa);
-    }
-    g->def_choice = g->n_var - 1; /* cpu_dot_best */
+    g->ref_kern = dv[0];
+    if (rows == 1)
+        snprintf(g->shape, sizeof g->shape, "%s k%lld n%lld t%d", tr->name, (long long)k, (long long)n,
+                 pool_n_threads(p));
+    else
+        snprintf(g->shape, sizeof g->shape, "%s k%lld n%lld r%d t%d", tr->name, (long long)k, (long long)n, rows,
+                 pool_n_threads(p));
+    /* the backend's untuned choice: the gemm pick (when it reads the dot kernel's activations), else the best dot */
+    const cpu_dot_kernel *best = cpu_dot_best(t);
     const cpu_gemm_kernel *gv[MAX_VARIANTS];
     int ng = cpu_gemm_variants(t, gv, MAX_VARIANTS);
-    const cpu_gemm_kernel *pick = cpu_gemm_pick(t, 1);
-    for (int i = 0; i < ng && i < MAX_VARIANTS && g->n_choice < MAX_CHOICES; i++, g->n_choice++) {
-        g->choice[g->n_choice] = 1 + i;
-        snprintf(g->label[g->n_choice], sizeof g->label[0], "gemm-%s", gv[i]->isa);
-        if (gv[i] == pick) g->def_choice = g->n_choice;
+    if (ng > MAX_VARIANTS) ng = MAX_VARIANTS;
+    const cpu_gemm_kernel *pick = cpu_gemm_pick_k(t, rows, k);
+    if (pick && pick->act_type != best->act_type) pick = NULL;
+    /* candidates: every variant but the scalar references (kept only when they are the default) */
+    for (int i = 0; i < nd; i++) {
+        bool is_def = !pick && dv[i] == best;
+        if (strcmp(dv[i]->isa, "ref") && dv[i]->act_type == best->act_type) add_choice(g, -1 - i, "", dv[i]->isa);
+        else if (is_def) add_choice(g, -1 - i, "", dv[i]->isa);
+        else continue;
+        if (is_def) g->def_choice = g->n_choice - 1;
     }
-    be_limits lim = {.max_rows = 1, .max_k = k, .max_head_dim = 64, .max_group = 1};
+    for (int i = 0; i < ng; i++) {
+        bool is_def = gv[i] == pick;
+        if (gv[i]->act_type != best->act_type || !cpu_gemm_fits(gv[i], k)) continue;
+        if (strcmp(gv[i]->isa, "ref") || is_def) add_choice(g, 1 + i, "gemm-", gv[i]->isa);
+        else continue;
+        if (is_def) g->def_choice = g->n_choice - 1;
+    }
+    be_limits lim = {.max_rows = rows, .max_k = k, .max_head_dim = 64, .max_group = 1};
     hn_status st = be_cpu_create(p, &g->be, err);
     if (st == HN_OK) st = g->be->ops->reserve(g->be, &lim, err);
     if (st != HN_OK) {
@@ -194,6 +201,20 @@ hn_status tn_gemv_create(qt_type t, int64_t k, int64_t n, const void *const *mat
     return HN_OK;
 }
 
+hn_status tn_gemv_create(qt_type t, int64_t k, int64_t n, const void *const *mats, int n_mats, size_t rotate_bytes,
+                         pool *p, tn_gemv **out, hn_err *err) {
+    return make_case(t, k, n, 1, mats, n_mats, rotate_bytes, p, out, err);
+}
+
+hn_status tn_prefill_create(qt_type t, int64_t k, int64_t n, int rows, const void *const *mats, int n_mats,
+                            size_t rotate_bytes, pool *p, tn_gemv **out, hn_err *err) {
+    if (rows < 2) {
+        *out = NULL;
+        return hn_errf(err, HN_ERR_INVALID, "prefill: %d rows (decode is tn_gemv_create)", rows);
+    }
+    return make_case(t, k, n, rows, mats, n_mats, rotate_bytes, p, out, err);
+}
+
 /* Allocates and fills the rotation buffer and computes the reference (the
  * first time only): deferred so that a case answered from the cache costs
  * nothing. */
@@ -201,19 +222,19 @@ static hn_status gemv_prepare(tn_gemv *g, hn_err *err) {
     if (g->ref_ready) return HN_OK;
     const qt_type_traits *tr = qt_traits(g->type);
     const int64_t k = g->k, n = g->n;
-    const size_t rb = g->row_bytes;
+    const size_t rb = g->row_bytes, nx = (size_t)k * (size_t)g->rows;
+    g->act_row = (size_t)k * 4 + 1024; /* bounds every act_type's row (see dot.h) */
     if (!g->rot) g->rot = hn_pages_alloc(g->rot_alloc);
-    if (!g->x) g->x = hn_malloc(sizeof(float) * (size_t)k);
-    g->act_alloc = (size_t)k * 4 + 1024; /* bounds every act_type's row (see dot.h) */
-    if (!g->act) g->act = hn_malloc(g->act_alloc);
-    if (!g->ref) g->ref = hn_malloc(sizeof(float) * (size_t)n);
+    if (!g->x) g->x = hn_malloc(sizeof(float) * nx);
+    if (!g->act) g->act = hn_malloc(g->act_row * (size_t)g->rows);
+    if (!g->ref) g->ref = hn_malloc(sizeof(float) * (size_t)n * (size_t)g->rows);
     float *row = hn_malloc(sizeof(float) * (size_t)k);
     if (!g->rot || !g->x || !g->act || !g->ref || !row) {
         hn_free(row);
         return hn_errf(err, HN_ERR_NOMEM, "gemv: cannot allocate %zu bytes of rotation buffer", g->rot_alloc);
     }
     uint64_t seed = 0x9e3779b97f4a7c15ull ^ ((uint64_t)g->type << 32) ^ (uint64_t)(k * 31 + n);
-    for (int64_t i = 0; i < k; i++) g->x[i] = uniform(&seed);
+    for (size_t i = 0; i < nx; i++) g->x[i] = uniform(&seed);
     size_t copies = (size_t)g->n_rot;
     if (g->n_src > 0) {
         for (size_t c = 0; c < copies; c++)
@@ -228,8 +249,15 @@ static hn_status gemv_prepare(tn_gemv *g, hn_err *err) {
         for (size_t c = 1; c < copies; c++) memcpy(g->rot + c * g->mat_bytes, g->rot, g->mat_bytes);
     }
     hn_free(row);
-    /* the trusted output: the scalar kernel, one thread, copy 0 */
-    gemv_exec(g, 0, 0, 1, 1, g->ref);
+    /* the trusted output: the scalar kernel over copy 0 */
+    if (g->ref_kern->act_type == QT_F32) {
+        for (int r = 0; r < g->rows; r++) memcpy(g->act + (size_t)r * g->act_row, g->x + (size_t)r * (size_t)k, sizeof(float) * (size_t)k);
+    } else {
+        for (int r = 0; r < g->rows; r++) g->ref_kern->act(g->x + (size_t)r * (size_t)k, g->act + (size_t)r * g->act_row, k);
+    }
+    atomic_store(&g->next, 0);
+    if ((double)n * (double)g->rows * (double)k < 1e6) ref_work(g, 0, 1);
+    else pool_run_shared(g->pool, ref_work, g);
     g->ref_ready = true;
     return HN_OK;
 }
@@ -246,11 +274,12 @@ void tn_gemv_free(tn_gemv *g) {
 }
 
 size_t tn_gemv_bytes(const tn_gemv *g) { return g->mat_bytes; }
+double tn_gemv_macs(const tn_gemv *g) { return (double)g->rows * (double)g->k * (double)g->n; }
 
 void tn_gemv_case(tn_gemv *g, tn_case *c) {
     memset(c, 0, sizeof *c);
-    c->kernel = "gemv";
-    c->version = TN_GEMV_VERSION;
+    c->kernel = g->rows == 1 ? "gemv" : "prefill";
+    c->version = g->rows == 1 ? TN_GEMV_VERSION : TN_PREFILL_VERSION;
     snprintf(c->shape, sizeof c->shape, "%s", g->shape);
     tn_param *pd = &c->params[0], *pt = &c->params[1], *pc = &c->params[2];
     pd->name = "kernel";
@@ -268,9 +297,18 @@ void tn_gemv_case(tn_gemv *g, tn_case *c) {
     static const int cpts[] = {1, 2, 4, 8, 16};
     pc->name = "chunks";
     for (int i = 0; i < 5; i++) pc->values[pc->n++] = cpts[i];
-    pc->def = 2; /* the backend's 4 per thread */
+    pc->def = g->rows > 64 ? 3 : 2; /* the backend's 8 past 64 rows, else 4 per thread */
     c->n_params = 3;
-    c->n_out = (size_t)g->n;
+    if (g->rows > 1) {
+        tn_param *pl = &c->params[3];
+        static const int tiles[] = {0, 8, 16, 32, 64, 128};
+        pl->name = "tile";
+        for (int i = 0; i < 6; i++) pl->values[pl->n++] = tiles[i];
+        pl->labels[0] = "auto"; /* the backend's default (64 rows with a gemm kernel, 16 with a dot kernel) */
+        pl->def = 0;
+        c->n_params = 4;
+    }
+    c->n_out = (size_t)g->n * (size_t)g->rows;
     c->tol_rel = 1e-3f;
     c->tol_abs = 1e-6f;
     c->tol_max = 1e-4f;
