@@ -3,6 +3,15 @@
 # timeout, and prints the total as "N passed, N failed".
 # usage: scripts/run_tests.sh BUILD_DIR
 dir=${1:-build}
+# Tests never touch the user's cache: a fresh cache directory for the run
+# (tuner results, probe bandwidth, the demo model), removed at the end. Model
+# loads keep the built-in kernel parameters (HONE_NO_TUNE=1) so outputs do not
+# depend on what a tuning run picked; the tuner's own tests turn it back on.
+HONE_CACHE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/hone-test-cache-XXXXXX") || exit 1
+XDG_CACHE_HOME=$HONE_CACHE_DIR
+HONE_NO_TUNE=1
+export HONE_CACHE_DIR XDG_CACHE_HOME HONE_NO_TUNE
+trap 'rm -rf "$HONE_CACHE_DIR"' EXIT
 total_p=0; total_f=0; bad=""
 for t in "$dir"/tests/test_*; do
     [ -x "$t" ] || continue

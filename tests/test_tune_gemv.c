@@ -1,10 +1,10 @@
-/* test_tune_gemv.c: the decode GEMV tuning family and `hone tune`.
- * Every configuration (kernel x threads x chunks) of every weight type
- * with a kernel, on synthetic and on real model weights, must validate against
- * the scalar reference; configurations that cannot run are refused; the tuner
- * picks a valid configuration and caches it; `hone tune` prints the probe and
- * the table and says that its second run came from the cache. No assertion
- * depends on speed. */
+/* test_tune_gemv.c: the decode (gemv) and prefill tuning families and
+ * `hone tune`. Every configuration (kernel x threads x chunks, x tile for
+ * prefill) of every weight type with a kernel, on synthetic and on real model
+ * weights, must validate against the scalar reference; configurations that
+ * cannot run are refused; the tuner picks a valid configuration and caches it;
+ * `hone tune` prints the probe and both tables and says that its second run
+ * came from the cache. No assertion depends on speed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,33 +29,60 @@ static int check_all_configs(const tn_case *c, const char *what) {
     float mx = 0;
     for (size_t i = 0; i < c->n_out; i++) mx = ref[i] > mx ? ref[i] : -ref[i] > mx ? -ref[i] : mx;
     int checked = 0;
-    for (int a = 0; a < c->params[0].n; a++)
-        for (int b = 0; b < c->params[1].n; b++)
-            for (int d = 0; d < c->params[2].n; d++) {
-                int cfg[3] = {c->params[0].values[a], c->params[1].values[b], c->params[2].values[d]};
-                for (size_t i = 0; i < c->n_out; i++) out[i] = -12345.0f;
-                c->reset(c->ctx);
-                CHECK(c->run(c->ctx, cfg, out));
-                size_t bad = 0;
-                bool ok = tn_validate(ref, out, c->n_out, c->tol_abs + c->tol_max * mx, c->tol_rel, &bad);
-                CHECKF(ok, "%s %s dot=%s threads=%d chunks=%d: row %zu %g vs %g", what, c->shape,
-                       c->params[0].labels[a], cfg[1], cfg[2], bad, out[bad], ref[bad]);
-                checked++;
-            }
+    int idx[TN_MAX_PARAMS] = {0};
+    for (;;) {
+        int cfg[TN_MAX_PARAMS];
+        for (int p = 0; p < c->n_params; p++) cfg[p] = c->params[p].values[idx[p]];
+        for (size_t i = 0; i < c->n_out; i++) out[i] = -12345.0f;
+        c->reset(c->ctx);
+        CHECK(c->run(c->ctx, cfg, out));
+        size_t bad = 0;
+        bool ok = tn_validate(ref, out, c->n_out, c->tol_abs + c->tol_max * mx, c->tol_rel, &bad);
+        char cs[256];
+        CHECKF(ok, "%s %s %s: output %zu %g vs %g", what, c->shape, tn_cfg_str(c, cfg, cs, sizeof cs), bad, out[bad],
+               ref[bad]);
+        checked++;
+        int p = 0;
+        while (p < c->n_params && ++idx[p] == c->params[p].n) idx[p++] = 0;
+        if (p == c->n_params) break;
+    }
     /* after a reset the rotation starts over: the same output again */
-    int def[3] = {c->params[0].values[c->params[0].def], c->params[1].values[c->params[1].def],
-                  c->params[2].values[c->params[2].def]};
+    int def[TN_MAX_PARAMS];
+    for (int p = 0; p < c->n_params; p++) def[p] = c->params[p].values[c->params[p].def];
     c->reset(c->ctx);
     c->run(c->ctx, def, out);
     c->reset(c->ctx);
     c->run(c->ctx, def, ref);
     CHECK(!memcmp(out, ref, sizeof(float) * c->n_out));
     /* what cannot run is refused */
-    int bad1[3] = {c->params[0].n, 1, 1}, bad2[3] = {0, 99, 1}, bad3[3] = {0, 1, 0};
+    int bad1[TN_MAX_PARAMS], bad2[TN_MAX_PARAMS], bad3[TN_MAX_PARAMS];
+    memcpy(bad1, def, sizeof def);
+    memcpy(bad2, def, sizeof def);
+    memcpy(bad3, def, sizeof def);
+    bad1[0] = c->params[0].n;
+    bad2[1] = 99;
+    bad3[2] = 0;
     CHECK(!c->run(c->ctx, bad1, out) && !c->run(c->ctx, bad2, out) && !c->run(c->ctx, bad3, out));
     hn_free(ref);
     hn_free(out);
     return checked;
+}
+
+/* The kernel candidates a case should offer for t at k: non-reference variants reading
+ * the dot registry's activations (gemm ones only when they fit k), plus the default. */
+static int expected_kernels(qt_type t, int64_t k, int rows, char *def, size_t cap) {
+    const cpu_dot_kernel *v[8];
+    const cpu_gemm_kernel *gv[8];
+    int nd = cpu_dot_variants(t, v, 8), ng = cpu_gemm_variants(t, gv, 8), n = 0;
+    const cpu_dot_kernel *best = cpu_dot_best(t);
+    const cpu_gemm_kernel *pick = cpu_gemm_pick_k(t, rows, k);
+    if (pick && pick->act_type != best->act_type) pick = NULL;
+    snprintf(def, cap, "%s%s", pick ? "gemm-" : "", pick ? pick->isa : best->isa);
+    for (int i = 0; i < nd; i++)
+        n += (strcmp(v[i]->isa, "ref") && v[i]->act_type == best->act_type) || (!pick && v[i] == best);
+    for (int i = 0; i < ng; i++)
+        n += gv[i]->act_type == best->act_type && cpu_gemm_fits(gv[i], k) && (strcmp(gv[i]->isa, "ref") || gv[i] == pick);
+    return n;
 }
 
 static void test_synthetic(pool *p) {
@@ -69,21 +96,43 @@ static void test_synthetic(pool *p) {
         if (st != HN_OK) continue;
         tn_case c;
         tn_gemv_case(g, &c);
-        const cpu_dot_kernel *v[8];
-        const cpu_gemm_kernel *gv[8];
-        int nv = cpu_dot_variants(types[i], v, 8) + cpu_gemm_variants(types[i], gv, 8);
-        CHECK(c.params[0].n == nv && !strcmp(c.params[0].labels[0], "ref"));
-        /* the default is what the backend runs untuned */
-        const cpu_gemm_kernel *pick = cpu_gemm_pick(types[i], 1);
+        /* the default is what the backend runs untuned; no scalar reference unless it is the default */
         char want[32];
-        snprintf(want, sizeof want, "%s%s", pick ? "gemm-" : "", pick ? pick->isa : cpu_dot_best(types[i])->isa);
+        int nv = expected_kernels(types[i], 512, 1, want, sizeof want);
+        CHECKF(c.params[0].n == nv, "%s: %d kernels, want %d", qt_name(types[i]), c.params[0].n, nv);
         CHECKF(!strcmp(c.params[0].labels[c.params[0].def], want), "%s: default %s, want %s", qt_name(types[i]),
                c.params[0].labels[c.params[0].def], want);
+        for (int j = 0; j < c.params[0].n; j++)
+            CHECK(j == c.params[0].def || !strstr(c.params[0].labels[j], "ref"));
         CHECK(c.params[1].values[c.params[1].def] == pool_n_threads(p));
         CHECK(c.params[2].values[c.params[2].def] == 4);
+        CHECK(c.n_params == 3 && !strcmp(c.kernel, "gemv") && !strcmp(c.version, TN_GEMV_VERSION));
         CHECK(tn_gemv_bytes(g) == qt_row_size(types[i], 512) * 200);
         CHECK(strstr(c.shape, qt_name(types[i])) == c.shape);
         CHECK(check_all_configs(&c, "synthetic") == nv * c.params[1].n * c.params[2].n);
+        /* the backend parameters of a configuration */
+        int cfg[3] = {c.params[0].def, 1, 8};
+        be_cpu_mm_params mp;
+        tn_gemv_params(g, cfg, &mp);
+        CHECK(mp.threads == 1 && mp.chunks == 8 && mp.tile == 0 && mp.kernel != 0);
+        tn_gemv_free(g);
+
+        /* prefill: 19 rows (a partial tile of 8), every configuration, tile included */
+        st = tn_prefill_create(types[i], 512, 72, 19, NULL, 0, (size_t)1 << 18, p, &g, &err);
+        CHECKF(st == HN_OK, "%s prefill: %s", qt_name(types[i]), err.msg);
+        if (st != HN_OK) continue;
+        tn_gemv_case(g, &c);
+        nv = expected_kernels(types[i], 512, 19, want, sizeof want);
+        CHECKF(c.params[0].n == nv && !strcmp(c.params[0].labels[c.params[0].def], want), "%s prefill: default %s, want %s",
+               qt_name(types[i]), c.params[0].labels[c.params[0].def], want);
+        CHECK(c.n_params == 4 && !strcmp(c.kernel, "prefill") && !strcmp(c.version, TN_PREFILL_VERSION));
+        CHECK(!strcmp(c.params[3].name, "tile") && c.params[3].values[c.params[3].def] == 0);
+        CHECK(strstr(c.shape, " r19 ") != NULL && c.n_out == 19 * 72);
+        CHECK(tn_gemv_macs(g) == 19.0 * 512 * 72);
+        CHECK(check_all_configs(&c, "prefill") == nv * c.params[1].n * c.params[2].n * c.params[3].n);
+        int pcfg[4] = {c.params[0].def, 2, 4, 32};
+        tn_gemv_params(g, pcfg, &mp);
+        CHECK(mp.threads == 2 && mp.chunks == 4 && mp.tile == 32);
         tn_gemv_free(g);
     }
     hn_err err;
@@ -91,6 +140,7 @@ static void test_synthetic(pool *p) {
     CHECK(tn_gemv_create(QT_Q4_K, 100, 10, NULL, 0, 0, p, &g, &err) == HN_ERR_INVALID && !g); /* not whole blocks */
     CHECK(tn_gemv_create(QT_Q8_K, 256, 10, NULL, 0, 0, p, &g, &err) == HN_ERR_UNSUPPORTED && !g);
     CHECK(tn_gemv_create(QT_Q4_0, 0, 10, NULL, 0, 0, p, &g, &err) == HN_ERR_INVALID);
+    CHECK(tn_prefill_create(QT_Q4_0, 64, 10, 1, NULL, 0, 0, p, &g, &err) == HN_ERR_INVALID && !g);
     tn_gemv_free(NULL);
 }
 
@@ -141,6 +191,13 @@ static void test_real(pool *p) {
             tn_tuner_close(t);
         }
         tn_gemv_free(g);
+        /* prefill over the real matrices: 40 rows (tiles of 8, 16, 32 with a partial one) */
+        g = NULL;
+        CHECK(tn_prefill_create(t0->type, t0->ne[0], t0->ne[1], 40, mats, n, (size_t)1 << 20, p, &g, &err) == HN_OK);
+        if (!g) continue;
+        tn_gemv_case(g, &c);
+        CHECK(check_all_configs(&c, names[i]) == c.params[0].n * c.params[1].n * c.params[2].n * c.params[3].n);
+        tn_gemv_free(g);
     }
     gguf_close(gg);
 }
@@ -168,6 +225,10 @@ static void test_cli(void) {
     CHECKF(strstr(out, "| kernel | shape | default us | tuned us | speedup |") != NULL, "%s", out);
     CHECK(strstr(out, "| gemv | q4_K k256 n768 ") != NULL);
     CHECK(strstr(out, "| gemv | q6_K k256 n2048 ") != NULL); /* tied output = token_embd */
+    CHECKF(strstr(out, "\nprefill (") && strstr(out, "| kernel | shape | default us | tuned us | speedup | GMAC/s |"), "%s",
+           out);
+    CHECK(strstr(out, "| prefill | q4_K k256 n768 r32 ") != NULL && strstr(out, "| prefill | q4_K k256 n768 r128 ") != NULL);
+    CHECK(strstr(out, "| prefill | q6_K k256 n2048 ") == NULL); /* the logits matrix has no prefill case */
     CHECKF(strstr(out, "0 of ") != NULL && strstr(out, "all cached") == NULL, "%s", out);
     CHECK(run_cmd(cmd, out, sizeof out) == 0);
     CHECKF(strstr(out, "all cached") != NULL && strstr(out, "bandwidth (GB/s, ") && strstr(out, ", cached)"), "%s", out);

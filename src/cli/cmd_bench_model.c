@@ -20,11 +20,12 @@
 #include "../kv/kv.h"
 #include "../model/model.h"
 #include "../quant/quant.h"
+#include "../tune/apply.h"
 #include "cli.h"
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: hone bench -m FILE [-p N] [-n N] [-t N] [--depth D] [-r REPS] [-b BATCH] [--csv]\n"
+            "usage: hone bench -m FILE [-p N] [-n N] [-t N] [--depth D] [-r REPS] [-b BATCH] [--csv] [--no-tune]\n"
             "\n"
             "Measures prompt processing (ppN) and token generation (tgN) speed like\n"
             "llama-bench: median tokens/s over REPS repetitions, as a markdown table.\n"
@@ -38,7 +39,9 @@ static void usage(FILE *f) {
             "  -b, --batch N      most tokens per forward step (default 512)\n"
             "  -ctk, --cache-type-k T   K cache type: f32, f16, q8_0 (default f16, as llama-bench)\n"
             "  -ctv, --cache-type-v T   V cache type: f32, f16, q8_0, q4_0, q4_1 (default f16)\n"
-            "  --csv              print `test,depth,threads,median,min,max` lines instead\n");
+            "  --csv              print `test,depth,threads,median,min,max` lines instead\n"
+            "  --no-tune          built-in kernel parameters: neither tune nor use the tuning cache\n"
+            "                     (also HONE_NO_TUNE=1; by default the first start tunes, up to 30 s)\n");
 }
 
 static double now_s(void) {
@@ -124,7 +127,7 @@ static const char *main_type(const gguf_ctx *g) {
 int cmd_bench_model(int argc, char **argv) {
     const char *path = NULL;
     long n_prompt = 512, n_gen = 128, depth = 0, reps = 5, batch = 512, n_threads = 0;
-    bool csv = false;
+    bool csv = false, no_tune = false;
     qt_type ctk = QT_F16, ctv = QT_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -134,6 +137,10 @@ int cmd_bench_model(int argc, char **argv) {
         }
         if (!strcmp(a, "--csv")) {
             csv = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-tune")) {
+            no_tune = true;
             continue;
         }
         if (i + 1 >= argc) {
@@ -195,6 +202,8 @@ int cmd_bench_model(int argc, char **argv) {
         fprintf(stderr, "hone bench: %s: %s\n", path, err.msg);
         goto done;
     }
+    if (!no_tune && tn_load_tune(model_backend(c.m), model_gguf(c.m), model_n_threads(c.m), "hone bench", &err) != HN_OK)
+        fprintf(stderr, "hone bench: kernel tuning skipped: %s\n", err.msg);
     const model_hparams *hp = model_hp(c.m);
     int64_t need = depth + (n_prompt > n_gen ? n_prompt : n_gen) + 1;
     if (need > hp->n_ctx_train) {

@@ -18,6 +18,7 @@
 #include "../model/model.h"
 #include "../sample/sample.h"
 #include "../tokenizer/tokenizer.h"
+#include "../tune/apply.h"
 #include "cli.h"
 
 static void usage(FILE *f) {
@@ -41,6 +42,8 @@ static void usage(FILE *f) {
             "  -t, --threads N         threads (default: all CPUs)\n"
             "  --print-ids             print the generated token ids instead of text\n"
             "  --ignore-eos            do not stop at end-of-generation tokens (benchmarks)\n"
+            "  --no-tune               built-in kernel parameters: neither tune nor use the tuning cache\n"
+            "                          (also HONE_NO_TUNE=1; by default the first start tunes, up to 30 s)\n"
             "  -h, --help              this help\n");
 }
 
@@ -125,7 +128,7 @@ int cmd_run(int argc, char **argv) {
     const char *path = NULL, *prompt = NULL, *tokens = NULL;
     long n_gen = 64;
     int n_threads = 0;
-    bool print_ids = false, ignore_eos = false;
+    bool print_ids = false, ignore_eos = false, no_tune = false;
     smp_params sp = smp_default_params();
     sp.repeat_penalty = 1.0f;
     for (int i = 1; i < argc; i++) {
@@ -139,6 +142,9 @@ int cmd_run(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--ignore-eos")) {
             ignore_eos = true;
+            continue;
+        } else if (!strcmp(a, "--no-tune")) {
+            no_tune = true;
             continue;
         }
         if (a[0] != '-' || !need_arg(i, argc, a)) {
@@ -198,6 +204,8 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "hone run: %s: %s\n", path, err.msg);
         goto done;
     }
+    if (!no_tune && tn_load_tune(model_backend(m), model_gguf(m), model_n_threads(m), "hone run", &err) != HN_OK)
+        fprintf(stderr, "hone run: kernel tuning skipped: %s\n", err.msg);
     const model_hparams *hp = model_hp(m);
     int64_t n_prompt;
     if (tokens) {

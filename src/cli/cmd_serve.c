@@ -20,14 +20,26 @@
 #include "../sched/engine.h"
 #include "../server/prompt.h"
 #include "../server/server.h"
+#include "../model/model.h"
 #include "../server/testeng.h"
 #include "../tokenizer/tokenizer.h"
+#include "../tune/apply.h"
 #include "cli.h"
 
 static hn_status real_submit(void *ctx, const eng_request *r, eng_req_id *id, hn_err *err) {
     return eng_submit(ctx, r, id, err);
 }
 static void real_cancel(void *ctx, eng_req_id id) { eng_cancel(ctx, id); }
+
+/* model load: the tuned kernel parameters (a failure only warns) */
+static hn_status serve_tune(void *ctx, struct model *m, hn_err *err) {
+    (void)ctx;
+    (void)err;
+    hn_err e = {0};
+    if (tn_load_tune(model_backend(m), model_gguf(m), model_n_threads(m), "hone serve", &e) != HN_OK)
+        fprintf(stderr, "hone serve: kernel tuning skipped: %s\n", e.msg);
+    return HN_OK;
+}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -45,6 +57,8 @@ static void usage(FILE *f) {
             "  --kv-type T          KV cache elements: f32 (default), f16, q8_0, k8v4 (8-bit K, 4-bit V)\n"
             "  --block-size N       KV positions per block (default 16)\n"
             "  --no-prefix-cache    compute every prompt from scratch (no reuse across requests)\n"
+            "  --no-tune            built-in kernel parameters: neither tune nor use the tuning cache\n"
+            "                       (also HONE_NO_TUNE=1; by default the first start tunes, up to 30 s)\n"
             "  --max-body SIZE      largest request body (default 32M)\n"
             "  --ping-ms N          keep-alive interval of a silent stream (default 5000)\n"
             "  --verbose            log every request to stderr\n"
@@ -83,7 +97,7 @@ int cmd_serve(int argc, char **argv) {
     srv_config cfg = srv_default_config();
     long ctx = 0, max_tokens = 0, threads = 0;
     size_t kv_bytes = 0;
-    bool test_engine = false, prefix_cache = true;
+    bool test_engine = false, prefix_cache = true, no_tune = false;
     int kv_type = 0;
     long block_size = 0;
     for (int i = 1; i < argc; i++) {
@@ -101,6 +115,9 @@ int cmd_serve(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--no-prefix-cache")) {
             prefix_cache = false;
+            continue;
+        } else if (!strcmp(a, "--no-tune")) {
+            no_tune = true;
             continue;
         }
         if (!v) {
@@ -180,6 +197,7 @@ int cmd_serve(int argc, char **argv) {
         ep.kv_type = kv_type;
         ep.block_size = (int)block_size;
         ep.prefix_cache = prefix_cache;
+        if (!no_tune) ep.on_load = serve_tune;
         if (eng_create(&ep, &eng, &err) != HN_OK) {
             fprintf(stderr, "hone serve: %s: %s\n", model, err.msg);
             goto out;

@@ -1,9 +1,11 @@
 /* cmd_tune.c: `hone tune [-m FILE] [-t N] [--budget SECONDS] [--force]`:
  * probes the machine (cores, caches, ISA, measured bandwidth), then tunes the
- * decode GEMV of every distinct weight shape of the model (or of a built-in
- * set of Qwen3-0.6B shapes without -m) and prints, per kernel and shape, the
- * default time, the tuned time, the speedup and the chosen parameters.
- * Results are cached per device; a second run reuses them and says so. */
+ * matmul kernels of every distinct weight shape of the model (or of a
+ * built-in set of Qwen3-0.6B shapes without -m) in both families, decode
+ * (one activation row) and prefill (32 and 128 rows), and prints a table per
+ * family: kernel, shape, default time, tuned time, speedup and the chosen
+ * parameters. Results are cached per device; a second run reuses them and
+ * says so. Model load (run, serve, bench) applies the same results. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,30 +17,22 @@
 #include "../core/pool.h"
 #include "../gguf/gguf.h"
 #include "../quant/quant.h"
+#include "../tune/apply.h"
 #include "../tune/gemv.h"
 #include "../tune/probe.h"
 #include "../tune/tune.h"
 #include "cli.h"
 
-#define MAX_SHAPES 64
-#define MAX_MATS 64 /* copies of one shape taken from the file (layers) */
-
-typedef struct shape {
-    qt_type type;
-    int64_t k, n;
-    const void *mats[MAX_MATS];
-    int n_mats, n_total; /* n_total: tensors of this shape in the model */
-} shape;
-
 static void usage(FILE *f) {
     fprintf(f,
             "usage: hone tune [-m FILE] [-t N] [--budget SECONDS] [--force]\n\n"
             "Probes this machine (cores, caches, instruction sets, memory bandwidth) and\n"
-            "tunes the decode matrix-vector kernels for every weight shape of FILE (without\n"
-            "-m: the Qwen3-0.6B shapes in q4_0, q8_0, q4_K and q6_K). Every candidate is\n"
-            "validated against the scalar reference before it is timed; a winner must beat\n"
-            "the default by 3%%. Results are cached per device (HONE_CACHE_DIR, else\n"
-            "$XDG_CACHE_HOME/hone or ~/.cache/hone); a second run reuses them.\n\n"
+            "tunes the matmul kernels for every weight shape of FILE (without -m: the\n"
+            "Qwen3-0.6B shapes in q4_0, q8_0, q4_K and q6_K), for decode (1 row) and\n"
+            "prefill (32 and 128 rows). Every candidate is validated against the scalar\n"
+            "reference before it is timed; a winner must beat the default by 3%%. Results\n"
+            "are cached per device (HONE_CACHE_DIR, else $XDG_CACHE_HOME/hone or\n"
+            "~/.cache/hone); a second run, and hone run/serve/bench, reuse them.\n\n"
             "  -m FILE           GGUF model whose weight shapes to tune\n"
             "  -t N              threads (default: every CPU this process may use)\n"
             "  --budget SECONDS  total tuning time (default 30)\n"
@@ -70,49 +64,19 @@ static void print_probe(const tn_probe *p) {
     for (int i = 0; i < p->bw_n; i++) printf("  %7d %7.1f %7.1f\n", p->bw_threads[i], p->bw_read[i], p->bw_copy[i]);
 }
 
-static shape *find_shape(shape *s, int *n, qt_type t, int64_t k, int64_t rows) {
-    for (int i = 0; i < *n; i++)
-        if (s[i].type == t && s[i].k == k && s[i].n == rows) return &s[i];
-    if (*n == MAX_SHAPES) return NULL;
-    shape *x = &s[(*n)++];
-    memset(x, 0, sizeof *x);
-    x->type = t;
-    x->k = k;
-    x->n = rows;
-    return x;
-}
-
-/* The distinct (type, k, n) of the model's 2-D matmul weights that have a dot kernel. */
-static int model_shapes(const gguf_ctx *g, shape *out) {
-    int n = 0;
-    bool has_output = gguf_find_tensor(g, "output.weight") != NULL;
-    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
-        const gguf_tensor *t = gguf_tensor_at(g, i);
-        size_t len = strlen(t->name);
-        if (t->n_dims != 2 || len < 7 || strcmp(t->name + len - 7, ".weight")) continue;
-        bool matmul = !strncmp(t->name, "blk.", 4) || !strcmp(t->name, "output.weight") ||
-                      (!has_output && !strcmp(t->name, "token_embd.weight"));
-        if (!matmul || strstr(t->name, "norm") || !cpu_dot_best(t->type)) continue;
-        shape *s = find_shape(out, &n, t->type, t->ne[0], t->ne[1]);
-        if (!s) break;
-        if (s->n_mats < MAX_MATS) s->mats[s->n_mats++] = t->data;
-        s->n_total++;
-    }
-    return n;
-}
-
 /* Qwen3-0.6B: hidden 1024, 16 query heads and 8 KV heads of 128, FFN 3072. */
-static int builtin_shapes(shape *out) {
+static int builtin_shapes(tn_shape *out) {
     static const qt_type types[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q6_K};
     static const int64_t kn[][2] = {{1024, 2048}, {1024, 1024}, {2048, 1024}, {1024, 3072}, {3072, 1024}};
     int n = 0;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
         for (size_t i = 0; i < sizeof kn / sizeof kn[0]; i++) {
-            shape *s = &out[n++];
+            tn_shape *s = &out[n++];
             memset(s, 0, sizeof *s);
             s->type = types[t];
             s->k = kn[i][0];
             s->n = kn[i][1];
+            s->n_total = 1;
         }
     return n;
 }
@@ -164,112 +128,91 @@ int cmd_tune(int argc, char **argv) {
     if (threads == 0) threads = probe.usable;
 
     gguf_ctx *g = NULL;
-    static shape shapes[MAX_SHAPES];
+    static tn_shape builtin[32];
+    tn_shape *shapes = builtin, *owned = NULL;
     int n_shapes;
     if (model) {
         if (gguf_open(model, &g, &err) != HN_OK) {
             fprintf(stderr, "hone tune: %s\n", err.msg);
             return 1;
         }
-        n_shapes = model_shapes(g, shapes);
-        if (n_shapes == 0) {
-            fprintf(stderr, "hone tune: %s has no matmul weights with a CPU kernel\n", model);
+        n_shapes = tn_model_shapes(g, &owned, &err);
+        shapes = owned;
+        if (n_shapes <= 0) {
+            if (n_shapes == 0) fprintf(stderr, "hone tune: %s has no matmul weights with a CPU kernel\n", model);
+            else fprintf(stderr, "hone tune: %s\n", err.msg);
+            hn_free(owned);
             gguf_close(g);
             return 1;
         }
     } else {
-        n_shapes = builtin_shapes(shapes);
+        n_shapes = builtin_shapes(builtin);
     }
-
-    pool *pl = NULL;
-    tn_tuner *tuner = NULL;
-    int rc = 0;
-    if (pool_create(threads, &pl, &err) != HN_OK) {
-        fprintf(stderr, "hone tune: %s\n", err.msg);
-        gguf_close(g);
-        return 1;
-    }
-    /* the budget is shared by weight bytes (what a case's runs cost) */
-    double total_w = 0;
-    for (int i = 0; i < n_shapes; i++) total_w += (double)qt_row_size(shapes[i].type, shapes[i].k) * (double)shapes[i].n;
-    tn_opts o = {.budget_s = budget, .n_cases = n_shapes, .total_weight = total_w, .margin = -1, .force = force,
-                 .progress = isatty(2) != 0};
-    if (tn_tuner_open(probe.fingerprint, &o, &tuner, &err) != HN_OK) {
-        fprintf(stderr, "hone tune: %s\n", err.msg);
-        pool_free(pl);
-        gguf_close(g);
-        return 1;
-    }
-    if (tn_tuner_cache_was_corrupt(tuner))
-        fprintf(stderr, "hone tune: the cache file %s was corrupt; it is ignored and will be rewritten\n",
-                tn_tuner_cache_path(tuner));
-
-    /* weights stream from memory: rotate over at least twice the last level cache */
-    size_t llc = probe.l3 ? probe.l3 : probe.l2 ? probe.l2 : ((size_t)8 << 20);
-    size_t rotate = 2 * llc < ((size_t)16 << 20) ? ((size_t)16 << 20) : 2 * llc;
-    if (rotate > ((size_t)256 << 20)) rotate = (size_t)256 << 20;
     double bw = tn_probe_read_bw(&probe, threads);
-
-    printf("\ntuning %d shape%s of %s with %d thread%s (budget %.0f s)\n\n", n_shapes, n_shapes == 1 ? "" : "s",
+    printf("\ntuning %d shape%s of %s with %d thread%s (budget %.0f s)\n", n_shapes, n_shapes == 1 ? "" : "s",
            model ? model : "the built-in Qwen3-0.6B set", threads, threads == 1 ? "" : "s", budget);
-    char line[4096];
-    int n_cached = 0, n_done = 0, n_partial = 0;
-    size_t at = 0;
-    static char table[64 * 1024];
-    at += (size_t)snprintf(table + at, sizeof table - at,
-                           "| kernel | shape | default us | tuned us | speedup | GB/s | %% of read bw | params | note |\n"
-                           "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |\n");
-    for (int i = 0; i < n_shapes && rc == 0; i++) {
-        shape *s = &shapes[i];
-        tn_gemv *gv = NULL;
-        if (tn_gemv_create(s->type, s->k, s->n, s->n_mats ? s->mats : NULL, s->n_mats, rotate, pl, &gv, &err) !=
-            HN_OK) {
-            fprintf(stderr, "\nhone tune: %s\n", err.msg);
-            rc = 1;
-            break;
+    fflush(stdout);
+
+    tn_model_opts o = {.n_threads = threads, .budget_s = budget, .force = force, .progress = isatty(2) != 0};
+    tn_model_report rep;
+    hn_status st = tn_tune_shapes(shapes, n_shapes, &o, &rep, &err);
+    if (rep.cache_corrupt)
+        fprintf(stderr, "hone tune: the cache file %s was corrupt; it is ignored and will be rewritten\n",
+                rep.cache_path);
+    for (int fam = 0; fam < 2; fam++) {
+        bool any = false;
+        for (int i = 0; i < rep.n; i++) any |= rep.e[i].tuned && (rep.e[i].rows == 1) == (fam == 0);
+        if (!any) continue;
+        if (fam == 0)
+            printf("\ndecode (gemv, 1 activation row)\n\n"
+                   "| kernel | shape | default us | tuned us | speedup | GB/s | %% of read bw | params | note |\n"
+                   "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |\n");
+        else
+            printf("\nprefill (%d and %d activation rows; %d+ rows take the %d-row winner)\n\n"
+                   "| kernel | shape | default us | tuned us | speedup | GMAC/s | params | note |\n"
+                   "| --- | --- | ---: | ---: | ---: | ---: | --- | --- |\n",
+                   TN_PREFILL_ROWS_A, TN_PREFILL_ROWS_B, TN_PREFILL_SWITCH, TN_PREFILL_ROWS_B);
+        for (int i = 0; i < rep.n; i++) {
+            const tn_model_entry *e = &rep.e[i];
+            if (!e->tuned || (e->rows == 1) != (fam == 0)) continue;
+            const tn_result *r = &e->res;
+            char note[96];
+            snprintf(note, sizeof note, "%s%s", r->cached ? "cached" : r->changed ? "tuned" : "default kept",
+                     r->partial ? ", budget cut" : "");
+            if (!r->cached && r->n_rejected) {
+                size_t nl = strlen(note);
+                snprintf(note + nl, sizeof note - nl, ", %d rejected", r->n_rejected);
+            }
+            double speed = r->tuned_ns > 0 ? r->default_ns / r->tuned_ns : 0.0;
+            if (fam == 0) {
+                double gbs = r->tuned_ns > 0 ? (double)e->bytes / r->tuned_ns : 0;
+                printf("| %s | %s | %.1f | %.1f | %.2fx | %.1f | %.0f%% | %s | %s |\n", e->kernel, e->shape,
+                       r->default_ns * 1e-3, r->tuned_ns * 1e-3, speed, gbs, bw > 0 ? 100.0 * gbs * 1e9 / bw : 0.0,
+                       e->cfg, note);
+            } else {
+                printf("| %s | %s | %.1f | %.1f | %.2fx | %.1f | %s | %s |\n", e->kernel, e->shape,
+                       r->default_ns * 1e-3, r->tuned_ns * 1e-3, speed, r->tuned_ns > 0 ? e->macs / r->tuned_ns : 0.0,
+                       e->cfg, note);
+            }
         }
-        tn_case c;
-        tn_gemv_case(gv, &c);
-        tn_result res;
-        if (tn_tune(tuner, &c, &res, &err) != HN_OK) {
-            fprintf(stderr, "\nhone tune: %s\n", err.msg);
-            tn_gemv_free(gv);
-            rc = 1;
-            break;
-        }
-        char params[256], note[96];
-        tn_cfg_str(&c, res.cfg, params, sizeof params);
-        double gbs = res.tuned_ns > 0 ? (double)tn_gemv_bytes(gv) / res.tuned_ns : 0;
-        snprintf(note, sizeof note, "%s%s", res.cached ? "cached" : res.changed ? "tuned" : "default kept",
-                 res.partial ? ", budget cut (not cached)" : "");
-        if (!res.cached && res.n_rejected) {
-            size_t nl = strlen(note);
-            snprintf(note + nl, sizeof note - nl, ", %d rejected", res.n_rejected);
-        }
-        snprintf(line, sizeof line, "| %s | %s | %.1f | %.1f | %.2fx | %.1f | %.0f%% | %s | %s |\n", c.kernel,
-                 c.shape, res.default_ns * 1e-3, res.tuned_ns * 1e-3,
-                 res.tuned_ns > 0 ? res.default_ns / res.tuned_ns : 0.0, gbs,
-                 bw > 0 ? 100.0 * gbs * 1e9 / bw : 0.0, params, note);
-        at += (size_t)snprintf(table + at, sizeof table - at, "%s", line);
-        if (at >= sizeof table) at = sizeof table - 1;
-        n_cached += res.cached;
-        n_partial += res.partial;
-        n_done++;
-        tn_gemv_free(gv);
     }
-    if (o.progress) fprintf(stderr, "\r%*s\r", 100, "");
-    if (n_done) fputs(table, stdout);
-    if (rc == 0) {
-        if (tn_tuner_save(tuner, &err) != HN_OK) fprintf(stderr, "hone tune: cannot save results: %s\n", err.msg);
-        printf("\n%d of %d results came from the cache %s%s (nothing was run for them)\n", n_cached, n_done,
-               tn_tuner_cache_path(tuner), n_cached == n_done ? ": all cached" : "");
-        if (n_partial)
-            printf("%d search%s cut short by the budget: not cached; rerun with a larger --budget\n", n_partial,
-                   n_partial == 1 ? " was" : "es were");
-        printf("tuning took %.1f s\n", tn_tuner_elapsed(tuner));
+    int rc = 0;
+    if (st != HN_OK) {
+        fprintf(stderr, "hone tune: %s\n", err.msg);
+        rc = 1;
+    } else {
+        int n_done = rep.n_cached + rep.n_tuned;
+        printf("\n%d of %d results came from the cache %s%s (nothing was run for them)\n", rep.n_cached, n_done,
+               rep.cache_path, rep.n_cached == n_done ? ": all cached" : "");
+        if (rep.n_partial)
+            printf("%d search%s cut short by the budget (the best found so far is used); --force --budget N searches again\n", rep.n_partial,
+                   rep.n_partial == 1 ? " was" : "es were");
+        double fs[2] = {0, 0};
+        for (int i = 0; i < rep.n; i++) fs[rep.e[i].rows > 1] += rep.e[i].secs;
+        printf("tuning took %.1f s (decode %.1f s, prefill %.1f s)\n", rep.elapsed_s, fs[0], fs[1]);
     }
-    tn_tuner_close(tuner);
-    pool_free(pl);
+    tn_model_report_free(&rep);
+    hn_free(owned);
     gguf_close(g);
     return rc;
 }

@@ -354,6 +354,7 @@ void model_free(model *m) {
 const model_hparams *model_hp(const model *m) { return &m->hp; }
 const gguf_ctx *model_gguf(const model *m) { return m->g; }
 int model_n_threads(const model *m) { return pool_n_threads(m->pool); }
+be_backend *model_backend(const model *m) { return m->be; }
 
 kv_config model_kv_config(const model *m, int32_t n_blocks, int block_size) {
     kv_config c = {

@@ -85,6 +85,8 @@ const model_hparams *model_hp(const model *m);
 /* The GGUF the model was loaded from (for the tokenizer and metadata). */
 const gguf_ctx *model_gguf(const model *m);
 int model_n_threads(const model *m);
+/* The backend the model runs on (e.g. to apply tuned kernel parameters between forwards). */
+be_backend *model_backend(const model *m);
 /* A KV cache configuration for this model with n_blocks blocks of block_size (0: default) positions. */
 kv_config model_kv_config(const model *m, int32_t n_blocks, int block_size);
 

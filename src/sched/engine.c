@@ -587,6 +587,7 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     model_params mp = {.n_threads = p.n_threads, .max_batch = e->cap_batch, .max_seqs = p.max_running};
     hn_status st = model_load(p.model_path, &mp, &e->m, err);
     if (st) goto fail;
+    if (p.on_load && (st = p.on_load(p.on_load_ctx, e->m, err))) goto fail;
     st = tok_load(model_gguf(e->m), &e->vocab, err);
     if (st) goto fail;
     const model_hparams *hp = model_hp(e->m);

@@ -26,6 +26,7 @@
 #include "../sample/sample.h"
 
 typedef struct eng_engine eng_engine;
+struct model;
 typedef uint64_t eng_req_id;
 
 typedef struct eng_params {
@@ -41,6 +42,10 @@ typedef struct eng_params {
     /* added after the first cut (zero keeps the default) */
     int32_t cache_idle_ms;    /* drop cached prefixes (and their memory) after this long idle; 0: 5 min, <0: never */
     bool debug_check;         /* verify every KV cache invariant after each step (slow; for tests) */
+    /* called once with the loaded model before the engine thread starts (e.g. to
+     * apply tuned kernel parameters); an error fails eng_create. NULL: none */
+    hn_status (*on_load)(void *ctx, struct model *m, hn_err *err);
+    void *on_load_ctx;
 } eng_params;
 
 typedef enum eng_kv_type { ENG_KV_F32 = 0, ENG_KV_F16, ENG_KV_Q8_0, ENG_KV_K8V4 } eng_kv_type;

@@ -301,9 +301,9 @@ void tn_gemv_case(tn_gemv *g, tn_case *c) {
     c->n_params = 3;
     if (g->rows > 1) {
         tn_param *pl = &c->params[3];
-        static const int tiles[] = {0, 8, 16, 32, 64, 128};
+        static const int tiles[] = {0, 8, 16, 32, 128}; /* 64 is the gemm default */
         pl->name = "tile";
-        for (int i = 0; i < 6; i++) pl->values[pl->n++] = tiles[i];
+        for (int i = 0; i < 5; i++) pl->values[pl->n++] = tiles[i];
         pl->labels[0] = "auto"; /* the backend's default (64 rows with a gemm kernel, 16 with a dot kernel) */
         pl->def = 0;
         c->n_params = 4;

@@ -1,7 +1,7 @@
 /* gemv.h: the matmul kernel families of the tuner: decode matrix-vector
  * products y = W x (family "gemv", one activation row) and prefill
  * matrix-matrix products Y = X W^T (family "prefill", rows activation rows,
- * e.g. 64 or 256) with a quantized weight W of n rows of k elements. Runs are
+ * e.g. 32 or 128) with a quantized weight W of n rows of k elements. Runs are
  * the CPU backend's own matmul (a backend on the case's pool, parameters set
  * with be_cpu_set_mm_params): convert the activation rows once into the
  * kernel's activation type, then split W's rows into chunks that threads of

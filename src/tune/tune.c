@@ -316,7 +316,8 @@ typedef struct search {
     float tol_abs; /* c->tol_abs + c->tol_max * max|ref| */
     point *pts;
     int n_pts, cap_pts;
-    double deadline;
+    double deadline;     /* of the search */
+    double end;          /* of the case (confirmation included) */
     bool partial;
     int planned;
     tn_result *res;
@@ -371,10 +372,13 @@ static int eval(search *s, const int *idx) {
             pt->state = 1;
             s->res->n_rejected++;
         } else {
-            /* the validation run paid the first-use costs; calibrate on a second run */
-            t0 = now_s();
-            c->run(c->ctx, cfg, s->out);
-            t1 = now_s() - t0;
+            /* the validation run paid the first-use costs; calibrate on a second
+             * run unless the first already fills a sample by itself */
+            if (t1 < TN_MIN_SAMPLE_NS * 1e-9) {
+                t0 = now_s();
+                c->run(c->ctx, cfg, s->out);
+                t1 = now_s() - t0;
+            }
             double want = TN_MIN_SAMPLE_NS * 1e-9;
             int reps = t1 > 0 ? (int)(want / t1) + 1 : 1000;
             pt->reps = reps < 1 ? 1 : reps > 10000 ? 10000 : reps;
@@ -480,7 +484,9 @@ hn_status tn_tune(tn_tuner *t, const tn_case *c, tn_result *res, hn_err *err) {
      * TN_MIN_SAMPLE_NS), half by weight (big shapes cost more per run) */
     int c_left = t->o.n_cases - t->cases_done;
     double share = 0.5 * (w_left > w ? w / w_left : 1.0) + 0.5 / (c_left > 1 ? c_left : 1);
-    s.deadline = now_s() + (remaining > 0 ? remaining : 0) * share;
+    double t_case = (remaining > 0 ? remaining : 0) * share;
+    s.deadline = now_s() + 0.8 * t_case;
+    s.end = now_s() + t_case;
     int g = grid_size(c);
     if (g <= TN_EXHAUSTIVE) s.planned = g;
     else
@@ -515,9 +521,12 @@ hn_status tn_tune(tn_tuner *t, const tn_case *c, tn_result *res, hn_err *err) {
         med[0] = s.pts[0].ns;
         if (n_top > 1) {
             double v[TN_CONFIRM_TOP + 1][TN_CONFIRM_SAMPLES];
-            for (int k = 0; k < TN_CONFIRM_SAMPLES; k++)
+            int k = 0;
+            while (k < TN_CONFIRM_SAMPLES && (k < 3 || now_s() < s.end)) {
                 for (int j = 0; j < n_top; j++) v[j][k] = time_point(&s, &s.pts[top[j]], 1);
-            for (int j = 0; j < n_top; j++) med[j] = median(v[j], TN_CONFIRM_SAMPLES);
+                k++;
+            }
+            for (int j = 0; j < n_top; j++) med[j] = median(v[j], k);
         }
         int best = 0;
         for (int j = 1; j < n_top; j++)
@@ -529,7 +538,7 @@ hn_status tn_tune(tn_tuner *t, const tn_case *c, tn_result *res, hn_err *err) {
         res->tuned_ns = med[best];
         res->changed = best != 0;
         res->partial = s.partial;
-        if (!s.partial) {
+        if (!s.partial || t->o.cache_partial) {
             entry e;
             memset(&e, 0, sizeof e);
             snprintf(e.kernel, sizeof e.kernel, "%s", c->kernel);

@@ -17,10 +17,12 @@
  *      rejected whatever its speed; the default itself must pass, else
  *      tn_tune fails with HN_ERR_INTERNAL;
  *   3. times survivors: repetitions calibrated so one sample covers at least
- *      TN_MIN_SAMPLE_NS, TN_SCREEN_SAMPLES samples, median;
+ *      TN_MIN_SAMPLE_NS (a validation run that long already means one run per
+ *      sample), TN_SCREEN_SAMPLES samples, median;
  *   4. confirms: the TN_CONFIRM_TOP fastest survivors and the default are
- *      re-timed in turn, TN_CONFIRM_SAMPLES samples each (a noisy screening
- *      sample cannot crown or sink a candidate alone); the fastest of them is
+ *      re-timed in turn, TN_CONFIRM_SAMPLES samples each, or at least 3 when
+ *      the case's share of the budget runs out (a noisy screening sample
+ *      cannot crown or sink a candidate alone); the fastest of them is
  *      kept only when its median beats the default's by the margin
  *      (tn_margin_wins), else the default stays.
  *
@@ -29,7 +31,9 @@
  * hits only when fingerprint, kernel, version and shape all match, so a new
  * machine or a changed kernel retunes. A malformed cache file is ignored as a
  * whole (tn_tuner_cache_was_corrupt says so) and rewritten on the next save.
- * Searches cut short by the time budget are reported (partial) but not cached.
+ * Searches cut short by the time budget are reported (partial) and not cached
+ * unless opts.cache_partial. The search itself stops at 80% of a case's share
+ * so that confirmation fits in the rest.
  *
  * A total time budget is shared among the cases the caller announces
  * (tn_opts.n_cases, total_weight), half equally and half in proportion to
@@ -112,6 +116,7 @@ typedef struct tn_opts {
     bool force;      /* ignore cached entries (they are replaced) */
     bool progress;   /* draw a progress bar on stderr */
     bool no_cache;   /* neither read nor write the disk cache */
+    bool cache_partial; /* cache searches the budget cut short too (the best found so far) */
 } tn_opts;
 
 typedef struct tn_tuner tn_tuner;

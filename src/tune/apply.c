@@ -1,0 +1,223 @@
+/* apply.c: the tuner at model level (see apply.h): the model's matmul shapes,
+ * both families tuned or looked up in one tuner (one budget, one progress
+ * bar), and the winners handed to the CPU backend per shape and call size. */
+#include "apply.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../backend/cpu/dot.h"
+#include "../core/alloc.h"
+#include "../core/pool.h"
+#include "../quant/quant.h"
+#include "gemv.h"
+#include "probe.h"
+
+bool tn_no_tune_env(void) {
+    const char *v = getenv("HONE_NO_TUNE");
+    return v && *v && strcmp(v, "0");
+}
+
+int tn_model_shapes(const gguf_ctx *g, tn_shape **out, hn_err *err) {
+    int n = 0, cap = 0;
+    tn_shape *s = NULL;
+    *out = NULL;
+    bool has_output = gguf_find_tensor(g, "output.weight") != NULL;
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        size_t len = strlen(t->name);
+        if (t->n_dims != 2 || len < 7 || strcmp(t->name + len - 7, ".weight")) continue;
+        bool out_w = !strcmp(t->name, "output.weight") || (!has_output && !strcmp(t->name, "token_embd.weight"));
+        bool matmul = !strncmp(t->name, "blk.", 4) || out_w;
+        if (!matmul || strstr(t->name, "norm") || !cpu_dot_best(t->type) || !qt_row_size(t->type, t->ne[0])) continue;
+        int j = 0;
+        while (j < n && !(s[j].type == t->type && s[j].k == t->ne[0] && s[j].n == t->ne[1])) j++;
+        if (j == n) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                tn_shape *ns = hn_realloc(s, sizeof *s * (size_t)cap);
+                if (!ns) {
+                    hn_free(s);
+                    hn_errf(err, HN_ERR_NOMEM, "tune: out of memory");
+                    return -1;
+                }
+                s = ns;
+            }
+            memset(&s[n], 0, sizeof s[n]);
+            s[n].type = t->type;
+            s[n].k = t->ne[0];
+            s[n].n = t->ne[1];
+            n++;
+        }
+        if (s[j].n_mats < TN_SHAPE_MATS) s[j].mats[s[j].n_mats++] = t->data;
+        s[j].n_total++;
+        s[j].is_output |= out_w;
+    }
+    *out = s;
+    return n;
+}
+
+void tn_model_report_free(tn_model_report *rep) {
+    if (!rep) return;
+    hn_free(rep->e);
+    rep->e = NULL;
+    rep->n = 0;
+}
+
+hn_status tn_tune_model(const gguf_ctx *g, const tn_model_opts *o, tn_model_report *rep, hn_err *err) {
+    memset(rep, 0, sizeof *rep);
+    tn_shape *sh = NULL;
+    int n_sh = tn_model_shapes(g, &sh, err);
+    if (n_sh < 0) return HN_ERR_NOMEM;
+    hn_status st = tn_tune_shapes(sh, n_sh, o, rep, err);
+    hn_free(sh);
+    return st;
+}
+
+hn_status tn_tune_shapes(const tn_shape *sh, int n_sh, const tn_model_opts *o, tn_model_report *rep, hn_err *err) {
+    memset(rep, 0, sizeof *rep);
+    tn_model_opts opt = {0};
+    if (o) opt = *o;
+    if (opt.n_threads <= 0) opt.n_threads = pool_cpu_count();
+    if (opt.budget_s <= 0) opt.budget_s = TN_DEFAULT_BUDGET_S;
+    if (!opt.families) opt.families = TN_FAM_DECODE | TN_FAM_PREFILL;
+    tn_probe probe;
+    tn_probe_detect(&probe);
+    snprintf(rep->fingerprint, sizeof rep->fingerprint, "%s", probe.fingerprint);
+    /* entries: every shape's decode case first (decode speed matters most), then prefill */
+    rep->e = hn_calloc((size_t)(3 * (n_sh > 0 ? n_sh : 1)), sizeof *rep->e);
+    if (!rep->e) return hn_errf(err, HN_ERR_NOMEM, "tune: out of memory");
+    static const int prows[2] = {TN_PREFILL_ROWS_A, TN_PREFILL_ROWS_B};
+    static const int pmin[2] = {TN_DECODE_MAX_ROWS + 1, TN_PREFILL_SWITCH};
+    for (int f = 0; f < 3; f++) {
+        if (f == 0 && !(opt.families & TN_FAM_DECODE)) continue;
+        if (f > 0 && !(opt.families & TN_FAM_PREFILL)) continue;
+        for (int i = 0; i < n_sh; i++) {
+            if (f > 0 && sh[i].is_output) continue; /* prefill runs the logits matrix on the wanted rows only */
+            tn_model_entry *e = &rep->e[rep->n++];
+            e->kernel = f == 0 ? "gemv" : "prefill";
+            e->type = sh[i].type;
+            e->k = sh[i].k;
+            e->n = sh[i].n;
+            e->rows = f == 0 ? 1 : prows[f - 1];
+            e->min_rows = f == 0 ? 1 : pmin[f - 1];
+            e->n_tensors = sh[i].n_total;
+            e->is_output = sh[i].is_output;
+            e->bytes = qt_row_size(e->type, e->k) * (size_t)e->n;
+            e->macs = (double)e->rows * (double)e->k * (double)e->n;
+            e->tuned = false;
+        }
+    }
+    /* the budget is shared by expected run time: decode streams bytes (~20 GB/s), prefill multiplies (~50 G/s) */
+    double total_w = 0;
+    for (int i = 0; i < rep->n; i++)
+        total_w += rep->e[i].rows == 1 ? (double)rep->e[i].bytes / 20.0 : rep->e[i].macs / 50.0;
+    size_t llc = probe.l3 ? probe.l3 : probe.l2 ? probe.l2 : ((size_t)8 << 20);
+    size_t rotate = 2 * llc < ((size_t)16 << 20) ? ((size_t)16 << 20) : 2 * llc;
+    if (rotate > ((size_t)256 << 20)) rotate = (size_t)256 << 20;
+
+    pool *pl = NULL;
+    tn_tuner *tuner = NULL;
+    tn_opts to = {.budget_s = opt.budget_s, .n_cases = rep->n, .total_weight = total_w, .margin = -1,
+                  .force = opt.force, .progress = opt.progress, .cache_partial = true};
+    hn_status st = pool_create(opt.n_threads, &pl, err);
+    if (st == HN_OK) st = tn_tuner_open(probe.fingerprint, &to, &tuner, err);
+    if (st == HN_OK) {
+        rep->cache_corrupt = tn_tuner_cache_was_corrupt(tuner);
+        snprintf(rep->cache_path, sizeof rep->cache_path, "%s", tn_tuner_cache_path(tuner));
+    }
+    for (int i = 0; i < rep->n && st == HN_OK; i++) {
+        tn_model_entry *e = &rep->e[i];
+        const tn_shape *s = NULL;
+        for (int j = 0; j < n_sh && !s; j++)
+            if (sh[j].type == e->type && sh[j].k == e->k && sh[j].n == e->n) s = &sh[j];
+        tn_gemv *gv = NULL;
+        double t0 = tuner ? tn_tuner_elapsed(tuner) : 0;
+        st = e->rows == 1 ? tn_gemv_create(e->type, e->k, e->n, s->n_mats ? s->mats : NULL, s->n_mats, rotate, pl, &gv, err)
+                          : tn_prefill_create(e->type, e->k, e->n, e->rows, s->n_mats ? s->mats : NULL, s->n_mats, rotate / 4, pl, &gv,
+                                              err);
+        if (st != HN_OK) break;
+        tn_case c;
+        tn_gemv_case(gv, &c);
+        snprintf(e->shape, sizeof e->shape, "%s", c.shape);
+        if (opt.cache_only) {
+            memset(&e->res, 0, sizeof e->res);
+            for (int p = 0; p < c.n_params; p++) e->res.cfg[p] = c.params[p].values[c.params[p].def];
+            if (!opt.force && tn_tuner_lookup(tuner, &c, e->res.cfg, &e->res.default_ns, &e->res.tuned_ns)) {
+                e->res.cached = true;
+                for (int p = 0; p < c.n_params; p++)
+                    e->res.changed |= e->res.cfg[p] != c.params[p].values[c.params[p].def];
+                e->tuned = true;
+            } else {
+                rep->n_missing++;
+            }
+        } else {
+            st = tn_tune(tuner, &c, &e->res, err);
+            e->tuned = st == HN_OK;
+        }
+        if (e->tuned) {
+            tn_cfg_str(&c, e->res.cfg, e->cfg, sizeof e->cfg);
+            if (e->res.changed) tn_gemv_params(gv, e->res.cfg, &e->params);
+            else memset(&e->params, 0, sizeof e->params); /* the defaults: nothing to set */
+            rep->n_cached += e->res.cached;
+            rep->n_tuned += !e->res.cached;
+            rep->n_partial += e->res.partial;
+        }
+        tn_gemv_free(gv);
+        e->secs = tn_tuner_elapsed(tuner) - t0;
+    }
+    if (opt.progress) fprintf(stderr, "\r%*s\r", 100, "");
+    if (tuner) {
+        rep->elapsed_s = tn_tuner_elapsed(tuner);
+        if (st == HN_OK && rep->n_tuned > 0) st = tn_tuner_save(tuner, err);
+    }
+    tn_tuner_close(tuner);
+    pool_free(pl);
+    return st;
+}
+
+int tn_apply_report(be_backend *b, const tn_model_report *rep) {
+    int set = 0;
+    for (int i = 0; i < rep->n; i++) {
+        const tn_model_entry *e = &rep->e[i];
+        /* a shape's entries are set together once any differs from the defaults, so
+         * that a call finds its own call size's entry, not a smaller one's */
+        bool any = false;
+        for (int j = 0; j < rep->n; j++) {
+            const tn_model_entry *f = &rep->e[j];
+            if (f->tuned && f->res.changed && f->type == e->type && f->k == e->k && f->n == e->n) any = true;
+        }
+        if (!any || !e->tuned) continue;
+        if (be_cpu_set_mm_params_shape(b, e->type, e->k, e->n, e->min_rows, &e->params)) set += e->res.changed;
+    }
+    return set;
+}
+
+hn_status tn_load_tune(be_backend *b, const gguf_ctx *g, int n_threads, const char *who, hn_err *err) {
+    if (tn_no_tune_env()) return HN_OK;
+    tn_model_opts o = {.n_threads = n_threads, .progress = isatty(2) != 0};
+    const char *bs = getenv("HONE_TUNE_BUDGET");
+    if (bs && *bs) {
+        char *end;
+        double v = strtod(bs, &end);
+        if (!*end && v > 0 && v <= 3600) o.budget_s = v;
+    }
+    tn_model_report rep;
+    hn_status st = tn_tune_model(g, &o, &rep, err);
+    if (st == HN_OK) {
+        int set = tn_apply_report(b, &rep);
+        if (rep.n_tuned == 0)
+            fprintf(stderr, "%s: kernel parameters from the tuning cache (%d shapes, %d differ from the defaults)\n",
+                    who, rep.n_cached, set);
+        else
+            fprintf(stderr,
+                    "%s: tuned %d kernel shapes for this machine in %.1f s (%d from the cache, %d differ from the "
+                    "defaults%s); the next start reuses them (HONE_NO_TUNE=1 skips tuning)\n",
+                    who, rep.n_tuned, rep.elapsed_s, rep.n_cached, set,
+                    rep.n_partial ? ", some cut short by the budget" : "");
+    }
+    tn_model_report_free(&rep);
+    return st;
+}

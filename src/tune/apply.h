@@ -1,0 +1,117 @@
+/* apply.h: the tuner at model level. tn_tune_model finds every distinct
+ * matmul weight shape (type, k, n) of a GGUF model and tunes it in both
+ * families of gemv.h: decode ("gemv", one activation row) and prefill
+ * ("prefill", TN_PREFILL_ROWS_A and TN_PREFILL_ROWS_B rows; not the output
+ * matrix, whose prefill calls only carry the rows that want logits), or takes
+ * the winners from the device's disk cache (tune.h) without running anything.
+ * tn_apply_report hands the winners to a CPU backend per shape and call size
+ * (be_cpu_set_mm_params_shape): calls of 1..TN_DECODE_MAX_ROWS rows use the
+ * decode winner, from TN_DECODE_MAX_ROWS + 1 rows the first prefill winner,
+ * from TN_PREFILL_SWITCH rows the second. Searches the budget cuts short are
+ * cached too (the best found within the budget), so a second start never
+ * tunes again; `hone tune --force` redoes them.
+ *
+ * tn_load_tune is what model load calls (hone run, serve, bench): apply what
+ * the cache holds and tune what it lacks within the budget (30 s), with a
+ * progress bar on stderr when stderr is a terminal and one summary line
+ * either way; nothing at all when HONE_NO_TUNE is set to anything but "0" or
+ * "" (the backend keeps its built-in defaults). HONE_TUNE_BUDGET=SECONDS
+ * changes the budget. */
+#ifndef HN_TN_APPLY_H
+#define HN_TN_APPLY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../backend/backend.h"
+#include "../backend/cpu/cpu.h"
+#include "../core/status.h"
+#include "../gguf/gguf.h"
+#include "tune.h"
+
+#define TN_DECODE_MAX_ROWS 8   /* calls of at most this many rows take the decode parameters */
+#define TN_PREFILL_ROWS_A 32   /* prefill is tuned at these call sizes */
+#define TN_PREFILL_ROWS_B 128
+#define TN_PREFILL_SWITCH 64   /* from this many rows on, the TN_PREFILL_ROWS_B winner applies */
+#define TN_DEFAULT_BUDGET_S 30.0
+
+enum { TN_FAM_DECODE = 1, TN_FAM_PREFILL = 2 };
+
+typedef struct tn_model_opts {
+    int n_threads;    /* threads of the pool the backend runs on (shapes are keyed by it); <= 0: all CPUs */
+    double budget_s;  /* total tuning time; <= 0: TN_DEFAULT_BUDGET_S */
+    int families;     /* TN_FAM_* bits; 0: both */
+    bool force;       /* ignore cached entries and tune again (they are replaced) */
+    bool progress;    /* draw a progress bar on stderr */
+    bool cache_only;  /* answer from the cache only: shapes it lacks keep the defaults */
+} tn_model_opts;
+
+typedef struct tn_model_entry {
+    const char *kernel;        /* "gemv" or "prefill" */
+    char shape[96];            /* as cached: "q4_K k1024 n3072 r64 t2" */
+    qt_type type;
+    int64_t k, n;
+    int rows;                  /* activation rows tuned at */
+    int min_rows;              /* calls of at least this many rows use it (be_cpu_set_mm_params_shape) */
+    int n_tensors;             /* model tensors of this shape */
+    bool is_output;            /* the logits matrix */
+    bool tuned;                /* a result exists (false: cache_only miss, or not reached) */
+    tn_result res;
+    char cfg[256];             /* the chosen parameters, "kernel=gemm-avx2,threads=1,chunks=4" */
+    be_cpu_mm_params params;   /* the same as backend parameters */
+    size_t bytes;              /* weight bytes of one matrix */
+    double macs;               /* multiply-adds of one run */
+    double secs;               /* time spent on it (tuning or lookup) */
+} tn_model_entry;
+
+typedef struct tn_model_report {
+    tn_model_entry *e;
+    int n;
+    int n_cached;      /* answered from the cache (nothing run) */
+    int n_tuned;       /* searched now */
+    int n_partial;     /* searches the budget cut short (applied, not cached) */
+    int n_missing;     /* cache_only misses */
+    double elapsed_s;
+    bool cache_corrupt;
+    char cache_path[4200];
+    char fingerprint[17];
+} tn_model_report;
+
+#define TN_SHAPE_MATS 64
+
+/* One distinct matmul weight shape and where its matrices are. */
+typedef struct tn_shape {
+    qt_type type;
+    int64_t k, n;
+    const void *mats[TN_SHAPE_MATS]; /* up to TN_SHAPE_MATS matrices of the shape (none: synthetic weights) */
+    int n_mats;
+    int n_total;    /* tensors of this shape in the model */
+    bool is_output; /* the logits matrix (not tuned for prefill) */
+} tn_shape;
+
+/* The distinct (type, k, n) of g's 2-D matmul weights that have a CPU dot
+ * kernel, in file order, into a new array *out (hn_free it); returns the count
+ * or -1 (out of memory). */
+int tn_model_shapes(const gguf_ctx *g, tn_shape **out, hn_err *err);
+/* Tunes (or looks up) shapes in the families of o for this device and saves
+ * the cache; fills rep (free with tn_model_report_free, also after an error). */
+hn_status tn_tune_shapes(const tn_shape *shapes, int n_shapes, const tn_model_opts *o, tn_model_report *rep,
+                         hn_err *err);
+/* tn_model_shapes + tn_tune_shapes. */
+hn_status tn_tune_model(const gguf_ctx *g, const tn_model_opts *o, tn_model_report *rep, hn_err *err);
+/* Frees rep's entries (rep itself is the caller's). */
+void tn_model_report_free(tn_model_report *rep);
+/* Sets every tuned entry of rep whose parameters differ from the defaults on
+ * the CPU backend b per shape and call size; returns how many were set. */
+int tn_apply_report(be_backend *b, const tn_model_report *rep);
+
+/* Load-time tuning (see the header comment): applies the cached or newly
+ * tuned winners for g's shapes to backend b (a CPU backend on n_threads
+ * threads). who prefixes the summary line ("hone run"). Returns HN_OK without
+ * doing anything when HONE_NO_TUNE is set; an error leaves the defaults. */
+hn_status tn_load_tune(be_backend *b, const gguf_ctx *g, int n_threads, const char *who, hn_err *err);
+/* True when HONE_NO_TUNE asks for the built-in defaults. */
+bool tn_no_tune_env(void);
+
+#endif
