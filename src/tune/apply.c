@@ -86,6 +86,9 @@ hn_status tn_tune_shapes(const tn_shape *sh, int n_sh, const tn_model_opts *o, t
     tn_probe probe;
     tn_probe_detect(&probe);
     snprintf(rep->fingerprint, sizeof rep->fingerprint, "%s", probe.fingerprint);
+    double la[1];
+    rep->load_avg = getloadavg(la, 1) == 1 ? la[0] : -1;
+    rep->usable_cpus = probe.usable;
     /* entries: every shape's decode case first (decode speed matters most), then prefill */
     rep->e = hn_calloc((size_t)(3 * (n_sh > 0 ? n_sh : 1)), sizeof *rep->e);
     if (!rep->e) return hn_errf(err, HN_ERR_NOMEM, "tune: out of memory");
@@ -169,6 +172,7 @@ hn_status tn_tune_shapes(const tn_shape *sh, int n_sh, const tn_model_opts *o, t
         e->secs = tn_tuner_elapsed(tuner) - t0;
     }
     if (opt.progress) fprintf(stderr, "\r%*s\r", 100, "");
+    rep->busy = rep->n_tuned > 0 && rep->load_avg >= (double)(rep->usable_cpus > 0 ? rep->usable_cpus : 1);
     if (tuner) {
         rep->elapsed_s = tn_tuner_elapsed(tuner);
         if (st == HN_OK && rep->n_tuned > 0) st = tn_tuner_save(tuner, err);
@@ -217,6 +221,11 @@ hn_status tn_load_tune(be_backend *b, const gguf_ctx *g, int n_threads, const ch
                     "defaults%s); the next start reuses them (HONE_NO_TUNE=1 skips tuning)\n",
                     who, rep.n_tuned, rep.elapsed_s, rep.n_cached, set,
                     rep.n_partial ? ", some cut short by the budget" : "");
+        if (rep.busy)
+            fprintf(stderr,
+                    "%s: the machine was busy while tuning (load %.1f on %d CPUs); run `hone tune -m FILE --force` "
+                    "when it is idle\n",
+                    who, rep.load_avg, rep.usable_cpus);
     }
     tn_model_report_free(&rep);
     return st;

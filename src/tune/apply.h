@@ -76,6 +76,10 @@ typedef struct tn_model_report {
     bool cache_corrupt;
     char cache_path[4200];
     char fingerprint[17];
+    double load_avg;   /* the 1-minute load average when tuning started (-1: unknown) */
+    int usable_cpus;   /* CPUs this process may use */
+    bool busy;         /* something was tuned while other work kept the CPUs busy (load >= usable CPUs):
+                        * the winners may not hold on an idle machine */
 } tn_model_report;
 
 #define TN_SHAPE_MATS 64
