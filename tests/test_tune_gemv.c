@@ -11,6 +11,7 @@
 
 #include "backend/cpu/dot.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/pack.h"
 #include "core/alloc.h"
 #include "core/pool.h"
 #include "gguf/gguf.h"
@@ -68,21 +69,30 @@ static int check_all_configs(const tn_case *c, const char *what) {
     return checked;
 }
 
-/* The kernel candidates a case should offer for t at k: non-reference variants reading
- * the dot registry's activations (gemm ones only when they fit k), plus the default. */
-static int expected_kernels(qt_type t, int64_t k, int rows, char *def, size_t cap) {
+/* The kernel candidates a case should offer for t at k (n rows): non-reference variants
+ * reading the dot registry's activations (gemm ones only when they fit k), the packed
+ * variants of the layout the model would pack into (its reference excluded), plus the default. */
+static int expected_kernels(qt_type t, int64_t k, int64_t n, int rows, char *def, size_t cap) {
     const cpu_dot_kernel *v[8];
     const cpu_gemm_kernel *gv[8];
-    int nd = cpu_dot_variants(t, v, 8), ng = cpu_gemm_variants(t, gv, 8), n = 0;
+    const cpu_pack_kernel *pv[8];
+    int nd = cpu_dot_variants(t, v, 8), ng = cpu_gemm_variants(t, gv, 8), npv = cpu_pack_variants(t, pv, 8), c = 0;
     const cpu_dot_kernel *best = cpu_dot_best(t);
     const cpu_gemm_kernel *pick = cpu_gemm_pick_k(t, rows, k);
     if (pick && pick->act_type != best->act_type) pick = NULL;
-    snprintf(def, cap, "%s%s", pick ? "gemm-" : "", pick ? pick->isa : best->isa);
+    const cpu_pack_kernel *pb = cpu_pack_best(t, k);
+    if (pb && (n < pb->rows || pb->act_type != best->act_type)) pb = NULL;
+    if (pb) snprintf(def, cap, "pack-%s", pb->name);
+    else snprintf(def, cap, "%s%s", pick ? "gemm-" : "", pick ? pick->isa : best->isa);
     for (int i = 0; i < nd; i++)
-        n += (strcmp(v[i]->isa, "ref") && v[i]->act_type == best->act_type) || (!pick && v[i] == best);
+        c += (strcmp(v[i]->isa, "ref") && v[i]->act_type == best->act_type) || (!pb && !pick && v[i] == best);
     for (int i = 0; i < ng; i++)
-        n += gv[i]->act_type == best->act_type && cpu_gemm_fits(gv[i], k) && (strcmp(gv[i]->isa, "ref") || gv[i] == pick);
-    return n;
+        c += gv[i]->act_type == best->act_type && cpu_gemm_fits(gv[i], k) &&
+             (strcmp(gv[i]->isa, "ref") || (!pb && gv[i] == pick));
+    for (int i = 0; pb && i < npv; i++)
+        c += pv[i]->layout == pb->layout && cpu_pack_fits(pv[i], k) && pv[i]->act_type == best->act_type &&
+             (pv[i] != cpu_pack_ref(t, pb->layout) || pv[i] == pb);
+    return c;
 }
 
 static void test_synthetic(pool *p) {
@@ -98,7 +108,7 @@ static void test_synthetic(pool *p) {
         tn_gemv_case(g, &c);
         /* the default is what the backend runs untuned; no scalar reference unless it is the default */
         char want[32];
-        int nv = expected_kernels(types[i], 512, 1, want, sizeof want);
+        int nv = expected_kernels(types[i], 512, 200, 1, want, sizeof want);
         CHECKF(c.params[0].n == nv, "%s: %d kernels, want %d", qt_name(types[i]), c.params[0].n, nv);
         CHECKF(!strcmp(c.params[0].labels[c.params[0].def], want), "%s: default %s, want %s", qt_name(types[i]),
                c.params[0].labels[c.params[0].def], want);
@@ -114,7 +124,19 @@ static void test_synthetic(pool *p) {
         int cfg[3] = {c.params[0].def, 1, 8};
         be_cpu_mm_params mp;
         tn_gemv_params(g, cfg, &mp);
-        CHECK(mp.threads == 1 && mp.chunks == 8 && mp.tile == 0 && mp.kernel != 0);
+        CHECK(mp.threads == 1 && mp.chunks == 8 && mp.tile == 0 && (mp.kernel != 0) != (mp.pack > 0));
+        /* a packed default: its label names the layout's kernel, and the unpacked choices say pack -1 */
+        if (strstr(want, "pack-") == want) {
+            CHECK(mp.pack > 0);
+            int n_packed = 0;
+            for (int j = 0; j < c.params[0].n; j++) {
+                cfg[0] = j;
+                tn_gemv_params(g, cfg, &mp);
+                n_packed += strstr(c.params[0].labels[j], "pack-") != NULL;
+                CHECK((strstr(c.params[0].labels[j], "pack-") != NULL) == (mp.pack > 0) && (mp.pack > 0 || mp.pack == -1));
+            }
+            CHECKF(n_packed >= 2, "%s: %d packed choices", qt_name(types[i]), n_packed);
+        }
         tn_gemv_free(g);
 
         /* prefill: 19 rows (a partial tile of 8), every configuration, tile included */
@@ -122,7 +144,7 @@ static void test_synthetic(pool *p) {
         CHECKF(st == HN_OK, "%s prefill: %s", qt_name(types[i]), err.msg);
         if (st != HN_OK) continue;
         tn_gemv_case(g, &c);
-        nv = expected_kernels(types[i], 512, 19, want, sizeof want);
+        nv = expected_kernels(types[i], 512, 72, 19, want, sizeof want);
         CHECKF(c.params[0].n == nv && !strcmp(c.params[0].labels[c.params[0].def], want), "%s prefill: default %s, want %s",
                qt_name(types[i]), c.params[0].labels[c.params[0].def], want);
         CHECK(c.n_params == 4 && !strcmp(c.kernel, "prefill") && !strcmp(c.version, TN_PREFILL_VERSION));

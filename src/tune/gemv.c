@@ -7,10 +7,12 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../backend/cpu/dot.h"
 #include "../backend/cpu/gemm.h"
+#include "../backend/cpu/pack.h"
 #include "../core/alloc.h"
 #include "../quant/quant.h"
 
@@ -31,10 +33,15 @@ struct tn_gemv {
     unsigned char *act; /* x converted by the reference kernel (rows rows) */
     size_t act_row;
     const cpu_dot_kernel *ref_kern;
-    /* kernel choices: dot variants (be kernel -1-i), then gemm variants (be kernel 1+i) */
-    int choice[MAX_CHOICES];
-    char label[MAX_CHOICES][24];
+    /* kernel choices: dot variants (be kernel -1-i), gemm variants (be kernel 1+i),
+     * each on the GGUF rows (pack -1), then packed variants (pack 1+i) */
+    be_cpu_mm_params choice[MAX_CHOICES];
+    char label[MAX_CHOICES][40];
     int n_choice, def_choice;
+    /* packed copies of the rotation (the layout the model packs this shape into) */
+    const cpu_pack_kernel *pk;  /* packs the copies; NULL: no packed choice */
+    unsigned char *prot;
+    size_t pmat_bytes, prot_alloc;
     be_backend *be;
     float *ref; /* reference output over copy 0: rows x n */
     bool ref_ready;
@@ -67,7 +74,8 @@ static void ref_work(void *ctx, int ith, int nth) {
 void tn_gemv_params(const tn_gemv *g, const int *cfg, be_cpu_mm_params *out) {
     memset(out, 0, sizeof *out);
     int c = cfg[0] >= 0 && cfg[0] < g->n_choice ? cfg[0] : g->def_choice;
-    out->kernel = g->choice[c];
+    out->kernel = g->choice[c].kernel;
+    out->pack = g->choice[c].pack;
     out->threads = cfg[1];
     out->chunks = cfg[2];
     if (g->rows > 1) out->tile = cfg[3];
@@ -89,6 +97,10 @@ static bool gemv_run(void *ctx, const int *cfg, float *out) {
                    .row_bytes = g->row_bytes,
                    .mat_bytes = g->mat_bytes,
                    .data = g->rot + (size_t)copy * g->mat_bytes};
+    if (mp.pack > 0) {
+        w.packed = g->prot + (size_t)copy * g->pmat_bytes;
+        w.layout = g->pk->layout;
+    }
     g->be->ops->matmul(g->be, &w, 0, g->x, g->rows, out);
     return true;
 }
@@ -113,9 +125,9 @@ static uint64_t xorshift(uint64_t *s) {
 
 static float uniform(uint64_t *s) { return (float)(xorshift(s) >> 40) / (float)(1 << 24) - 0.5f; }
 
-static void add_choice(tn_gemv *g, int be_kernel, const char *prefix, const char *isa) {
+static void add_choice(tn_gemv *g, int be_kernel, int pack, const char *prefix, const char *isa) {
     if (g->n_choice == MAX_CHOICES) return;
-    g->choice[g->n_choice] = be_kernel;
+    g->choice[g->n_choice] = (be_cpu_mm_params){.kernel = be_kernel, .pack = pack};
     snprintf(g->label[g->n_choice], sizeof g->label[0], "%s%s", prefix, isa);
     g->n_choice++;
 }
@@ -157,20 +169,41 @@ static hn_status make_case(qt_type t, int64_t k, int64_t n, int rows, const void
     if (ng > MAX_VARIANTS) ng = MAX_VARIANTS;
     const cpu_gemm_kernel *pick = cpu_gemm_pick_k(t, rows, k);
     if (pick && pick->act_type != best->act_type) pick = NULL;
+    /* the layout the model repacks this shape into at load (ops->prepare_weight), if any */
+    const char *np = getenv("HONE_NO_PACK");
+    const cpu_pack_kernel *pbest = np && *np && strcmp(np, "0") ? NULL : cpu_pack_best(t, k);
+    if (pbest && (pbest->rows > CPU_PACK_MAX_ROWS || n < pbest->rows || pbest->act_type != best->act_type))
+        pbest = NULL;
     /* candidates: every variant but the scalar references (kept only when they are the default) */
     for (int i = 0; i < nd; i++) {
-        bool is_def = !pick && dv[i] == best;
-        if (strcmp(dv[i]->isa, "ref") && dv[i]->act_type == best->act_type) add_choice(g, -1 - i, "", dv[i]->isa);
-        else if (is_def) add_choice(g, -1 - i, "", dv[i]->isa);
+        bool is_def = !pbest && !pick && dv[i] == best;
+        if (strcmp(dv[i]->isa, "ref") && dv[i]->act_type == best->act_type) add_choice(g, -1 - i, -1, "", dv[i]->isa);
+        else if (is_def) add_choice(g, -1 - i, -1, "", dv[i]->isa);
         else continue;
         if (is_def) g->def_choice = g->n_choice - 1;
     }
     for (int i = 0; i < ng; i++) {
-        bool is_def = gv[i] == pick;
+        bool is_def = !pbest && gv[i] == pick;
         if (gv[i]->act_type != best->act_type || !cpu_gemm_fits(gv[i], k)) continue;
-        if (strcmp(gv[i]->isa, "ref") || is_def) add_choice(g, 1 + i, "gemm-", gv[i]->isa);
+        if (strcmp(gv[i]->isa, "ref") || is_def) add_choice(g, 1 + i, -1, "gemm-", gv[i]->isa);
         else continue;
         if (is_def) g->def_choice = g->n_choice - 1;
+    }
+    if (pbest) {
+        /* packed variants of that layout (they read the same bytes); tails run the default kernels */
+        const cpu_pack_kernel *pv[MAX_VARIANTS];
+        int npv = cpu_pack_variants(t, pv, MAX_VARIANTS);
+        if (npv > MAX_VARIANTS) npv = MAX_VARIANTS;
+        const cpu_pack_kernel *pref = cpu_pack_ref(t, pbest->layout);
+        for (int i = 0; i < npv; i++) {
+            if (pv[i]->layout != pbest->layout || pv[i]->act_type != best->act_type || !cpu_pack_fits(pv[i], k) ||
+                (pv[i] == pref && pv[i] != pbest))
+                continue;
+            add_choice(g, 0, 1 + i, "pack-", pv[i]->name);
+            if (pv[i] == pbest) g->def_choice = g->n_choice - 1;
+        }
+        g->pk = pbest;
+        g->pmat_bytes = pbest->group_bytes(k) * (size_t)(n / pbest->rows);
     }
     be_limits lim = {.max_rows = rows, .max_k = k, .max_head_dim = 64, .max_group = 1};
     hn_status st = be_cpu_create(p, &g->be, err);
@@ -188,6 +221,7 @@ static hn_status make_case(qt_type t, int64_t k, int64_t n, int rows, const void
     if (copies > 4096) copies = 4096;
     g->n_rot = (int)copies;
     g->rot_alloc = copies * g->mat_bytes;
+    g->prot_alloc = g->pk ? copies * g->pmat_bytes : 0;
     if (mats && n_mats > 0) {
         g->src = hn_malloc(sizeof(void *) * (size_t)n_mats);
         if (!g->src) {
@@ -249,6 +283,17 @@ static hn_status gemv_prepare(tn_gemv *g, hn_err *err) {
         for (size_t c = 1; c < copies; c++) memcpy(g->rot + c * g->mat_bytes, g->rot, g->mat_bytes);
     }
     hn_free(row);
+    if (g->pk) {
+        /* the packed copies, as prepare_weight makes them */
+        if (!g->prot) g->prot = hn_pages_alloc(g->prot_alloc);
+        if (!g->prot) return hn_errf(err, HN_ERR_NOMEM, "gemv: cannot allocate %zu bytes of packed copies", g->prot_alloc);
+        const int64_t R = g->pk->rows, ng = n / R;
+        const size_t gb = g->pk->group_bytes(k);
+        for (size_t c = 0; c < copies; c++)
+            for (int64_t j = 0; j < ng; j++)
+                g->pk->pack(k, g->rot + c * g->mat_bytes + (size_t)(j * R) * rb, rb,
+                            g->prot + c * g->pmat_bytes + (size_t)j * gb);
+    }
     /* the trusted output: the scalar kernel over copy 0 */
     if (g->ref_kern->act_type == QT_F32) {
         for (int r = 0; r < g->rows; r++) memcpy(g->act + (size_t)r * g->act_row, g->x + (size_t)r * (size_t)k, sizeof(float) * (size_t)k);
@@ -266,6 +311,7 @@ void tn_gemv_free(tn_gemv *g) {
     if (!g) return;
     be_free(g->be);
     if (g->rot) hn_pages_free(g->rot, g->rot_alloc);
+    if (g->prot) hn_pages_free(g->prot, g->prot_alloc);
     hn_free(g->src);
     hn_free(g->x);
     hn_free(g->act);

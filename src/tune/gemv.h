@@ -13,8 +13,15 @@
  *           the gemm variants of cpu_gemm_variants ("gemm-avx2",
  *           "gemm-avx512"); the scalar references ("ref", "gemm-ref") are what
  *           every candidate is validated against and never faster, so they are
- *           candidates only when they are the type's default. Default: what
- *           the backend uses untuned (cpu_gemm_pick_k, else cpu_dot_best)
+ *           candidates only when they are the type's default; these run on
+ *           the GGUF rows even where the model repacked the weight. Then, when
+ *           the model repacks this shape at load (pack.h: cpu_pack_best fits,
+ *           HONE_NO_PACK unset), the packed variants of that layout
+ *           ("pack-q4_0x16-avx512vnni", ...; the layout's reference excluded)
+ *           over packed copies of the rotation: the layout choice, packed or
+ *           not and which packed kernel. Default: what the backend uses
+ *           untuned (the best packed kernel, else cpu_gemm_pick_k, else
+ *           cpu_dot_best)
  *   threads how many of the pool's threads take part (1 runs on the caller
  *           only); default: all of them
  *   chunks  chunks per participating thread; default the backend's (4, or 8
