@@ -1,7 +1,19 @@
-/* test_gemm_attn.c: the attention inner loops of the CPU backend (the
- * per-chunk weighted sum of V rows with register-resident accumulators, and
- * f16 K/V rows read in place).
+/* test_gemm_attn.c: the attention of the CPU backend, its kernels and the KV store.
  *
+ * Kernels: every kernel set this CPU can run (AVX-512, AVX2) against the
+ * portable reference: scores and weighted sums over chunks spread across
+ * blocks (odd starting slots, lengths not a multiple of the vector width,
+ * 1-3 query rows, several head_dims), exp of a chunk, and the KV store's
+ * f32 -> f16 conversion bit for bit against qt_f32_to_f16 (specials too).
+ *
+ * The op, with each kernel set forced: K f32/f16/q8_0 with several V types,
+ * GQA groups 1, 2 and 4, sliding windows, two sequences in one batch, a
+ * 3000-position context; a prefill batch (tiles of query rows) and decode
+ * of the last token (positions split among threads and merged) against a
+ * double reference over the cache's own (dequantized) K/V, and against each
+ * other.
+ *
+ * The original inner-loop cases follow:  *
  * For head_dim 64, 128 and 72 (a tail that is not a multiple of the 32-wide
  * slices), groups of 1, 2 and 3 query heads per kv head and a sequence long
  * enough to span many blocks and chunks: the f32 cache against a naive double
@@ -13,8 +25,10 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_int.h"
 #include "core/pool.h"
 #include "kv/kv.h"
 #include "quant/quant.h"
@@ -98,6 +112,274 @@ static void run_case(be_backend *b, int hd, int group, bool ref) {
     free(q);
 }
 
+/* ---- kernels against the portable reference ---- */
+
+static void kernel_cases(void) {
+    const cpu_attn_kernels *ks[4];
+    int nk = cpu_attn_variants(ks, 4);
+    const cpu_attn_kernels *ref = ks[nk - 1];
+    CHECK(!strcmp(ref->name, "portable"));
+    enum { NB = 6, BS = 16, MAXHD = 256 };
+    static const int hds[] = {16, 64, 128, 80, 256, 40};
+    for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
+        int hd = hds[hi];
+        size_t stride = (size_t)3 * hd; /* rows of 3 heads; the kernels see the middle one */
+        float *kf = malloc(sizeof(float) * NB * BS * stride);
+        uint16_t *kh = malloc(sizeof(uint16_t) * NB * BS * stride);
+        for (size_t i = 0; i < (size_t)NB * BS * stride; i++) {
+            kh[i] = qt_f32_to_f16(frand() * 3);
+            kf[i] = qt_f16_to_f32(kh[i]);
+        }
+        /* blocks in scrambled order, as a block table gives them */
+        const unsigned char *bf[NB], *bh[NB];
+        static const int order[NB] = {3, 0, 5, 1, 4, 2};
+        for (int j = 0; j < NB; j++) {
+            bf[j] = (const unsigned char *)(kf + (size_t)order[j] * BS * stride + hd);
+            bh[j] = (const unsigned char *)(kh + (size_t)order[j] * BS * stride + hd);
+        }
+        float q[3 * MAXHD], w[3 * CPU_ATTN_SCORE_CAP];
+        for (int i = 0; i < 3 * hd; i++) q[i] = frand() * 2;
+        for (int i = 0; i < 3 * CPU_ATTN_SCORE_CAP; i++) w[i] = frand() + 0.5f;
+        static const int slots[] = {0, 5, 15};
+        static const int nps[] = {1, 7, 16, 33, 64};
+        for (int v = 0; v < nk - 1; v++) {
+            if (hd % ks[v]->hd_mult) continue;
+            double es = 0, ew = 0;
+            for (int si = 0; si < 3; si++)
+                for (int ni = 0; ni < 5; ni++)
+                    for (int nq = 1; nq <= 3; nq++)
+                        for (int f16 = 0; f16 < 2; f16++) {
+                            int np = nps[ni];
+                            cpu_attn_rows r = {.blk = f16 ? bh : bf, .stride = stride * (f16 ? 2 : 4), .slot0 = slots[si], .bs = BS};
+                            float s0[3 * CPU_ATTN_SCORE_CAP], s1[3 * CPU_ATTN_SCORE_CAP];
+                            ref->scores[f16](q, nq, (size_t)hd, hd, &r, np, 0.125f, s0, CPU_ATTN_SCORE_CAP);
+                            ks[v]->scores[f16](q, nq, (size_t)hd, hd, &r, np, 0.125f, s1, CPU_ATTN_SCORE_CAP);
+                            for (int qi = 0; qi < nq; qi++)
+                                for (int i = 0; i < np; i++) {
+                                    double d = fabs(s0[qi * CPU_ATTN_SCORE_CAP + i] - s1[qi * CPU_ATTN_SCORE_CAP + i]);
+                                    if (d > es) es = d;
+                                }
+                            float a0[3 * MAXHD], a1[3 * MAXHD];
+                            for (int i = 0; i < 3 * hd; i++) a0[i] = a1[i] = frand();
+                            ref->wsum[f16](a0, nq, hd, w, CPU_ATTN_SCORE_CAP, &r, np);
+                            ks[v]->wsum[f16](a1, nq, hd, w, CPU_ATTN_SCORE_CAP, &r, np);
+                            for (int i = 0; i < nq * hd; i++) {
+                                double d = fabs(a0[i] - a1[i]) / (1.0 + fabs(a0[i]));
+                                if (d > ew) ew = d;
+                            }
+                        }
+            CHECKF(es < 1e-4, "%s scores hd %d: max error %g", ks[v]->name, hd, es);
+            CHECKF(ew < 1e-5, "%s wsum hd %d: max error %g", ks[v]->name, hd, ew);
+        }
+        free(kf);
+        free(kh);
+    }
+    /* exp of a chunk: every length up to the cap, scores down to -100 and -inf */
+    for (int v = 0; v < nk; v++) {
+        double e = 0;
+        for (int n = 1; n <= CPU_ATTN_SCORE_CAP; n++) {
+            float x[CPU_ATTN_SCORE_CAP], y[CPU_ATTN_SCORE_CAP + 1];
+            for (int i = 0; i < n; i++) x[i] = y[i] = (frand() - 0.5f) * 200.0f;
+            x[n - 1] = y[n - 1] = -INFINITY;
+            y[n] = 12345.0f; /* past the end: untouched */
+            float sum = ks[v]->vexp(y, n, 3.0f);
+            double ds = 0;
+            for (int i = 0; i < n; i++) {
+                double want = exp((double)x[i] - 3.0);
+                ds += want;
+                double d = fabs(y[i] - want) / (want > 1e-30 ? want : 1e-30);
+                if (want > 1e-30 && d > e) e = d;
+                if (want < 1e-38 && y[i] > 1e-37f) e = 1;
+            }
+            if (fabs(sum - ds) > 1e-5 * ds + 1e-30) e = 1;
+            if (y[n] != 12345.0f) e = 1;
+        }
+        CHECKF(e < 1e-6, "%s exp: max relative error %g", ks[v]->name, e);
+    }
+}
+
+/* f32 -> f16 as the KV store does it, against qt_f32_to_f16 bit for bit */
+static void to_f16_case(be_backend *b) {
+    enum { N = 4099 };
+    float *x = malloc(sizeof(float) * N);
+    uint16_t *h0 = malloc(2 * N), *h1 = malloc(2 * N);
+    for (int i = 0; i < N; i++) {
+        uint32_t u;
+        rng = rng * 1664525u + 1013904223u;
+        u = rng;
+        switch (i % 4) {
+        case 0: memcpy(&x[i], &u, 4); break;                 /* any bits: NaN, inf, subnormals */
+        case 1: x[i] = frand() * 1e-4f; break;                /* f16 subnormal range */
+        case 2: x[i] = frand() * 140000.0f; break;            /* overflow to inf */
+        default: x[i] = frand() * 8; break;
+        }
+    }
+    x[0] = 65519.0f, x[1] = 65520.0f, x[2] = -0.0f, x[3] = 2.9802322e-8f, x[4] = 5.9604645e-8f;
+    for (int i = 0; i < N; i++) h0[i] = qt_f32_to_f16(x[i]);
+    cpu_attn_select(cpu_of(b));
+    cpu_of(b)->to_f16(x, h1, N);
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += h0[i] != h1[i];
+    CHECKF(bad == 0, "f32 -> f16: %d of %d differ", bad, N);
+    free(x);
+    free(h0);
+    free(h1);
+}
+
+/* ---- the op ---- */
+
+typedef struct op_rig {
+    kv_cache *kv;
+    kv_seq s[2];
+    int len[2];
+    int HKV, hd;
+} op_rig;
+
+/* The double reference for query q (n_head x hd) of a token of sequence sq at pos. */
+static double ref_err(const op_rig *r, const float *q, const float *out, int H, int sq, int32_t pos, int window) {
+    const int hd = r->hd, HKV = r->HKV, G = H / HKV, bs = r->kv->cfg.block_size;
+    int32_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+    int n = pos - lo + 1;
+    double *sc = malloc(sizeof(double) * (size_t)n);
+    float *k = malloc(sizeof(float) * (size_t)hd), *v = malloc(sizeof(float) * (size_t)n * hd);
+    double err = 0;
+    for (int kvh = 0; kvh < HKV; kvh++) {
+        for (int p = lo; p <= pos; p++) {
+            int32_t blk = r->s[sq].blocks[p / bs];
+            size_t slot = (size_t)(p % bs);
+            kv_v_to_f32(r->kv, kv_block_vraw(r->kv, blk, 0) + slot * r->kv->v_row_bytes + kvh * r->kv->v_head_bytes, 0, 1,
+                        v + (size_t)(p - lo) * hd);
+        }
+        for (int g = 0; g < G; g++) {
+            const float *qh = q + (size_t)(kvh * G + g) * hd;
+            double mx = -1e300, sum = 0;
+            for (int p = lo; p <= pos; p++) {
+                int32_t blk = r->s[sq].blocks[p / bs];
+                size_t slot = (size_t)(p % bs);
+                kv_k_to_f32(r->kv, kv_block_kraw(r->kv, blk, 0) + slot * r->kv->k_row_bytes + kvh * r->kv->k_head_bytes, 0,
+                            1, k);
+                double d = 0;
+                for (int i = 0; i < hd; i++) d += (double)qh[i] * k[i];
+                sc[p - lo] = d / sqrt((double)hd);
+                if (sc[p - lo] > mx) mx = sc[p - lo];
+            }
+            for (int i = 0; i < n; i++) sum += exp(sc[i] - mx);
+            for (int i = 0; i < hd; i++) {
+                double o = 0;
+                for (int p = 0; p < n; p++) o += exp(sc[p] - mx) / sum * v[(size_t)p * hd + i];
+                double d = fabs(o - out[(size_t)(kvh * G + g) * hd + i]);
+                if (d > err) err = d;
+            }
+        }
+    }
+    free(sc);
+    free(k);
+    free(v);
+    return err;
+}
+
+static void op_case(be_backend *b, qt_type kt, qt_type vt, int hd, int G, int window, int long_len,
+                    const char *kname) {
+    hn_err e;
+    const int HKV = 2, H = HKV * G;
+    op_rig r = {.HKV = HKV, .hd = hd, .len = {long_len, 45}};
+    kv_config cfg = {.n_layer = 1, .n_head_kv = HKV, .head_dim = hd, .block_size = 16, .n_blocks = (long_len + 45) / 16 + 8,
+                     .type = kt, .v_type = vt};
+    CHECK(kv_create(&cfg, &r.kv, &e) == HN_OK);
+    float *k = malloc(sizeof(float) * (size_t)HKV * hd), *v = malloc(sizeof(float) * (size_t)HKV * hd);
+    for (int sq = 0; sq < 2; sq++) {
+        kv_seq_init(&r.s[sq], r.kv, r.len[sq], &e);
+        CHECK(kv_seq_reserve(r.kv, &r.s[sq], r.len[sq], &e) == HN_OK);
+        for (int32_t p = 0; p < r.len[sq]; p++) {
+            /* keys with a drift so that some positions dominate, values plain */
+            for (int i = 0; i < HKV * hd; i++) {
+                k[i] = frand() * 3 + (i % 7 == 0 ? 0.002f * (float)(p % 500) : 0.0f);
+                v[i] = frand() * 2;
+            }
+            const kv_seq *sp = &r.s[sq];
+            b->ops->kv_store(b, r.kv, 0, 1, k, v, &p, &sp);
+        }
+    }
+    /* prefill batch: the last 37 positions of the long sequence, interleaved with the last 9 of the short one */
+    enum { NA = 37, NBT = 9, N = NA + NBT };
+    int32_t pos[N];
+    const kv_seq *seqs[N];
+    int sqs[N], n = 0;
+    for (int i = 0; i < NA; i++) {
+        if (i % 4 == 2 && n - i < NBT) { /* a short-sequence token in between */
+            pos[n] = r.len[1] - NBT + (n - i), seqs[n] = &r.s[1], sqs[n] = 1, n++;
+        }
+        pos[n] = r.len[0] - NA + i, seqs[n] = &r.s[0], sqs[n] = 0, n++;
+    }
+    while (n < N) pos[n] = r.len[1] - NBT + (n - NA), seqs[n] = &r.s[1], sqs[n] = 1, n++;
+    float *q = malloc(sizeof(float) * N * (size_t)H * hd), *out = malloc(sizeof(float) * N * (size_t)H * hd);
+    float *out1 = malloc(sizeof(float) * (size_t)H * hd);
+    for (int i = 0; i < N * H * hd; i++) q[i] = frand() * 2;
+    cpu_attn_force(b, kname);
+    be_attn_args a = {.q = q, .out = out, .n_tokens = N, .n_head = H, .n_head_kv = HKV, .head_dim = hd,
+                      .scale = 1.0f / sqrtf((float)hd), .window = window, .kv = r.kv, .layer = 0, .pos = pos, .seqs = seqs};
+    b->ops->attention(b, &a);
+    double err = 0;
+    for (int t = 0; t < N; t++) {
+        double d = ref_err(&r, q + (size_t)t * H * hd, out + (size_t)t * H * hd, H, sqs[t], pos[t], window);
+        if (d > err) err = d;
+    }
+    /* decode: the long sequence's last token alone */
+    int last = 0;
+    for (int t = 0; t < N; t++)
+        if (sqs[t] == 0) last = t;
+    be_attn_args d1 = a;
+    d1.q = q + (size_t)last * H * hd, d1.out = out1, d1.n_tokens = 1, d1.pos = &pos[last], d1.seqs = &seqs[last];
+    b->ops->attention(b, &d1);
+    double errd = ref_err(&r, d1.q, out1, H, 0, pos[last], window), diff = 0;
+    for (int i = 0; i < H * hd; i++) {
+        double dd = fabs(out1[i] - out[(size_t)last * H * hd + i]);
+        if (dd > diff) diff = dd;
+    }
+    cpu_attn_force(b, NULL);
+    const char *kn = qt_traits(kt)->name, *vn = qt_traits(vt)->name;
+    CHECKF(err < 2e-5, "%s K %s V %s hd %d group %d window %d len %d: prefill max error %g", kname, kn, vn, hd, G, window,
+           long_len, err);
+    CHECKF(errd < 2e-5, "%s K %s V %s hd %d group %d window %d len %d: decode max error %g", kname, kn, vn, hd, G,
+           window, long_len, errd);
+    CHECKF(diff < 2e-5, "%s K %s V %s hd %d group %d: decode and prefill differ by %g", kname, kn, vn, hd, G, diff);
+    for (int sq = 0; sq < 2; sq++) kv_seq_free(&r.s[sq], r.kv);
+    kv_free(r.kv);
+    free(k);
+    free(v);
+    free(q);
+    free(out);
+    free(out1);
+}
+
+/* the op's KV store writes exactly what kv_store_row writes */
+static void store_case(be_backend *b, qt_type kt, qt_type vt) {
+    hn_err e;
+    kv_config cfg = {.n_layer = 2, .n_head_kv = 2, .head_dim = 64, .block_size = 16, .n_blocks = 4, .type = kt, .v_type = vt};
+    kv_cache *kv[2];
+    kv_seq s[2];
+    for (int c = 0; c < 2; c++) {
+        CHECK(kv_create(&cfg, &kv[c], &e) == HN_OK);
+        kv_seq_init(&s[c], kv[c], 40, &e);
+        CHECK(kv_seq_reserve(kv[c], &s[c], 40, &e) == HN_OK);
+    }
+    float k[5 * 128], v[5 * 128];
+    for (int i = 0; i < 5 * 128; i++) k[i] = frand() * 5, v[i] = frand() * 3;
+    int32_t pos[5] = {0, 17, 18, 31, 39};
+    const kv_seq *sp[5] = {&s[0], &s[0], &s[0], &s[0], &s[0]};
+    b->ops->kv_store(b, kv[0], 1, 5, k, v, pos, sp);
+    for (int t = 0; t < 5; t++) kv_store_row(kv[1], &s[1], 1, pos[t], k + t * 128, v + t * 128);
+    bool same = true;
+    for (int j = 0; j < 3; j++)
+        same = same && !memcmp(kv_block_kraw(kv[0], s[0].blocks[j], 1), kv_block_kraw(kv[1], s[1].blocks[j], 1),
+                               kv[0]->layer_bytes);
+    CHECKF(same, "kv_store %s/%s differs from kv_store_row", qt_traits(kt)->name, qt_traits(vt)->name);
+    for (int c = 0; c < 2; c++) {
+        kv_seq_free(&s[c], kv[c]);
+        kv_free(kv[c]);
+    }
+}
+
 int main(void) {
     hn_err e;
     pool *p;
@@ -110,6 +392,32 @@ int main(void) {
     for (int ref = 0; ref < 2; ref++)
         for (size_t i = 0; i < 3; i++)
             for (int g = 1; g <= 3; g++) run_case(b, hds[i], g, ref);
+    kernel_cases();
+    to_f16_case(b);
+    store_case(b, QT_F16, QT_F16);
+    store_case(b, QT_F32, QT_F16);
+    store_case(b, QT_Q8_0, QT_Q4_1);
+    store_case(b, QT_F16, QT_Q8_0);
+    be_free(b);
+    /* the op: limits of a real model (max_k = n_head * head_dim or more) */
+    CHECK(be_cpu_create(p, &b, &e) == HN_OK);
+    be_limits l2 = {.max_rows = 64, .max_k = 1024, .max_head_dim = 128, .max_group = 4};
+    CHECK(b->ops->reserve(b, &l2, &e) == HN_OK);
+    const cpu_attn_kernels *ks[4];
+    int nk = cpu_attn_variants(ks, 4);
+    bool san = getenv("HONE_SANITIZED") != NULL;
+    int long_len = san ? 700 : 3000;
+    for (int v = 0; v < nk; v++) {
+        const char *kn = ks[v]->name;
+        op_case(b, QT_F16, QT_F16, 128, 2, 0, long_len, kn);
+        op_case(b, QT_F32, QT_F32, 64, 1, 0, 300, kn);
+        op_case(b, QT_F16, QT_F16, 64, 4, 100, long_len, kn);
+        op_case(b, QT_Q8_0, QT_Q8_0, 64, 2, 0, 300, kn);
+        op_case(b, QT_Q8_0, QT_Q4_0, 64, 2, 33, 300, kn);
+        op_case(b, QT_F16, QT_Q4_1, 128, 2, 0, 300, kn);
+        op_case(b, QT_F32, QT_F16, 96, 2, 0, 200, kn);
+        op_case(b, QT_F16, QT_F32, 32, 1, 17, 100, kn);
+    }
     be_free(b);
     pool_free(p);
     TEST_DONE();

@@ -1,136 +1,526 @@
-/* cpu_attn.c: attention over the paged KV cache, flash style.
+/* cpu_attn.c: attention over the paged KV cache (flash style), the KV store,
+ * and the portable reference of every attention kernel.
  *
- * One work item is (token, kv head): the group of query heads that share that
- * kv head walks the sequence's blocks once, so each K/V row is loaded once
- * per group (GQA). Per block it scores all the block's positions for every
- * head of the group, then applies the online softmax: rescale the running sum
- * and accumulator by exp(old_max - new_max) once per block, add exp(s - max)
- * weighted V rows. Only positions the token may see are visited (causal, and
- * the sliding window if any): no work is spent on masked positions. The dot
- * over head_dim and the chunk's weighted sum of V rows (accumulators of the
- * whole group held in registers while V streams, one V load per group) are
- * the backend's vector helpers (AVX2+FMA+F16C when the CPU has them). f32 and
- * f16 caches are read in place; other quantized caches (q8_0 K, q8_0/q4 V)
- * are dequantized one chunk of at most CPU_ATTN_SCORE_CAP rows at a time into
- * per-thread scratch. */
+ * Work split. Query tokens are grouped into tiles: runs of consecutive
+ * tokens of one sequence at consecutive positions, at most
+ * CPU_ATTN_TILE_ROWS query rows (tokens x heads of a group) per kv head. A
+ * work item is one tile over one range of positions, for every kv head, so
+ * the item streams each block's K and V of the layer (contiguous in the
+ * cache) once, and the rows of the tile share those loads from cache
+ * (prefill at depth). When there are fewer tiles than threads can use
+ * (decode), a tile's positions are split into segments, each item keeping
+ * its partial max, sum and accumulator in a slot; the caller merges the
+ * slots afterwards (flash decoding). Tokens are grouped, segments sized and
+ * items handed out dynamically, so both threads stream KV whatever the batch.
+ *
+ * Inside an item positions go in chunks of up to CPU_ATTN_SCORE_CAP (whole
+ * 16-position blocks), and per chunk and kv head: the scores of every query
+ * row of the group over the chunk (one kernel call over all the chunk's
+ * blocks), one online-softmax step per row (rescale the accumulator by
+ * exp(old max - new max) once per chunk), then the weighted sum of the V
+ * rows into the accumulators (one kernel call per token: the group's
+ * accumulators stay in registers while V streams). Each token sees only its
+ * own valid range (causal, sliding window): nothing is computed for masked
+ * positions. The next chunk's rows are prefetched while one is computed.
+ * f32 and f16 caches are read in place; q8_0 K and q8_0/q4_0/q4_1 V are
+ * dequantized one chunk of one head at a time into per-thread scratch.
+ *
+ * Kernels (scores, weighted sum, exp) come in sets: AVX-512 (cpu_attn_avx512.c),
+ * AVX2 (cpu_vec_avx2.c) and the portable reference here; the fastest set the
+ * CPU has whose head_dim rule fits is used. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "../../core/alloc.h"
+#include "../../quant/quant.h"
 #include "cpu_int.h"
+#include "dot.h"
 
+/* ---- portable kernels: the reference ---- */
 
+static float dot_h(const float *a, const uint16_t *b, int n) {
+    float s[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += a[i + j] * qt_f16_to_f32(b[i + j]);
+    float t = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    for (; i < n; i++) t += a[i] * qt_f16_to_f32(b[i]);
+    return t;
+}
 
-typedef struct attn_task {
+static void scores_f32_ref(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np, float scale,
+                           float *s, int ss) {
+    for (int r = 0; r < nq; r++)
+        for (int i = 0; i < np; i++)
+            s[(size_t)r * (size_t)ss + (size_t)i] =
+                cpu_dot_f32(q + (size_t)r * qstride, (const float *)cpu_attn_row(k, i), hd) * scale;
+}
+
+static void scores_f16_ref(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np, float scale,
+                           float *s, int ss) {
+    for (int r = 0; r < nq; r++)
+        for (int i = 0; i < np; i++)
+            s[(size_t)r * (size_t)ss + (size_t)i] =
+                dot_h(q + (size_t)r * qstride, (const uint16_t *)cpu_attn_row(k, i), hd) * scale;
+}
+
+static void wsum_f32_ref(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np) {
+    for (int h = 0; h < group; h++)
+        for (int i = 0; i < np; i++) {
+            float c = w[(size_t)h * (size_t)ws + (size_t)i];
+            const float *x = cpu_attn_row(v, i);
+            float *a = acc + (size_t)h * (size_t)hd;
+            for (int d = 0; d < hd; d++) a[d] += c * x[d];
+        }
+}
+
+static void wsum_f16_ref(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np) {
+    for (int h = 0; h < group; h++)
+        for (int i = 0; i < np; i++) {
+            float c = w[(size_t)h * (size_t)ws + (size_t)i];
+            const uint16_t *x = cpu_attn_row(v, i);
+            float *a = acc + (size_t)h * (size_t)hd;
+            for (int d = 0; d < hd; d++) a[d] += c * qt_f16_to_f32(x[d]);
+        }
+}
+
+static float exp_sub_ref(float *s, int n, float mx) {
+    float sum = 0;
+    for (int i = 0; i < n; i++) {
+        s[i] = expf(s[i] - mx);
+        sum += s[i];
+    }
+    return sum;
+}
+
+static void to_f16_ref(const float *x, uint16_t *h, int64_t n) {
+    for (int64_t i = 0; i < n; i++) h[i] = qt_f32_to_f16(x[i]);
+}
+
+static const cpu_attn_kernels k_ref = {"portable", 1, {scores_f32_ref, scores_f16_ref}, {wsum_f32_ref, wsum_f16_ref},
+                                       exp_sub_ref};
+#if defined(__x86_64__) || defined(__i386__)
+static const cpu_attn_kernels k_avx2 = {"avx2",
+                                        8,
+                                        {cpu_attn_scores_f32_avx2, cpu_attn_scores_f16_avx2},
+                                        {cpu_attn_wsum_f32_avx2, cpu_attn_wsum_f16_avx2},
+                                        cpu_vec_exp_sub_avx2};
+static const cpu_attn_kernels k_avx512 = {"avx512",
+                                          16,
+                                          {cpu_attn_scores_f32_avx512, cpu_attn_scores_f16_avx512},
+                                          {cpu_attn_wsum_f32_avx512, cpu_attn_wsum_f16_avx512},
+                                          cpu_vec_exp_sub_avx512};
+#endif
+
+int cpu_attn_variants(const cpu_attn_kernels **out, int cap) {
+    int n = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    const cpu_features *f = cpu_dot_features();
+    if (f->avx512f && f->avx512bw && f->avx2 && f->fma && f->f16c && n < cap) out[n++] = &k_avx512;
+    if (f->avx2 && f->fma && f->f16c && n < cap) out[n++] = &k_avx2;
+#endif
+    if (n < cap) out[n++] = &k_ref;
+    return n;
+}
+
+void cpu_attn_select(cpu_be *cb) {
+    const cpu_attn_kernels *v[3];
+    int n = cpu_attn_variants(v, 3);
+    cb->n_ak = 0;
+    for (int i = 0; i < n; i++)
+        if (!cb->force_ref || v[i] == &k_ref) cb->ak[cb->n_ak++] = v[i];
+    cb->attn_force = -1;
+    const char *e = getenv("HONE_ATTN_KERNEL");
+    if (e && *e)
+        for (int i = 0; i < cb->n_ak; i++)
+            if (!strcmp(cb->ak[i]->name, e)) cb->attn_force = i;
+    cb->to_f16 = to_f16_ref;
+#if defined(__x86_64__) || defined(__i386__)
+    if (!cb->force_ref && cpu_dot_features()->avx2 && cpu_dot_features()->f16c) cb->to_f16 = cpu_attn_to_f16_avx2;
+#endif
+}
+
+void cpu_attn_force(be_backend *b, const char *name) {
+    cpu_be *cb = cpu_of(b);
+    cb->attn_force = -1;
+    for (int i = 0; name && i < cb->n_ak; i++)
+        if (!strcmp(cb->ak[i]->name, name)) cb->attn_force = i;
+}
+
+/* the kernel set for head_dim hd: the forced one if it takes hd, else the fastest that does */
+static const cpu_attn_kernels *pick(const cpu_be *cb, int hd) {
+    if (cb->attn_force >= 0 && hd % cb->ak[cb->attn_force]->hd_mult == 0) return cb->ak[cb->attn_force];
+    for (int i = 0; i < cb->n_ak; i++)
+        if (hd % cb->ak[i]->hd_mult == 0) return cb->ak[i];
+    return &k_ref;
+}
+
+/* ---- KV store ---- */
+
+void cpu_op_kv_store(be_backend *b, kv_cache *kv, int layer, int n_tokens, const float *k, const float *v,
+                     const int32_t *pos, const kv_seq *const *seqs) {
+    cpu_be *cb = cpu_of(b);
+    const size_t row = kv->row_elems;
+    const int bs = kv->cfg.block_size;
+    const bool kh = kv->cfg.type == QT_F16, vh = kv->cfg.v_type == QT_F16;
+    for (int t = 0; t < n_tokens; t++) {
+        const float *kt = k + (size_t)t * row, *vt = v + (size_t)t * row;
+        if (!kh && !vh) {
+            kv_store_row(kv, seqs[t], layer, pos[t], kt, vt);
+            continue;
+        }
+        /* f16 rows converted here with the CPU's converter (kv_store_row's to the bit) */
+        int32_t blk = seqs[t]->blocks[pos[t] / bs];
+        size_t slot = (size_t)(pos[t] % bs);
+        unsigned char *kd = kv_block_kraw(kv, blk, layer) + slot * kv->k_row_bytes;
+        unsigned char *vd = kv_block_vraw(kv, blk, layer) + slot * kv->v_row_bytes;
+        if (kh) cb->to_f16(kt, (uint16_t *)kd, (int64_t)row);
+        else if (kv->cfg.type == QT_F32) memcpy(kd, kt, kv->k_row_bytes);
+        else qt_traits(kv->cfg.type)->from_float(kt, kd, (int64_t)row);
+        if (vh) cb->to_f16(vt, (uint16_t *)vd, (int64_t)row);
+        else if (kv->cfg.v_type == QT_F32) memcpy(vd, vt, kv->v_row_bytes);
+        else qt_traits(kv->cfg.v_type)->from_float(vt, vd, (int64_t)row);
+    }
+}
+
+/* ---- work split ---- */
+
+#define SEG_MIN_BLOCKS 8 /* a segment of a split tile covers at least this many blocks */
+#define ML_MIN 4096      /* state rows (tokens x heads) of one item at least */
+
+typedef struct attn_tile {
+    int32_t t0, nt;       /* tokens t0 .. t0+nt-1 */
+    int32_t lo, hi;       /* positions any of them sees */
+    int32_t item0, nitems;
+} attn_tile;
+
+typedef struct attn_item {
+    int32_t tile, p0, p1; /* positions p0..p1 of the tile's range */
+    int64_t part;         /* float offset of its slot in attn_part, -1: writes the output */
+} attn_item;
+
+typedef struct attn_work {
+    attn_tile *tiles;
+    attn_item *items;
+    int tile_cap, item_cap;
+    size_t ml_cap;        /* state rows per thread */
+} attn_work;
+
+typedef struct attn_call {
     cpu_be *cb;
     const be_attn_args *a;
+    const cpu_attn_kernels *ks;
+    const attn_tile *tiles;
+    const attn_item *items;
+    int n_items;
+    bool prefetch;
     _Atomic int next;
-} attn_task;
+} attn_call;
 
-static void attn_item(cpu_be *cb, const be_attn_args *a, int t, int kvh, float *scratch) {
-    const kv_cache *kv = a->kv;
-    const kv_seq *seq = a->seqs[t];
-    const int hd = a->head_dim;
-    const int group = a->n_head / a->n_head_kv;
+void cpu_attn_free(cpu_be *cb) {
+    attn_work *w = cb->attn_work;
+    if (w) {
+        hn_free(w->tiles);
+        hn_free(w->items);
+        hn_free(w);
+    }
+    cb->attn_work = NULL;
+    hn_free(cb->attn);
+    cb->attn = NULL;
+    hn_free(cb->attn_part);
+    cb->attn_part = NULL;
+}
+
+hn_status cpu_attn_reserve(cpu_be *cb, hn_err *err) {
+    cpu_attn_free(cb);
+    const be_limits *lim = &cb->lim;
+    size_t g = (size_t)(lim->max_group > 0 ? lim->max_group : 1);
+    size_t hd = (size_t)(lim->max_head_dim > 0 ? lim->max_head_dim : 1);
+    size_t rows = g > CPU_ATTN_TILE_ROWS ? g : CPU_ATTN_TILE_ROWS;
+    size_t heads = (size_t)lim->max_k / hd; /* the output projection's K is n_head * head_dim */
+    if (heads < g) heads = g;
+    size_t ml = heads > ML_MIN ? heads : ML_MIN;
+    int tokens = lim->max_rows > 0 ? lim->max_rows : 1;
+    attn_work *w = hn_calloc(1, sizeof *w);
+    cb->attn_work = w;
+    if (!w) return hn_errf(err, HN_ERR_NOMEM, "cpu backend: cannot allocate attention scratch");
+    w->tile_cap = tokens;
+    w->item_cap = tokens + CPU_ATTN_SLOTS;
+    w->ml_cap = ml;
+    w->tiles = hn_malloc(sizeof(attn_tile) * (size_t)w->tile_cap);
+    w->items = hn_malloc(sizeof(attn_item) * (size_t)w->item_cap);
+    /* per thread: m and l of the state rows, scores of a tile's rows over a chunk,
+     * dequantized K and V rows of a chunk */
+    cb->attn_stride = 2 * ml + rows * CPU_ATTN_SCORE_CAP + 2 * (size_t)CPU_ATTN_SCORE_CAP * hd + 16;
+    cb->attn = hn_malloc(sizeof(float) * cb->attn_stride * (size_t)cb->nth);
+    /* slots: CPU_ATTN_SLOTS decode tokens' worth of every head's accumulator, max and sum */
+    cb->attn_part_cap = (size_t)CPU_ATTN_SLOTS * heads * (hd + 2);
+    cb->attn_part = hn_malloc(sizeof(float) * cb->attn_part_cap);
+    if (!w->tiles || !w->items || !cb->attn || !cb->attn_part)
+        return hn_errf(err, HN_ERR_NOMEM, "cpu backend: cannot allocate attention scratch");
+    return HN_OK;
+}
+
+/* ---- one item ---- */
+
+static inline int32_t lo_of(const be_attn_args *a, int32_t p) {
+    return a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+}
+
+/* Prefetches part `part` of `parts` of the K and V rows c0..c1 of the item's
+ * sequence (contiguous byte ranges of each block: all kv heads of a row). */
+static void prefetch_part(const kv_cache *kv, const kv_seq *seq, int layer, int32_t c0, int32_t c1, int part,
+                          int parts) {
     const int bs = kv->cfg.block_size;
-    const size_t row = kv->row_elems;
-    float *acc = scratch;                      /* [group][hd] */
-    float *m = acc + (size_t)group * (size_t)hd; /* [group] running max */
-    float *l = m + group;                      /* [group] running sum */
-    float *s = l + group;                      /* [group][CPU_ATTN_SCORE_CAP] scores */
-    float *kd = s + (size_t)group * CPU_ATTN_SCORE_CAP; /* [CPU_ATTN_SCORE_CAP][hd] dequantized K (quantized caches) */
-    float *vd = kd + (size_t)CPU_ATTN_SCORE_CAP * (size_t)hd; /* same for V */
-    const bool k_f32 = kv->cfg.type == QT_F32, v_f32 = kv->cfg.v_type == QT_F32;
-    for (int h = 0; h < group; h++) {
-        m[h] = -INFINITY;
-        l[h] = 0.0f;
+    for (int32_t p = c0; p <= c1;) {
+        int32_t b = p / bs, e = (b + 1) * bs - 1 < c1 ? (b + 1) * bs - 1 : c1;
+        size_t s0 = (size_t)(p % bs), n = (size_t)(e - p + 1);
+        const unsigned char *kr = kv_block_kraw(kv, seq->blocks[b], layer) + s0 * kv->k_row_bytes;
+        const unsigned char *vr = kv_block_vraw(kv, seq->blocks[b], layer) + s0 * kv->v_row_bytes;
+        size_t kn = n * kv->k_row_bytes, vn = n * kv->v_row_bytes;
+        for (size_t o = kn * (size_t)part / (size_t)parts & ~(size_t)63; o < kn * (size_t)(part + 1) / (size_t)parts; o += 64)
+            __builtin_prefetch(kr + o);
+        for (size_t o = vn * (size_t)part / (size_t)parts & ~(size_t)63; o < vn * (size_t)(part + 1) / (size_t)parts; o += 64)
+            __builtin_prefetch(vr + o);
+        p = e + 1;
     }
-    memset(acc, 0, sizeof(float) * (size_t)group * (size_t)hd);
-    const float *q = a->q + (size_t)t * (size_t)a->n_head * (size_t)hd + (size_t)kvh * (size_t)group * (size_t)hd;
-    int32_t hi = a->pos[t];
-    int32_t lo = a->window > 0 && hi - a->window + 1 > 0 ? hi - a->window + 1 : 0;
-    for (int32_t p0 = lo; p0 <= hi;) {
-        int32_t blk = p0 / bs, slot0 = p0 % bs;
-        int32_t p1 = (blk + 1) * bs - 1 < hi ? (blk + 1) * bs - 1 : hi;
-        if (p1 - p0 + 1 > CPU_ATTN_SCORE_CAP) p1 = p0 + CPU_ATTN_SCORE_CAP - 1;
-        int np = p1 - p0 + 1;
-        /* this chunk's K and V rows of kv head kvh: in place for f32, else dequantized */
-        const unsigned char *kr = kv_block_kraw(kv, seq->blocks[blk], a->layer) + (size_t)slot0 * kv->k_row_bytes +
-                                  (size_t)kvh * kv->k_head_bytes;
-        const unsigned char *vr = kv_block_vraw(kv, seq->blocks[blk], a->layer) + (size_t)slot0 * kv->v_row_bytes +
-                                  (size_t)kvh * kv->v_head_bytes;
-        const float *kb = (const float *)kr, *vb = (const float *)vr;
-        const bool k_f16 = kv->cfg.type == QT_F16, v_f16 = kv->cfg.v_type == QT_F16;
-        size_t krow = row, vrow = row;
-        if (!k_f32 && !k_f16) {
-            kv_k_to_f32(kv, kr, kv->k_row_bytes, np, kd);
-            kb = kd;
-            krow = (size_t)hd;
+}
+
+/* Runs item it: the tile's tokens over positions p0..p1 for kv heads kh0..kh1-1.
+ * State: accumulators acc [nt][n_head][hd] (token stride acc_tstride), max and
+ * sum of token tt's head h at m[tt*mstride + h - moff], l[same]. With
+ * normalize, divides each accumulator by its sum at the end. */
+static void run_heads(const attn_call *c, const attn_item *it, int kh0, int kh1, float *acc, size_t acc_tstride,
+                      float *m, float *l, int mstride, int moff, bool normalize, float *scr) {
+    const be_attn_args *a = c->a;
+    const cpu_attn_kernels *ks = c->ks;
+    const attn_tile *tl = &c->tiles[it->tile];
+    const kv_cache *kv = a->kv;
+    const kv_seq *seq = a->seqs[tl->t0];
+    const int hd = a->head_dim, H = a->n_head, group = a->n_head / a->n_head_kv, bs = kv->cfg.block_size;
+    const int nt = tl->nt;
+    const qt_type kt = kv->cfg.type, vt = kv->cfg.v_type;
+    const bool k_in = kt == QT_F32 || kt == QT_F16, v_in = vt == QT_F32 || vt == QT_F16;
+    const cpu_attn_scores_fn scores = ks->scores[kt == QT_F16];
+    const cpu_attn_wsum_fn wsum = ks->wsum[vt == QT_F16];
+    const cpu_attn_scores_fn scores_f32 = ks->scores[0];
+    const cpu_attn_wsum_fn wsum_f32 = ks->wsum[0];
+    float *s = scr;                                                    /* [tile rows][CAP] */
+    float *kd = s + (size_t)(group > CPU_ATTN_TILE_ROWS ? group : CPU_ATTN_TILE_ROWS) * CPU_ATTN_SCORE_CAP;
+    float *vd = kd + (size_t)CPU_ATTN_SCORE_CAP * (size_t)hd;
+    const size_t hbytes = (size_t)hd * sizeof(float);
+    for (int tt = 0; tt < nt; tt++)
+        for (int h = kh0 * group; h < kh1 * group; h++) {
+            memset(acc + (size_t)tt * acc_tstride + (size_t)h * (size_t)hd, 0, hbytes);
+            m[tt * mstride + h - moff] = -INFINITY;
+            l[tt * mstride + h - moff] = 0.0f;
         }
-        if (!v_f32 && !v_f16) {
-            kv_v_to_f32(kv, vr, kv->v_row_bytes, np, vd);
-            vb = vd;
-            vrow = (size_t)hd;
+    const int nbl = CPU_ATTN_SCORE_CAP / bs > 0 ? CPU_ATTN_SCORE_CAP / bs : 1;
+    const unsigned char *kb[CPU_ATTN_SCORE_CAP + 1], *vb[CPU_ATTN_SCORE_CAP + 1];
+    const unsigned char *kbh[CPU_ATTN_SCORE_CAP + 1], *vbh[CPU_ATTN_SCORE_CAP + 1];
+    for (int32_t c0 = it->p0; c0 <= it->p1;) {
+        int32_t c1 = (c0 / bs + nbl) * bs - 1;
+        if (c1 > it->p1) c1 = it->p1;
+        if (c1 - c0 + 1 > CPU_ATTN_SCORE_CAP) c1 = c0 + CPU_ATTN_SCORE_CAP - 1;
+        const int32_t b0 = c0 / bs, nb = c1 / bs - b0 + 1;
+        for (int j = 0; j < nb; j++) {
+            kb[j] = kv_block_kraw(kv, seq->blocks[b0 + j], a->layer);
+            vb[j] = kv_block_vraw(kv, seq->blocks[b0 + j], a->layer);
         }
-        /* scores and online-softmax weights of the chunk for every head of the group
-         * (f16 rows are read in place: k_row_bytes / 2 elements apart) */
-        for (int h = 0; h < group; h++) {
-            const float *qh = q + (size_t)h * (size_t)hd;
-            float *sh = s + (size_t)h * CPU_ATTN_SCORE_CAP;
-            float mx = m[h];
-            if (k_f16 && cb->scores_h && hd % 8 == 0) {
-                cb->scores_h(qh, hd, (const uint16_t *)kr, kv->k_row_bytes / 2, np, a->scale, sh);
-            } else if (!k_f16 && cb->scores && hd % 8 == 0) {
-                cb->scores(qh, hd, kb, krow, np, a->scale, sh);
-            } else {
-                for (int i = 0; i < np; i++)
-                    sh[i] = (k_f16 ? cb->vdot_h(qh, (const uint16_t *)kr + (size_t)i * (kv->k_row_bytes / 2), hd)
-                                   : cb->vdot(qh, kb + (size_t)i * krow, hd)) *
-                            a->scale;
+        int32_t n0 = c1 + 1, n1 = c1 + CPU_ATTN_SCORE_CAP < it->p1 ? c1 + CPU_ATTN_SCORE_CAP : it->p1;
+        for (int kvh = kh0; kvh < kh1; kvh++) {
+            if (n0 <= n1 && c->prefetch) prefetch_part(kv, seq, a->layer, n0, n1, kvh - kh0, kh1 - kh0);
+            cpu_attn_rows kr = {.blk = kbh, .stride = kv->k_row_bytes, .slot0 = c0 % bs, .bs = bs};
+            cpu_attn_rows vr = {.blk = vbh, .stride = kv->v_row_bytes, .slot0 = c0 % bs, .bs = bs};
+            for (int j = 0; j < nb; j++) {
+                kbh[j] = kb[j] + (size_t)kvh * kv->k_head_bytes;
+                vbh[j] = vb[j] + (size_t)kvh * kv->v_head_bytes;
             }
-            for (int i = 0; i < np; i++)
-                if (sh[i] > mx) mx = sh[i];
-            float corr = expf(m[h] - mx); /* 0 on the first block (m = -inf) */
-            float *ah = acc + (size_t)h * (size_t)hd;
-            if (corr != 1.0f) {
-                for (int d = 0; d < hd; d++) ah[d] *= corr;
-                l[h] *= corr;
+            cpu_attn_scores_fn sc = scores;
+            cpu_attn_wsum_fn ws = wsum;
+            const unsigned char *kdp = (const unsigned char *)kd, *vdp = (const unsigned char *)vd;
+            int np = c1 - c0 + 1;
+            if (!k_in) { /* this head's K rows of the chunk, as f32 */
+                for (int i = 0; i < np;) {
+                    int sl = (c0 + i) % bs, n = bs - sl < np - i ? bs - sl : np - i;
+                    kv_k_to_f32(kv, kbh[(c0 % bs + i) / bs] + (size_t)sl * kv->k_row_bytes, kv->k_row_bytes, n,
+                                kd + (size_t)i * (size_t)hd);
+                    i += n;
+                }
+                kr = (cpu_attn_rows){.blk = &kdp, .stride = hbytes, .slot0 = 0, .bs = CPU_ATTN_SCORE_CAP};
+                sc = scores_f32;
             }
-            m[h] = mx;
-            l[h] += cb->vexp(sh, np, mx);
+            if (!v_in) {
+                for (int i = 0; i < np;) {
+                    int sl = (c0 + i) % bs, n = bs - sl < np - i ? bs - sl : np - i;
+                    kv_v_to_f32(kv, vbh[(c0 % bs + i) / bs] + (size_t)sl * kv->v_row_bytes, kv->v_row_bytes, n,
+                                vd + (size_t)i * (size_t)hd);
+                    i += n;
+                }
+                vr = (cpu_attn_rows){.blk = &vdp, .stride = hbytes, .slot0 = 0, .bs = CPU_ATTN_SCORE_CAP};
+                ws = wsum_f32;
+            }
+            for (int tt = 0; tt < nt; tt++) {
+                int32_t hi = a->pos[tl->t0 + tt], lo = lo_of(a, hi);
+                int32_t v0 = lo > c0 ? lo : c0, v1 = hi < c1 ? hi : c1;
+                if (v0 > v1) continue; /* nothing this token sees in the chunk */
+                int n = v1 - v0 + 1, off = v0 - c0;
+                cpu_attn_rows kr2 = kr, vr2 = vr;
+                kr2.slot0 += off;
+                vr2.slot0 += off;
+                float *st = s + (size_t)tt * (size_t)group * CPU_ATTN_SCORE_CAP;
+                const float *q = a->q + (size_t)(tl->t0 + tt) * (size_t)H * (size_t)hd + (size_t)kvh * (size_t)group * (size_t)hd;
+                sc(q, group, (size_t)hd, hd, &kr2, n, a->scale, st, CPU_ATTN_SCORE_CAP);
+                float *at = acc + (size_t)tt * acc_tstride + (size_t)kvh * (size_t)group * (size_t)hd;
+                for (int g = 0; g < group; g++) {
+                    float *sg = st + (size_t)g * CPU_ATTN_SCORE_CAP;
+                    int r = tt * mstride + kvh * group + g - moff;
+                    float mx = m[r];
+                    for (int i = 0; i < n; i++) mx = sg[i] > mx ? sg[i] : mx;
+                    float corr = expf(m[r] - mx); /* 0 on the first chunk (m = -inf) */
+                    if (corr != 1.0f) {
+                        float *ag = at + (size_t)g * (size_t)hd;
+                        for (int d = 0; d < hd; d++) ag[d] *= corr;
+                        l[r] *= corr;
+                    }
+                    m[r] = mx;
+                    l[r] += ks->vexp(sg, n, mx);
+                }
+                ws(at, group, hd, st, CPU_ATTN_SCORE_CAP, &vr2, n);
+            }
         }
-        /* acc[h] += sum_i w[h][i] V_i, each V row loaded once for the whole group */
-        if (v_f16)
-            cb->wsum_h(acc, group, hd, s, CPU_ATTN_SCORE_CAP, (const uint16_t *)vr, kv->v_row_bytes / 2, np);
-        else
-            cb->wsum(acc, group, hd, s, CPU_ATTN_SCORE_CAP, vb, vrow, np);
-        p0 = p1 + 1;
+        c0 = c1 + 1;
     }
-    float *o = a->out + (size_t)t * (size_t)a->n_head * (size_t)hd + (size_t)kvh * (size_t)group * (size_t)hd;
-    for (int h = 0; h < group; h++) {
-        float inv = l[h] > 0 ? 1.0f / l[h] : 0.0f;
-        for (int d = 0; d < hd; d++) o[(size_t)h * (size_t)hd + (size_t)d] = acc[(size_t)h * (size_t)hd + (size_t)d] * inv;
+    if (normalize)
+        for (int tt = 0; tt < nt; tt++)
+            for (int h = kh0 * group; h < kh1 * group; h++) {
+                float lv = l[tt * mstride + h - moff], inv = lv > 0 ? 1.0f / lv : 0.0f;
+                float *o = acc + (size_t)tt * acc_tstride + (size_t)h * (size_t)hd;
+                for (int d = 0; d < hd; d++) o[d] *= inv;
+            }
+}
+
+static void run_item(const attn_call *c, const attn_item *it, float *scr) {
+    const be_attn_args *a = c->a;
+    const attn_tile *tl = &c->tiles[it->tile];
+    const attn_work *w = c->cb->attn_work;
+    const int H = a->n_head, hd = a->head_dim, group = a->n_head / a->n_head_kv, nt = tl->nt;
+    const size_t ts = (size_t)H * (size_t)hd;
+    float *rest = scr + 2 * w->ml_cap;
+    if (it->part >= 0) { /* slot: acc [nt][H][hd], m [nt][H], l [nt][H] */
+        float *acc = c->cb->attn_part + it->part, *m = acc + (size_t)nt * ts;
+        run_heads(c, it, 0, a->n_head_kv, acc, ts, m, m + (size_t)nt * (size_t)H, H, 0, false, rest);
+        return;
+    }
+    /* accumulators in the output rows; all kv heads at once when their max and
+     * sum fit the scratch (always, for a sane model), else a few at a time */
+    int per = (int)(w->ml_cap / ((size_t)nt * (size_t)group));
+    if (per < 1) per = 1;
+    for (int kh0 = 0; kh0 < a->n_head_kv; kh0 += per) {
+        int kh1 = kh0 + per < a->n_head_kv ? kh0 + per : a->n_head_kv;
+        run_heads(c, it, kh0, kh1, a->out + (size_t)tl->t0 * ts, ts, scr, scr + w->ml_cap, (kh1 - kh0) * group,
+                  kh0 * group, true, rest);
     }
 }
 
 static void attn_worker(void *ctx, int ith, int nth) {
     (void)nth;
-    attn_task *t = ctx;
-    const be_attn_args *a = t->a;
-    float *scratch = t->cb->attn + (size_t)ith * t->cb->attn_stride;
-    int total = a->n_tokens * a->n_head_kv;
+    attn_call *c = ctx;
+    float *scr = c->cb->attn + (size_t)ith * c->cb->attn_stride;
     for (;;) {
-        int i = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
-        if (i >= total) break;
-        attn_item(t->cb, a, i / a->n_head_kv, i % a->n_head_kv, scratch);
+        int i = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed);
+        if (i >= c->n_items) break;
+        run_item(c, &c->items[i], scr);
     }
+}
+
+/* out rows of a split tile = merge of its items' slots */
+static void merge_tile(const cpu_be *cb, const be_attn_args *a, const attn_tile *tl, const attn_item *items) {
+    const int H = a->n_head, hd = a->head_dim, nt = tl->nt;
+    const size_t ts = (size_t)H * (size_t)hd;
+    for (int tt = 0; tt < nt; tt++)
+        for (int h = 0; h < H; h++) {
+            float M = -INFINITY;
+            for (int j = 0; j < tl->nitems; j++) {
+                const float *m = cb->attn_part + items[j].part + (size_t)nt * ts;
+                if (m[tt * H + h] > M) M = m[tt * H + h];
+            }
+            float *o = a->out + (size_t)(tl->t0 + tt) * ts + (size_t)h * (size_t)hd;
+            memset(o, 0, sizeof(float) * (size_t)hd);
+            float L = 0;
+            for (int j = 0; j < tl->nitems; j++) {
+                const float *acc = cb->attn_part + items[j].part;
+                const float *m = acc + (size_t)nt * ts, *l = m + (size_t)nt * (size_t)H;
+                if (m[tt * H + h] == -INFINITY) continue;
+                float f = expf(m[tt * H + h] - M);
+                L += f * l[tt * H + h];
+                const float *ah = acc + (size_t)tt * ts + (size_t)h * (size_t)hd;
+                for (int d = 0; d < hd; d++) o[d] += f * ah[d];
+            }
+            float inv = L > 0 ? 1.0f / L : 0.0f;
+            for (int d = 0; d < hd; d++) o[d] *= inv;
+        }
+}
+
+/* Attention of tokens [t0, t0+n) (n within the work arrays' capacity). */
+static void attn_range(cpu_be *cb, const be_attn_args *a, int t0, int n) {
+    attn_work *w = cb->attn_work;
+    const int H = a->n_head, group = a->n_head / a->n_head_kv, bs = a->kv->cfg.block_size;
+    int tmax = CPU_ATTN_TILE_ROWS / group > 0 ? CPU_ATTN_TILE_ROWS / group : 1;
+    if ((size_t)tmax * (size_t)H > w->ml_cap) tmax = 1;
+    int n_tiles = 0;
+    for (int t = t0; t < t0 + n;) {
+        int e = t + 1;
+        while (e < t0 + n && e - t < tmax && a->seqs[e] == a->seqs[t] && a->pos[e] == a->pos[e - 1] + 1) e++;
+        attn_tile *tl = &w->tiles[n_tiles++];
+        tl->t0 = t;
+        tl->nt = e - t;
+        tl->lo = lo_of(a, a->pos[t]);
+        tl->hi = a->pos[e - 1];
+        t = e;
+    }
+    /* split tiles into segments when there are too few to keep the threads busy */
+    const size_t slot = (size_t)H * ((size_t)a->head_dim + 2);
+    size_t part_used = 0;
+    int want = cb->nth > 1 ? 4 * cb->nth : 1;
+    int per_tile = n_tiles >= want ? 1 : (want + n_tiles - 1) / n_tiles;
+    int n_items = 0;
+    for (int i = 0; i < n_tiles; i++) {
+        attn_tile *tl = &w->tiles[i];
+        int32_t b0 = tl->lo / bs, b1 = tl->hi / bs, nblk = b1 - b0 + 1;
+        int nseg = per_tile < nblk / SEG_MIN_BLOCKS ? per_tile : nblk / SEG_MIN_BLOCKS;
+        size_t need = (size_t)tl->nt * slot;
+        if (nseg > 1 && (size_t)nseg * need > cb->attn_part_cap - part_used) nseg = (int)((cb->attn_part_cap - part_used) / need);
+        if (nseg > w->item_cap - n_items - (n_tiles - i - 1)) nseg = w->item_cap - n_items - (n_tiles - i - 1);
+        if (nseg < 1) nseg = 1;
+        tl->item0 = n_items;
+        tl->nitems = nseg;
+        for (int sg = 0; sg < nseg; sg++) {
+            attn_item *it = &w->items[n_items++];
+            int32_t sb = b0 + (int32_t)((int64_t)nblk * sg / nseg), eb = b0 + (int32_t)((int64_t)nblk * (sg + 1) / nseg);
+            it->tile = i;
+            it->p0 = sb * bs > tl->lo ? sb * bs : tl->lo;
+            it->p1 = eb * bs - 1 < tl->hi ? eb * bs - 1 : tl->hi;
+            it->part = -1;
+            if (nseg > 1) {
+                it->part = (int64_t)part_used;
+                part_used += need;
+            }
+        }
+    }
+    attn_call c = {.cb = cb, .a = a, .ks = pick(cb, a->head_dim), .tiles = w->tiles, .items = w->items, .n_items = n_items,
+                   .prefetch = !getenv("NOPF")};
+    atomic_store(&c.next, 0);
+    if (cb->nth == 1 || n_items == 1) attn_worker(&c, 0, 1);
+    else pool_run_shared(cb->pool, attn_worker, &c);
+    for (int i = 0; i < n_tiles; i++)
+        if (w->tiles[i].nitems > 1) merge_tile(cb, a, &w->tiles[i], &w->items[w->tiles[i].item0]);
 }
 
 void cpu_op_attention(be_backend *b, const be_attn_args *a) {
     cpu_be *cb = cpu_of(b);
-    attn_task t = {.cb = cb, .a = a};
-    atomic_store(&t.next, 0);
-    if (cb->nth == 1 || a->n_tokens * a->n_head_kv == 1)
-        attn_worker(&t, 0, 1);
-    else
-        pool_run_shared(cb->pool, attn_worker, &t);
+    const attn_work *w = cb->attn_work;
+    for (int t = 0; t < a->n_tokens; t += w->tile_cap)
+        attn_range(cb, a, t, a->n_tokens - t < w->tile_cap ? a->n_tokens - t : w->tile_cap);
 }

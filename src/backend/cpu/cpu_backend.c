@@ -1,6 +1,6 @@
 /* cpu_backend.c: the CPU backend's vtable and its small ops (norms, rope,
- * element-wise, KV store, routing, argmax/softmax). Matmuls live in
- * cpu_matmul.c, attention in cpu_attn.c. Ops over many rows are split over
+ * element-wise, routing, argmax/softmax). Matmuls live in
+ * cpu_matmul.c, attention and the KV store in cpu_attn.c. Ops over many rows are split over
  * the pool; tiny ones (decode) run on the calling thread, where a dispatch
  * would cost more than the work. */
 #include <math.h>
@@ -182,15 +182,6 @@ static void op_swiglu(be_backend *b, const float *gate, const float *up, float *
     par_rows(cpu_of(b), (int)((n + 4095) / 4096), swiglu_rows, &c);
 }
 
-/* ---- KV store ---- */
-
-static void op_kv_store(be_backend *b, kv_cache *kv, int layer, int n_tokens, const float *k, const float *v,
-                        const int32_t *pos, const kv_seq *const *seqs) {
-    (void)b;
-    size_t row = kv->row_elems;
-    for (int t = 0; t < n_tokens; t++) kv_store_row(kv, seqs[t], layer, pos[t], k + (size_t)t * row, v + (size_t)t * row);
-}
-
 /* ---- routing, argmax, softmax ---- */
 
 static void softmax_f32(float *x, int64_t n) {
@@ -239,78 +230,13 @@ static void op_softmax(be_backend *b, float *x, int64_t n) {
     softmax_f32(x, n);
 }
 
-/* ---- vector helpers ---- */
-
-static float vec_dot_generic(const float *a, const float *b, int n) { return cpu_dot_f32(a, b, n); }
-
-static void vec_axpy_generic(float *y, float a, const float *x, int n) {
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
-}
-
-static float vec_dot_h_generic(const float *a, const uint16_t *b, int n) {
-    float s[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) s[j] += a[i + j] * qt_f16_to_f32(b[i + j]);
-    float t = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-    for (; i < n; i++) t += a[i] * qt_f16_to_f32(b[i]);
-    return t;
-}
-
-static void wsum_generic(float *acc, int group, int hd, const float *w, int ws, const float *v, size_t vstride, int np) {
-    for (int h = 0; h < group; h++)
-        for (int i = 0; i < np; i++)
-            vec_axpy_generic(acc + (size_t)h * (size_t)hd, w[(size_t)h * (size_t)ws + i], v + (size_t)i * vstride, hd);
-}
-
-static void wsum_h_generic(float *acc, int group, int hd, const float *w, int ws, const uint16_t *v, size_t vstride,
-                           int np) {
-    for (int h = 0; h < group; h++)
-        for (int i = 0; i < np; i++)
-            for (int d = 0; d < hd; d++)
-                acc[(size_t)h * (size_t)hd + d] += w[(size_t)h * (size_t)ws + i] * qt_f16_to_f32(v[(size_t)i * vstride + d]);
-}
-
-static float vec_exp_sub_generic(float *s, int n, float mx) {
-    float sum = 0;
-    for (int i = 0; i < n; i++) {
-        s[i] = expf(s[i] - mx);
-        sum += s[i];
-    }
-    return sum;
-}
-
-static void vec_select(cpu_be *cb) {
-    cb->vexp = vec_exp_sub_generic;
-    cb->vdot = vec_dot_generic;
-    cb->vaxpy = vec_axpy_generic;
-    cb->vdot_h = vec_dot_h_generic;
-    cb->wsum = wsum_generic;
-    cb->wsum_h = wsum_h_generic;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (!cb->force_ref && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        cb->vdot = cpu_vec_dot_avx2;
-        cb->vaxpy = cpu_vec_axpy_avx2;
-        if (cpu_dot_features()->f16c) {
-            cb->vdot_h = cpu_vec_dot_f16_avx2;
-            cb->wsum = cpu_attn_wsum_f32_avx2;
-            cb->wsum_h = cpu_attn_wsum_f16_avx2;
-            cb->vexp = cpu_vec_exp_sub_avx2;
-            cb->scores = cpu_attn_scores_f32_avx2;
-            cb->scores_h = cpu_attn_scores_f16_avx2;
-        }
-    }
-#endif
-}
-
 /* ---- lifecycle ---- */
 
 static void op_free(be_backend *b) {
     cpu_be *cb = cpu_of(b);
     cpu_matmul_free(cb);
     cpu_packs_free(cb);
-    hn_free(cb->attn);
+    cpu_attn_free(cb);
     hn_free(cb);
 }
 
@@ -322,13 +248,8 @@ static hn_status op_reserve(be_backend *b, const be_limits *lim, hn_err *err) {
     cb->lim = *lim;
     hn_status st = cpu_matmul_reserve(cb, err);
     if (st) return st;
-    hn_free(cb->attn);
-    int g = lim->max_group > 0 ? lim->max_group : 1;
-    int hd = lim->max_head_dim > 0 ? lim->max_head_dim : 1;
-    /* + dequantized K and V rows of one chunk (quantized KV caches) */
-    cb->attn_stride = (size_t)g * ((size_t)hd + 2 + CPU_ATTN_SCORE_CAP) + 2 * (size_t)CPU_ATTN_SCORE_CAP * (size_t)hd;
-    cb->attn = hn_malloc(sizeof(float) * cb->attn_stride * (size_t)cb->nth);
-    if (!cb->attn) return hn_errf(err, HN_ERR_NOMEM, "cpu backend: cannot allocate attention scratch");
+    st = cpu_attn_reserve(cb, err);
+    if (st) return st;
     return HN_OK;
 }
 
@@ -345,7 +266,7 @@ static const be_ops cpu_ops = {
     .mul = op_mul,
     .add_bias = op_add_bias,
     .swiglu = op_swiglu,
-    .kv_store = op_kv_store,
+    .kv_store = cpu_op_kv_store,
     .attention = cpu_op_attention,
     .moe_route = op_moe_route,
     .moe_matmul = cpu_op_moe_matmul,
@@ -363,7 +284,7 @@ hn_status be_cpu_create(pool *p, be_backend **out, hn_err *err) {
     cb->nth = pool_n_threads(p);
     cb->base.ops = &cpu_ops;
     cb->base.impl = cb;
-    vec_select(cb);
+    cpu_attn_select(cb);
     const char *ng = getenv("HONE_NO_GEMM");
     cb->no_gemm = ng && *ng && strcmp(ng, "0") != 0;
     const char *np = getenv("HONE_NO_PACK");
@@ -374,5 +295,5 @@ hn_status be_cpu_create(pool *p, be_backend **out, hn_err *err) {
 
 void be_cpu_force_reference(be_backend *b, bool on) {
     cpu_of(b)->force_ref = on;
-    vec_select(cpu_of(b));
+    cpu_attn_select(cpu_of(b));
 }

@@ -6,36 +6,71 @@
 
 #include "cpu.h"
 
-/* attention scores kept at once per head (positions of one block, at most this many) */
-#define CPU_ATTN_SCORE_CAP 64
+/* ---- attention (cpu_attn.c; kernels in cpu_vec_avx2.c, cpu_attn_avx512.c) ---- */
 
-/* f32 vector helpers for attention: portable versions, AVX2 ones in
- * cpu_vec_avx2.c, picked at run time by cpu_vec_select (into cpu_be). */
-typedef float (*cpu_vec_dot_fn)(const float *a, const float *b, int n);
-typedef void (*cpu_vec_axpy_fn)(float *y, float a, const float *x, int n);
-typedef float (*cpu_vec_dot_h_fn)(const float *a, const uint16_t *b, int n);
-/* acc[h][0..hd) += sum_{i<np} w[h*ws + i] * v[i*vstride ..] for h < group (position order per element) */
-typedef void (*cpu_attn_wsum_fn)(float *acc, int group, int hd, const float *w, int ws, const float *v, size_t vstride,
-                                 int np);
-typedef void (*cpu_attn_wsum_h_fn)(float *acc, int group, int hd, const float *w, int ws, const uint16_t *v,
-                                   size_t vstride, int np);
-float cpu_vec_dot_avx2(const float *a, const float *b, int n);
-void cpu_vec_axpy_avx2(float *y, float a, const float *x, int n);
-float cpu_vec_dot_f16_avx2(const float *a, const uint16_t *b, int n);
-/* s[i] = dot(q, K row i) * scale for i < np (rows kstride elements apart; hd a multiple of 8) */
-typedef void (*cpu_attn_scores_fn)(const float *q, int hd, const float *k, size_t kstride, int np, float scale, float *s);
-typedef void (*cpu_attn_scores_h_fn)(const float *q, int hd, const uint16_t *k, size_t kstride, int np, float scale,
-                                     float *s);
-void cpu_attn_scores_f32_avx2(const float *q, int hd, const float *k, size_t kstride, int np, float scale, float *s);
-void cpu_attn_scores_f16_avx2(const float *q, int hd, const uint16_t *k, size_t kstride, int np, float scale,
-                              float *s);
-/* s[i] = exp(s[i] - mx) for i < n (s[i] <= mx); returns the sum in position order */
+/* positions scored at once per query row (one chunk of the online softmax) */
+#define CPU_ATTN_SCORE_CAP 64
+/* query rows (tokens x heads of a group) a prefill tile shares its K/V loads among */
+#define CPU_ATTN_TILE_ROWS 16
+/* partial results kept for positions split among threads (flash decoding) */
+#define CPU_ATTN_SLOTS 64
+
+/* Rows of one kv head spread over the cache's blocks: row i of a chunk is
+ * blk[(slot0 + i) / bs] + ((slot0 + i) % bs) * stride (bytes; the head's
+ * offset already in blk). A dequantized chunk is one "block" of np rows. */
+typedef struct cpu_attn_rows {
+    const unsigned char *const *blk;
+    size_t stride;
+    int slot0, bs;
+} cpu_attn_rows;
+
+static inline const void *cpu_attn_row(const cpu_attn_rows *r, int i) {
+    int j = r->slot0 + i;
+    return r->blk[j / r->bs] + (size_t)(j % r->bs) * r->stride;
+}
+
+/* s[r*ss + i] = dot(q row r, K row i) * scale for r < nq (q rows qstride floats
+ * apart), i < np <= CPU_ATTN_SCORE_CAP; one function per K element type (f32, f16) */
+typedef void (*cpu_attn_scores_fn)(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np,
+                                   float scale, float *s, int ss);
+/* acc[h*hd + d] += sum_{i<np} w[h*ws + i] * V row i [d] for h < group, d < hd
+ * (per element the terms are added in position order); per V element type */
+typedef void (*cpu_attn_wsum_fn)(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np);
+/* s[i] = exp(s[i] - mx) for i < n (s[i] <= mx, -inf gives 0); returns the sum in position order */
 typedef float (*cpu_vec_exp_sub_fn)(float *s, int n, float mx);
+/* h[i] = f16(x[i]) for i < n, rounding as qt_f32_to_f16 does */
+typedef void (*cpu_attn_to_f16_fn)(const float *x, uint16_t *h, int64_t n);
+
+/* one CPU's set of attention kernels; idx 0 is f32 rows, 1 f16 rows */
+typedef struct cpu_attn_kernels {
+    const char *name;
+    int hd_mult;                 /* head_dim must be a multiple of this (else the next set down is used) */
+    cpu_attn_scores_fn scores[2];
+    cpu_attn_wsum_fn wsum[2];
+    cpu_vec_exp_sub_fn vexp;
+} cpu_attn_kernels;
+
+void cpu_attn_scores_f32_avx2(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np,
+                              float scale, float *s, int ss);
+void cpu_attn_scores_f16_avx2(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np,
+                              float scale, float *s, int ss);
+void cpu_attn_wsum_f32_avx2(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np);
+void cpu_attn_wsum_f16_avx2(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np);
 float cpu_vec_exp_sub_avx2(float *s, int n, float mx);
-void cpu_attn_wsum_f32_avx2(float *acc, int group, int hd, const float *w, int ws, const float *v, size_t vstride,
-                            int np);
-void cpu_attn_wsum_f16_avx2(float *acc, int group, int hd, const float *w, int ws, const uint16_t *v, size_t vstride,
-                            int np);
+void cpu_attn_to_f16_avx2(const float *x, uint16_t *h, int64_t n);
+void cpu_attn_scores_f32_avx512(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np,
+                                float scale, float *s, int ss);
+void cpu_attn_scores_f16_avx512(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np,
+                                float scale, float *s, int ss);
+void cpu_attn_wsum_f32_avx512(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np);
+void cpu_attn_wsum_f16_avx512(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np);
+float cpu_vec_exp_sub_avx512(float *s, int n, float mx);
+
+/* The kernel sets this CPU can run, fastest first, the portable one last
+ * (always present); returns how many (at most cap). For tests. */
+int cpu_attn_variants(const cpu_attn_kernels **out, int cap);
+/* Test hook: use the kernel set of that name (NULL: the default pick) where head_dim allows. */
+void cpu_attn_force(be_backend *b, const char *name);
 
 /* parameters for one weight shape from min_rows activation rows on (be_cpu_set_mm_params_shape) */
 typedef struct cpu_mm_shape {
@@ -70,18 +105,17 @@ typedef struct cpu_be {
     int32_t *order_out;   /* moe: output row of each (row, slot), grouped by expert */
     int32_t *counts;      /* moe: max_experts + 1 */
     void *groups;         /* moe: max_experts matmul groups */
-    /* attention scratch: per thread max_group x (max_head_dim + 2 + CPU_ATTN_SCORE_CAP) floats */
-    float *attn;
+    /* attention scratch (cpu_attn_reserve) */
+    float *attn;          /* per thread attn_stride floats */
     size_t attn_stride;
+    float *attn_part;     /* partial results of split tiles: attn_part_cap floats */
+    size_t attn_part_cap;
+    void *attn_work;      /* tiles and items of one call */
+    const cpu_attn_kernels *ak[3]; /* usable kernel sets, fastest first (portable last) */
+    int n_ak;
+    int attn_force;       /* HONE_ATTN_KERNEL / tests: index into ak, -1: pick by head_dim */
+    cpu_attn_to_f16_fn to_f16; /* kv_store's f32 -> f16 rows */
     float *route;         /* max_experts floats */
-    cpu_vec_dot_fn vdot;  /* attention helpers for this CPU */
-    cpu_vec_axpy_fn vaxpy;
-    cpu_vec_dot_h_fn vdot_h;        /* f16 K rows */
-    cpu_attn_wsum_fn wsum;          /* f32 V rows */
-    cpu_attn_wsum_h_fn wsum_h;      /* f16 V rows */
-    cpu_vec_exp_sub_fn vexp;        /* softmax weights of a chunk */
-    cpu_attn_scores_fn scores;      /* a chunk's scores, f32 K (NULL: per-row vdot) */
-    cpu_attn_scores_h_fn scores_h;  /* f16 K (NULL: per-row vdot_h) */
 } cpu_be;
 
 static inline cpu_be *cpu_of(be_backend *b) { return (cpu_be *)b->impl; }
@@ -107,5 +141,11 @@ void cpu_op_moe_matmul(be_backend *b, const be_weight *w, const float *x, bool x
 void cpu_op_attention(be_backend *b, const be_attn_args *a);
 hn_status cpu_op_prepare_weight(be_backend *b, be_weight *w, unsigned flags, hn_err *err);
 void cpu_packs_free(cpu_be *cb);
+void cpu_op_kv_store(be_backend *b, kv_cache *kv, int layer, int n_tokens, const float *k, const float *v,
+                     const int32_t *pos, const kv_seq *const *seqs);
+/* attention setup: kernel choice (at create and on force_reference), scratch (at reserve), free */
+void cpu_attn_select(cpu_be *cb);
+hn_status cpu_attn_reserve(cpu_be *cb, hn_err *err);
+void cpu_attn_free(cpu_be *cb);
 
 #endif

@@ -1,46 +1,25 @@
-/* cpu_vec_avx2.c: AVX2+FMA+F16C versions of the vector helpers the CPU
- * backend's attention uses (dot product, y += a*x, a chunk's weighted sum of
- * V rows into register-resident accumulators; f32 and f16 rows). Compiled
- * with -mavx2 -mfma -mf16c; only called after cpu_vec_select saw the features
- * at run time. */
+/* cpu_vec_avx2.c: AVX2+FMA+F16C versions of the attention kernels (scores of
+ * query rows over a chunk of K rows, a chunk's weighted sum of V rows into
+ * register-resident accumulators, f32 and f16 rows; exp of a chunk's scores)
+ * and the KV store's f32 -> f16 rows. Compiled with -mavx2 -mfma -mf16c;
+ * only called after cpu_attn_variants saw the features at run time. */
 #include "cpu_int.h"
 
 #include <math.h>
 
+#include "../../quant/quant.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
-float cpu_vec_dot_avx2(const float *a, const float *b, int n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-    }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    s0 = _mm256_add_ps(s0, s1);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    float s = _mm_cvtss_f32(h);
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-void cpu_vec_axpy_avx2(float *y, float a, const float *x, int n) {
-    __m256 va = _mm256_set1_ps(a);
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] += a * x[i];
-}
-
-/* acc[h][0..hd) += sum over i < np of w[h*ws + i] * v_i (v_i = V row i,
- * vstride elements apart), for heads h < group. The accumulators of a 32-wide
+/* acc[h][0..hd) += sum over i < np of w[h*ws + i] * v_i (v_i = V row i of
+ * the chunk, np <= CPU_ATTN_SCORE_CAP), for heads h < group. The accumulators of a 32-wide
  * slice of two heads stay in registers while the chunk's V rows stream past,
  * each V load serving both heads; per element the FMAs run in position order,
  * exactly as one axpy per position would. */
-#define WSUM_BODY(LOAD)                                                                                   \
+#define WSUM_BODY(LOAD, T)                                                                                \
+    const T *vr[CPU_ATTN_SCORE_CAP];                                                                      \
+    for (int i = 0; i < np; i++) vr[i] = (const T *)cpu_attn_row(v, i);                                   \
     int d = 0;                                                                                            \
     for (; d + 32 <= hd; d += 32) {                                                                       \
         for (int h = 0; h < group; h += 2) {                                                              \
@@ -52,8 +31,8 @@ void cpu_vec_axpy_avx2(float *y, float a, const float *x, int n) {
                    y3 = _mm256_loadu_ps(a1 + 24);                                                         \
             const float *w0 = w + (size_t)h * (size_t)ws, *w1 = w0 + (two ? ws : 0);                      \
             for (int i = 0; i < np; i++) {                                                                \
-                __m256 v0 = LOAD(v + (size_t)i * vstride + d), v1 = LOAD(v + (size_t)i * vstride + d + 8);   \
-                __m256 v2 = LOAD(v + (size_t)i * vstride + d + 16), v3 = LOAD(v + (size_t)i * vstride + d + 24); \
+                __m256 v0 = LOAD(vr[i] + d), v1 = LOAD(vr[i] + d + 8);   \
+                __m256 v2 = LOAD(vr[i] + d + 16), v3 = LOAD(vr[i] + d + 24); \
                 __m256 c0 = _mm256_set1_ps(w0[i]), c1 = _mm256_set1_ps(w1[i]);                            \
                 x0 = _mm256_fmadd_ps(c0, v0, x0);                                                         \
                 x1 = _mm256_fmadd_ps(c0, v1, x1);                                                         \
@@ -79,70 +58,71 @@ void cpu_vec_axpy_avx2(float *y, float a, const float *x, int n) {
     for (; d < hd; d++) /* tail dims: scalar, same order */                                               \
         for (int h = 0; h < group; h++)                                                                   \
             for (int i = 0; i < np; i++)                                                                  \
-                acc[(size_t)h * (size_t)hd + d] = fmaf(w[(size_t)h * (size_t)ws + i], TAIL(v[(size_t)i * vstride + d]), \
+                acc[(size_t)h * (size_t)hd + d] = fmaf(w[(size_t)h * (size_t)ws + i], TAIL(vr[i][d]), \
                                                        acc[(size_t)h * (size_t)hd + d]);
 
 static inline __m256 load_f32(const float *p) { return _mm256_loadu_ps(p); }
 static inline __m256 load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 static inline float tail_f16(uint16_t h) { return _cvtsh_ss(h); }
 
-void cpu_attn_wsum_f32_avx2(float *acc, int group, int hd, const float *w, int ws, const float *v, size_t vstride,
-                            int np) {
+void cpu_attn_wsum_f32_avx2(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np) {
 #define TAIL(x) (x)
-    WSUM_BODY(load_f32)
+    WSUM_BODY(load_f32, float)
 #undef TAIL
 }
 
-void cpu_attn_wsum_f16_avx2(float *acc, int group, int hd, const float *w, int ws, const uint16_t *v, size_t vstride,
-                            int np) {
+void cpu_attn_wsum_f16_avx2(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np) {
 #define TAIL(x) tail_f16(x)
-    WSUM_BODY(load_f16)
+    WSUM_BODY(load_f16, uint16_t)
 #undef TAIL
 }
 
-/* s[i] = dot(q, k_i) * scale for i < np (k_i = K row i, kstride elements
- * apart; hd a multiple of 8): eight rows at a time, one accumulator each, then
- * one transposing reduction for all eight instead of a horizontal sum per row.
- * The leftover rows (np % 8) go through the same reduction with zero rows. */
+/* s[r*ss + i] = dot(q row r, k_i) * scale for r < nq, i < np (hd a multiple
+ * of 8): eight K rows at a time, one accumulator each, then one transposing
+ * reduction for all eight instead of a horizontal sum per row; the eight rows
+ * stay in L1 while every query row is scored against them. The leftover rows
+ * (np % 8) go through the same reduction with repeated rows. */
 #define SCORES_BODY(LOAD, T)                                                                           \
     for (int i0 = 0; i0 < np; i0 += 8) {                                                               \
         const T *kr[8];                                                                                \
         int nr = np - i0 < 8 ? np - i0 : 8;                                                            \
-        for (int j = 0; j < 8; j++) kr[j] = k + (size_t)(i0 + (j < nr ? j : 0)) * kstride;            \
-        __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;  \
-        for (int d = 0; d < hd; d += 8) {                                                              \
-            __m256 qv = _mm256_loadu_ps(q + d);                                                        \
-            c0 = _mm256_fmadd_ps(qv, LOAD(kr[0] + d), c0);                                            \
-            c1 = _mm256_fmadd_ps(qv, LOAD(kr[1] + d), c1);                                            \
-            c2 = _mm256_fmadd_ps(qv, LOAD(kr[2] + d), c2);                                            \
-            c3 = _mm256_fmadd_ps(qv, LOAD(kr[3] + d), c3);                                            \
-            c4 = _mm256_fmadd_ps(qv, LOAD(kr[4] + d), c4);                                            \
-            c5 = _mm256_fmadd_ps(qv, LOAD(kr[5] + d), c5);                                            \
-            c6 = _mm256_fmadd_ps(qv, LOAD(kr[6] + d), c6);                                            \
-            c7 = _mm256_fmadd_ps(qv, LOAD(kr[7] + d), c7);                                            \
-        }                                                                                              \
-        __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(c0, c1), _mm256_hadd_ps(c2, c3));                  \
-        __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(c4, c5), _mm256_hadd_ps(c6, c7));                  \
-        __m256 r = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31)); \
-        r = _mm256_mul_ps(r, _mm256_set1_ps(scale));                                                   \
-        if (nr == 8) {                                                                                 \
-            _mm256_storeu_ps(s + i0, r);                                                               \
-        } else {                                                                                       \
-            float t[8];                                                                                \
-            _mm256_storeu_ps(t, r);                                                                    \
-            for (int j = 0; j < nr; j++) s[i0 + j] = t[j];                                            \
+        for (int j = 0; j < 8; j++) kr[j] = (const T *)cpu_attn_row(k, i0 + (j < nr ? j : 0));        \
+        for (int qi = 0; qi < nq; qi++) {                                                              \
+            const float *qr = q + (size_t)qi * qstride;                                                \
+            float *sr = s + (size_t)qi * (size_t)ss;                                                   \
+            __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0; \
+            for (int d = 0; d < hd; d += 8) {                                                          \
+                __m256 qv = _mm256_loadu_ps(qr + d);                                                   \
+                c0 = _mm256_fmadd_ps(qv, LOAD(kr[0] + d), c0);                                        \
+                c1 = _mm256_fmadd_ps(qv, LOAD(kr[1] + d), c1);                                        \
+                c2 = _mm256_fmadd_ps(qv, LOAD(kr[2] + d), c2);                                        \
+                c3 = _mm256_fmadd_ps(qv, LOAD(kr[3] + d), c3);                                        \
+                c4 = _mm256_fmadd_ps(qv, LOAD(kr[4] + d), c4);                                        \
+                c5 = _mm256_fmadd_ps(qv, LOAD(kr[5] + d), c5);                                        \
+                c6 = _mm256_fmadd_ps(qv, LOAD(kr[6] + d), c6);                                        \
+                c7 = _mm256_fmadd_ps(qv, LOAD(kr[7] + d), c7);                                        \
+            }                                                                                          \
+            __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(c0, c1), _mm256_hadd_ps(c2, c3));              \
+            __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(c4, c5), _mm256_hadd_ps(c6, c7));              \
+            __m256 r = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31)); \
+            r = _mm256_mul_ps(r, _mm256_set1_ps(scale));                                               \
+            if (nr == 8) {                                                                             \
+                _mm256_storeu_ps(sr + i0, r);                                                          \
+            } else {                                                                                   \
+                float t[8];                                                                            \
+                _mm256_storeu_ps(t, r);                                                                \
+                for (int j = 0; j < nr; j++) sr[i0 + j] = t[j];                                       \
+            }                                                                                          \
         }                                                                                              \
     }
 
-static inline __m256 load_f32(const float *p);
-static inline __m256 load_f16(const uint16_t *p);
-
-void cpu_attn_scores_f32_avx2(const float *q, int hd, const float *k, size_t kstride, int np, float scale, float *s) {
+void cpu_attn_scores_f32_avx2(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np,
+                              float scale, float *s, int ss) {
     SCORES_BODY(load_f32, float)
 }
 
-void cpu_attn_scores_f16_avx2(const float *q, int hd, const uint16_t *k, size_t kstride, int np, float scale,
-                              float *s) {
+void cpu_attn_scores_f16_avx2(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np,
+                              float scale, float *s, int ss) {
     SCORES_BODY(load_f16, uint16_t)
 }
 
@@ -185,23 +165,18 @@ float cpu_vec_exp_sub_avx2(float *s, int n, float mx) {
     return sum;
 }
 
-/* dot(q, k) with k in f16, summed as cpu_vec_dot_avx2 sums (same result as
- * dotting the f32-converted row). */
-float cpu_vec_dot_f16_avx2(const float *a, const uint16_t *b, int n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_f16(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load_f16(b + i + 8), s1);
+/* h[i] = f16(x[i]), round to nearest even like qt_f32_to_f16; NaN lanes are
+ * rewritten as qt_f32_to_f16 writes them (a quiet NaN keeping the sign). */
+void cpu_attn_to_f16_avx2(const float *x, uint16_t *h, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+        if (!_mm256_testz_ps(nan, nan))
+            for (int j = 0; j < 8; j++) h[i + j] = qt_f32_to_f16(x[i + j]);
     }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_f16(b + i), s0);
-    s0 = _mm256_add_ps(s0, s1);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    float s = _mm_cvtss_f32(h);
-    for (; i < n; i++) s += a[i] * tail_f16(b[i]);
-    return s;
+    for (; i < n; i++) h[i] = qt_f32_to_f16(x[i]);
 }
 
 #else
