@@ -3,7 +3,7 @@
  * Kernels: every kernel set this CPU can run (AVX-512, AVX2) against the
  * portable reference: scores and weighted sums over chunks spread across
  * blocks (odd starting slots, lengths not a multiple of the vector width,
- * 1-3 query rows, several head_dims), exp of a chunk, and the KV store's
+ * 1-6 query rows over 1-3 kv heads of each row, several head_dims), exp of a chunk, and the KV store's
  * f32 -> f16 conversion bit for bit against qt_f32_to_f16 (specials too).
  *
  * The op, with each kernel set forced: K f32/f16/q8_0 with several V types,
@@ -123,7 +123,7 @@ static void kernel_cases(void) {
     static const int hds[] = {16, 64, 128, 80, 256, 40};
     for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
         int hd = hds[hi];
-        size_t stride = (size_t)3 * hd; /* rows of 3 heads; the kernels see the middle one */
+        size_t stride = (size_t)3 * hd; /* rows of 3 kv heads */
         float *kf = malloc(sizeof(float) * NB * BS * stride);
         uint16_t *kh = malloc(sizeof(uint16_t) * NB * BS * stride);
         for (size_t i = 0; i < (size_t)NB * BS * stride; i++) {
@@ -134,12 +134,12 @@ static void kernel_cases(void) {
         const unsigned char *bf[NB], *bh[NB];
         static const int order[NB] = {3, 0, 5, 1, 4, 2};
         for (int j = 0; j < NB; j++) {
-            bf[j] = (const unsigned char *)(kf + (size_t)order[j] * BS * stride + hd);
-            bh[j] = (const unsigned char *)(kh + (size_t)order[j] * BS * stride + hd);
+            bf[j] = (const unsigned char *)(kf + (size_t)order[j] * BS * stride);
+            bh[j] = (const unsigned char *)(kh + (size_t)order[j] * BS * stride);
         }
-        float q[3 * MAXHD], w[3 * CPU_ATTN_SCORE_CAP];
-        for (int i = 0; i < 3 * hd; i++) q[i] = frand() * 2;
-        for (int i = 0; i < 3 * CPU_ATTN_SCORE_CAP; i++) w[i] = frand() + 0.5f;
+        float q[6 * MAXHD], w[6 * CPU_ATTN_SCORE_CAP];
+        for (int i = 0; i < 6 * hd; i++) q[i] = frand() * 2;
+        for (int i = 0; i < 6 * CPU_ATTN_SCORE_CAP; i++) w[i] = frand() + 0.5f;
         static const int slots[] = {0, 5, 15};
         static const int nps[] = {1, 7, 16, 33, 64};
         for (int v = 0; v < nk - 1; v++) {
@@ -147,22 +147,24 @@ static void kernel_cases(void) {
             double es = 0, ew = 0;
             for (int si = 0; si < 3; si++)
                 for (int ni = 0; ni < 5; ni++)
-                    for (int nq = 1; nq <= 3; nq++)
+                    for (int nq = 1; nq <= 6; nq++)
                         for (int f16 = 0; f16 < 2; f16++) {
                             int np = nps[ni];
+                            /* query rows per kv head: 1, 2 or 3 (pairs that do and do not share one) */
+                            int group = nq <= 3 ? 1 + (nq + si) % 3 : (nq + 2) / 3;
                             cpu_attn_rows r = {.blk = f16 ? bh : bf, .stride = stride * (f16 ? 2 : 4), .slot0 = slots[si], .bs = BS};
-                            float s0[3 * CPU_ATTN_SCORE_CAP], s1[3 * CPU_ATTN_SCORE_CAP];
-                            ref->scores[f16](q, nq, (size_t)hd, hd, &r, np, 0.125f, s0, CPU_ATTN_SCORE_CAP);
-                            ks[v]->scores[f16](q, nq, (size_t)hd, hd, &r, np, 0.125f, s1, CPU_ATTN_SCORE_CAP);
+                            float s0[6 * CPU_ATTN_SCORE_CAP], s1[6 * CPU_ATTN_SCORE_CAP];
+                            ref->scores[f16](q, nq, (size_t)hd, hd, group, &r, np, 0.125f, s0, CPU_ATTN_SCORE_CAP);
+                            ks[v]->scores[f16](q, nq, (size_t)hd, hd, group, &r, np, 0.125f, s1, CPU_ATTN_SCORE_CAP);
                             for (int qi = 0; qi < nq; qi++)
                                 for (int i = 0; i < np; i++) {
                                     double d = fabs(s0[qi * CPU_ATTN_SCORE_CAP + i] - s1[qi * CPU_ATTN_SCORE_CAP + i]);
                                     if (d > es) es = d;
                                 }
-                            float a0[3 * MAXHD], a1[3 * MAXHD];
-                            for (int i = 0; i < 3 * hd; i++) a0[i] = a1[i] = frand();
-                            ref->wsum[f16](a0, nq, hd, w, CPU_ATTN_SCORE_CAP, &r, np);
-                            ks[v]->wsum[f16](a1, nq, hd, w, CPU_ATTN_SCORE_CAP, &r, np);
+                            float a0[6 * MAXHD], a1[6 * MAXHD];
+                            for (int i = 0; i < 6 * hd; i++) a0[i] = a1[i] = frand();
+                            ref->wsum[f16](a0, nq, hd, group, w, CPU_ATTN_SCORE_CAP, &r, np);
+                            ks[v]->wsum[f16](a1, nq, hd, group, w, CPU_ATTN_SCORE_CAP, &r, np);
                             for (int i = 0; i < nq * hd; i++) {
                                 double d = fabs(a0[i] - a1[i]) / (1.0 + fabs(a0[i]));
                                 if (d > ew) ew = d;

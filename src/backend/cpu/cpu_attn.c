@@ -14,16 +14,18 @@
  * items handed out dynamically, so both threads stream KV whatever the batch.
  *
  * Inside an item positions go in chunks of up to CPU_ATTN_SCORE_CAP (whole
- * 16-position blocks), and per chunk and kv head: the scores of every query
- * row of the group over the chunk (one kernel call over all the chunk's
- * blocks), one online-softmax step per row (rescale the accumulator by
- * exp(old max - new max) once per chunk), then the weighted sum of the V
- * rows into the accumulators (one kernel call per token: the group's
- * accumulators stay in registers while V streams). Each token sees only its
- * own valid range (causal, sliding window): nothing is computed for masked
- * positions. The next chunk's rows are prefetched while one is computed.
- * f32 and f16 caches are read in place; q8_0 K and q8_0/q4_0/q4_1 V are
- * dequantized one chunk of one head at a time into per-thread scratch.
+ * 16-position blocks). Per chunk and token, with f32/f16 caches read in
+ * place: the scores of every query head (one kernel call over all the
+ * chunk's blocks; the heads sweep each K row front to back, which is what
+ * keeps the hardware prefetchers streaming: walking one kv head's slice of
+ * every row at a time was 1.6x slower), one online-softmax step per head
+ * (rescale the accumulator by exp(old max - new max) once per chunk), then
+ * the weighted sum of the V rows into the accumulators (a pair of heads of
+ * one kv head in registers while eight V rows stream past, V read front to
+ * back likewise). Each token sees only its own valid range (causal, sliding
+ * window): nothing is computed for masked positions. Quantized caches (q8_0
+ * K, q8_0/q4_0/q4_1 V) go one kv head at a time, its rows of the chunk
+ * dequantized into per-thread scratch.
  *
  * Kernels (scores, weighted sum, exp) come in sets: AVX-512 (cpu_attn_avx512.c),
  * AVX2 (cpu_vec_avx2.c) and the portable reference here; the fastest set the
@@ -49,37 +51,39 @@ static float dot_h(const float *a, const uint16_t *b, int n) {
     return t;
 }
 
-static void scores_f32_ref(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np, float scale,
-                           float *s, int ss) {
+static void scores_f32_ref(const float *q, int nq, size_t qstride, int hd, int group, const cpu_attn_rows *k, int np,
+                           float scale, float *s, int ss) {
     for (int r = 0; r < nq; r++)
         for (int i = 0; i < np; i++)
             s[(size_t)r * (size_t)ss + (size_t)i] =
-                cpu_dot_f32(q + (size_t)r * qstride, (const float *)cpu_attn_row(k, i), hd) * scale;
+                cpu_dot_f32(q + (size_t)r * qstride, (const float *)cpu_attn_row(k, i) + (size_t)(r / group) * (size_t)hd,
+                            hd) * scale;
 }
 
-static void scores_f16_ref(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np, float scale,
-                           float *s, int ss) {
+static void scores_f16_ref(const float *q, int nq, size_t qstride, int hd, int group, const cpu_attn_rows *k, int np,
+                           float scale, float *s, int ss) {
     for (int r = 0; r < nq; r++)
         for (int i = 0; i < np; i++)
             s[(size_t)r * (size_t)ss + (size_t)i] =
-                dot_h(q + (size_t)r * qstride, (const uint16_t *)cpu_attn_row(k, i), hd) * scale;
+                dot_h(q + (size_t)r * qstride, (const uint16_t *)cpu_attn_row(k, i) + (size_t)(r / group) * (size_t)hd,
+                      hd) * scale;
 }
 
-static void wsum_f32_ref(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np) {
-    for (int h = 0; h < group; h++)
+static void wsum_f32_ref(float *acc, int nh, int hd, int group, const float *w, int ws, const cpu_attn_rows *v, int np) {
+    for (int h = 0; h < nh; h++)
         for (int i = 0; i < np; i++) {
             float c = w[(size_t)h * (size_t)ws + (size_t)i];
-            const float *x = cpu_attn_row(v, i);
+            const float *x = (const float *)cpu_attn_row(v, i) + (size_t)(h / group) * (size_t)hd;
             float *a = acc + (size_t)h * (size_t)hd;
             for (int d = 0; d < hd; d++) a[d] += c * x[d];
         }
 }
 
-static void wsum_f16_ref(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np) {
-    for (int h = 0; h < group; h++)
+static void wsum_f16_ref(float *acc, int nh, int hd, int group, const float *w, int ws, const cpu_attn_rows *v, int np) {
+    for (int h = 0; h < nh; h++)
         for (int i = 0; i < np; i++) {
             float c = w[(size_t)h * (size_t)ws + (size_t)i];
-            const uint16_t *x = cpu_attn_row(v, i);
+            const uint16_t *x = (const uint16_t *)cpu_attn_row(v, i) + (size_t)(h / group) * (size_t)hd;
             float *a = acc + (size_t)h * (size_t)hd;
             for (int d = 0; d < hd; d++) a[d] += c * qt_f16_to_f32(x[d]);
         }
@@ -205,6 +209,7 @@ typedef struct attn_work {
     attn_item *items;
     int tile_cap, item_cap;
     size_t ml_cap;        /* state rows per thread */
+    size_t s_rows;        /* score rows per thread */
 } attn_work;
 
 typedef struct attn_call {
@@ -214,7 +219,6 @@ typedef struct attn_call {
     const attn_tile *tiles;
     const attn_item *items;
     int n_items;
-    bool prefetch;
     _Atomic int next;
 } attn_call;
 
@@ -241,6 +245,7 @@ hn_status cpu_attn_reserve(cpu_be *cb, hn_err *err) {
     size_t heads = (size_t)lim->max_k / hd; /* the output projection's K is n_head * head_dim */
     if (heads < g) heads = g;
     size_t ml = heads > ML_MIN ? heads : ML_MIN;
+    if (rows < heads) rows = heads; /* scores of every head of a token at once */
     int tokens = lim->max_rows > 0 ? lim->max_rows : 1;
     attn_work *w = hn_calloc(1, sizeof *w);
     cb->attn_work = w;
@@ -248,6 +253,7 @@ hn_status cpu_attn_reserve(cpu_be *cb, hn_err *err) {
     w->tile_cap = tokens;
     w->item_cap = tokens + CPU_ATTN_SLOTS;
     w->ml_cap = ml;
+    w->s_rows = rows;
     w->tiles = hn_malloc(sizeof(attn_tile) * (size_t)w->tile_cap);
     w->items = hn_malloc(sizeof(attn_item) * (size_t)w->item_cap);
     /* per thread: m and l of the state rows, scores of a tile's rows over a chunk,
@@ -268,23 +274,18 @@ static inline int32_t lo_of(const be_attn_args *a, int32_t p) {
     return a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
 }
 
-/* Prefetches part `part` of `parts` of the K and V rows c0..c1 of the item's
- * sequence (contiguous byte ranges of each block: all kv heads of a row). */
-static void prefetch_part(const kv_cache *kv, const kv_seq *seq, int layer, int32_t c0, int32_t c1, int part,
-                          int parts) {
-    const int bs = kv->cfg.block_size;
-    for (int32_t p = c0; p <= c1;) {
-        int32_t b = p / bs, e = (b + 1) * bs - 1 < c1 ? (b + 1) * bs - 1 : c1;
-        size_t s0 = (size_t)(p % bs), n = (size_t)(e - p + 1);
-        const unsigned char *kr = kv_block_kraw(kv, seq->blocks[b], layer) + s0 * kv->k_row_bytes;
-        const unsigned char *vr = kv_block_vraw(kv, seq->blocks[b], layer) + s0 * kv->v_row_bytes;
-        size_t kn = n * kv->k_row_bytes, vn = n * kv->v_row_bytes;
-        for (size_t o = kn * (size_t)part / (size_t)parts & ~(size_t)63; o < kn * (size_t)(part + 1) / (size_t)parts; o += 64)
-            __builtin_prefetch(kr + o);
-        for (size_t o = vn * (size_t)part / (size_t)parts & ~(size_t)63; o < vn * (size_t)(part + 1) / (size_t)parts; o += 64)
-            __builtin_prefetch(vr + o);
-        p = e + 1;
+/* One online-softmax step of a row: new max over the chunk's scores sg[0..n),
+ * rescale of its accumulator and sum, sg turned into weights. */
+static inline void softmax_step(const cpu_attn_kernels *ks, float *sg, int n, float *m, float *l, float *acc, int hd) {
+    float mx = *m;
+    for (int i = 0; i < n; i++) mx = sg[i] > mx ? sg[i] : mx;
+    float corr = expf(*m - mx); /* 0 on the first chunk (m = -inf) */
+    if (corr != 1.0f) {
+        for (int d = 0; d < hd; d++) acc[d] *= corr;
+        *l *= corr;
     }
+    *m = mx;
+    *l += ks->vexp(sg, n, mx);
 }
 
 /* Runs item it: the tile's tokens over positions p0..p1 for kv heads kh0..kh1-1.
@@ -304,10 +305,10 @@ static void run_heads(const attn_call *c, const attn_item *it, int kh0, int kh1,
     const bool k_in = kt == QT_F32 || kt == QT_F16, v_in = vt == QT_F32 || vt == QT_F16;
     const cpu_attn_scores_fn scores = ks->scores[kt == QT_F16];
     const cpu_attn_wsum_fn wsum = ks->wsum[vt == QT_F16];
-    const cpu_attn_scores_fn scores_f32 = ks->scores[0];
+    const cpu_attn_scores_fn scores_f32 = ks->scores[0]; /* dequantized rows */
     const cpu_attn_wsum_fn wsum_f32 = ks->wsum[0];
     float *s = scr;                                                    /* [tile rows][CAP] */
-    float *kd = s + (size_t)(group > CPU_ATTN_TILE_ROWS ? group : CPU_ATTN_TILE_ROWS) * CPU_ATTN_SCORE_CAP;
+    float *kd = s + ((const attn_work *)c->cb->attn_work)->s_rows * CPU_ATTN_SCORE_CAP;
     float *vd = kd + (size_t)CPU_ATTN_SCORE_CAP * (size_t)hd;
     const size_t hbytes = (size_t)hd * sizeof(float);
     for (int tt = 0; tt < nt; tt++)
@@ -317,6 +318,8 @@ static void run_heads(const attn_call *c, const attn_item *it, int kh0, int kh1,
             l[tt * mstride + h - moff] = 0.0f;
         }
     const int nbl = CPU_ATTN_SCORE_CAP / bs > 0 ? CPU_ATTN_SCORE_CAP / bs : 1;
+    const bool all = k_in && v_in && kh0 == 0 && kh1 == a->n_head_kv && moff == 0 &&
+                     (size_t)H <= ((const attn_work *)c->cb->attn_work)->s_rows;
     const unsigned char *kb[CPU_ATTN_SCORE_CAP + 1], *vb[CPU_ATTN_SCORE_CAP + 1];
     const unsigned char *kbh[CPU_ATTN_SCORE_CAP + 1], *vbh[CPU_ATTN_SCORE_CAP + 1];
     for (int32_t c0 = it->p0; c0 <= it->p1;) {
@@ -328,9 +331,27 @@ static void run_heads(const attn_call *c, const attn_item *it, int kh0, int kh1,
             kb[j] = kv_block_kraw(kv, seq->blocks[b0 + j], a->layer);
             vb[j] = kv_block_vraw(kv, seq->blocks[b0 + j], a->layer);
         }
-        int32_t n0 = c1 + 1, n1 = c1 + CPU_ATTN_SCORE_CAP < it->p1 ? c1 + CPU_ATTN_SCORE_CAP : it->p1;
+        if (all) { /* every head of a token at once: each K and V row read front to back */
+            cpu_attn_rows kr = {.blk = kb, .stride = kv->k_row_bytes, .bs = bs};
+            cpu_attn_rows vr = {.blk = vb, .stride = kv->v_row_bytes, .bs = bs};
+            for (int tt = 0; tt < nt; tt++) {
+                int32_t hi = a->pos[tl->t0 + tt], lo = lo_of(a, hi);
+                int32_t v0 = lo > c0 ? lo : c0, v1 = hi < c1 ? hi : c1;
+                if (v0 > v1) continue;
+                int n = v1 - v0 + 1;
+                kr.slot0 = vr.slot0 = v0 - b0 * bs;
+                const float *q = a->q + (size_t)(tl->t0 + tt) * (size_t)H * (size_t)hd;
+                float *at = acc + (size_t)tt * acc_tstride;
+                scores(q, H, (size_t)hd, hd, group, &kr, n, a->scale, s, CPU_ATTN_SCORE_CAP);
+                for (int h = 0; h < H; h++)
+                    softmax_step(ks, s + (size_t)h * CPU_ATTN_SCORE_CAP, n, &m[tt * mstride + h], &l[tt * mstride + h],
+                                 at + (size_t)h * (size_t)hd, hd);
+                wsum(at, H, hd, group, s, CPU_ATTN_SCORE_CAP, &vr, n);
+            }
+            c0 = c1 + 1;
+            continue;
+        }
         for (int kvh = kh0; kvh < kh1; kvh++) {
-            if (n0 <= n1 && c->prefetch) prefetch_part(kv, seq, a->layer, n0, n1, kvh - kh0, kh1 - kh0);
             cpu_attn_rows kr = {.blk = kbh, .stride = kv->k_row_bytes, .slot0 = c0 % bs, .bs = bs};
             cpu_attn_rows vr = {.blk = vbh, .stride = kv->v_row_bytes, .slot0 = c0 % bs, .bs = bs};
             for (int j = 0; j < nb; j++) {
@@ -371,23 +392,13 @@ static void run_heads(const attn_call *c, const attn_item *it, int kh0, int kh1,
                 vr2.slot0 += off;
                 float *st = s + (size_t)tt * (size_t)group * CPU_ATTN_SCORE_CAP;
                 const float *q = a->q + (size_t)(tl->t0 + tt) * (size_t)H * (size_t)hd + (size_t)kvh * (size_t)group * (size_t)hd;
-                sc(q, group, (size_t)hd, hd, &kr2, n, a->scale, st, CPU_ATTN_SCORE_CAP);
+                sc(q, group, (size_t)hd, hd, group, &kr2, n, a->scale, st, CPU_ATTN_SCORE_CAP);
                 float *at = acc + (size_t)tt * acc_tstride + (size_t)kvh * (size_t)group * (size_t)hd;
                 for (int g = 0; g < group; g++) {
-                    float *sg = st + (size_t)g * CPU_ATTN_SCORE_CAP;
                     int r = tt * mstride + kvh * group + g - moff;
-                    float mx = m[r];
-                    for (int i = 0; i < n; i++) mx = sg[i] > mx ? sg[i] : mx;
-                    float corr = expf(m[r] - mx); /* 0 on the first chunk (m = -inf) */
-                    if (corr != 1.0f) {
-                        float *ag = at + (size_t)g * (size_t)hd;
-                        for (int d = 0; d < hd; d++) ag[d] *= corr;
-                        l[r] *= corr;
-                    }
-                    m[r] = mx;
-                    l[r] += ks->vexp(sg, n, mx);
+                    softmax_step(ks, st + (size_t)g * CPU_ATTN_SCORE_CAP, n, &m[r], &l[r], at + (size_t)g * (size_t)hd, hd);
                 }
-                ws(at, group, hd, st, CPU_ATTN_SCORE_CAP, &vr2, n);
+                ws(at, group, hd, group, st, CPU_ATTN_SCORE_CAP, &vr2, n);
             }
         }
         c0 = c1 + 1;
@@ -509,8 +520,7 @@ static void attn_range(cpu_be *cb, const be_attn_args *a, int t0, int n) {
             }
         }
     }
-    attn_call c = {.cb = cb, .a = a, .ks = pick(cb, a->head_dim), .tiles = w->tiles, .items = w->items, .n_items = n_items,
-                   .prefetch = !getenv("NOPF")};
+    attn_call c = {.cb = cb, .a = a, .ks = pick(cb, a->head_dim), .tiles = w->tiles, .items = w->items, .n_items = n_items};
     atomic_store(&c.next, 0);
     if (cb->nth == 1 || n_items == 1) attn_worker(&c, 0, 1);
     else pool_run_shared(cb->pool, attn_worker, &c);

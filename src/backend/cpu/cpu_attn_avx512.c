@@ -6,6 +6,8 @@
  * saw the features at run time. */
 #include "cpu_int.h"
 
+#include <stdbool.h>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
@@ -33,75 +35,81 @@ static inline void store_n(float *dst, __m256 r, int n) {
     }
 }
 
-/* Eight K rows at a time against two query rows at once (each K load, and
- * f16 widening, serves both), one accumulator per (row, K row), then one
- * transposing reduction per query row. */
+/* Eight K rows at a time; query rows of the same kv head go in pairs (each K
+ * load, and f16 widening, serves both), one accumulator per (query row, K
+ * row), then one transposing reduction per query row. The query rows sweep
+ * the eight K rows' heads in order, so the rows are read front to back. */
 #define SCORES512(LD, T)                                                                                     \
     const __m256 vs = _mm256_set1_ps(scale);                                                                 \
     for (int i0 = 0; i0 < np; i0 += 8) {                                                                     \
         const T *kr[8];                                                                                      \
         int nr = np - i0 < 8 ? np - i0 : 8;                                                                  \
         for (int j = 0; j < 8; j++) kr[j] = (const T *)cpu_attn_row(k, i0 + (j < nr ? j : 0));              \
-        int qi = 0;                                                                                          \
-        for (; qi + 2 <= nq; qi += 2) {                                                                      \
-            const float *qa = q + (size_t)qi * qstride, *qb = qa + qstride;                                  \
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;   \
-            __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0, b4 = a0, b5 = a0, b6 = a0, b7 = a0;                    \
-            for (int d = 0; d < hd; d += 16) {                                                               \
-                __m512 x = _mm512_loadu_ps(qa + d), y = _mm512_loadu_ps(qb + d), kv;                         \
-                kv = LD(kr[0] + d); a0 = _mm512_fmadd_ps(x, kv, a0); b0 = _mm512_fmadd_ps(y, kv, b0);        \
-                kv = LD(kr[1] + d); a1 = _mm512_fmadd_ps(x, kv, a1); b1 = _mm512_fmadd_ps(y, kv, b1);        \
-                kv = LD(kr[2] + d); a2 = _mm512_fmadd_ps(x, kv, a2); b2 = _mm512_fmadd_ps(y, kv, b2);        \
-                kv = LD(kr[3] + d); a3 = _mm512_fmadd_ps(x, kv, a3); b3 = _mm512_fmadd_ps(y, kv, b3);        \
-                kv = LD(kr[4] + d); a4 = _mm512_fmadd_ps(x, kv, a4); b4 = _mm512_fmadd_ps(y, kv, b4);        \
-                kv = LD(kr[5] + d); a5 = _mm512_fmadd_ps(x, kv, a5); b5 = _mm512_fmadd_ps(y, kv, b5);        \
-                kv = LD(kr[6] + d); a6 = _mm512_fmadd_ps(x, kv, a6); b6 = _mm512_fmadd_ps(y, kv, b6);        \
-                kv = LD(kr[7] + d); a7 = _mm512_fmadd_ps(x, kv, a7); b7 = _mm512_fmadd_ps(y, kv, b7);        \
-            }                                                                                                \
-            store_n(s + (size_t)qi * (size_t)ss + i0, _mm256_mul_ps(reduce8(a0, a1, a2, a3, a4, a5, a6, a7), vs), nr); \
-            store_n(s + (size_t)(qi + 1) * (size_t)ss + i0,                                                  \
-                    _mm256_mul_ps(reduce8(b0, b1, b2, b3, b4, b5, b6, b7), vs), nr);                         \
-        }                                                                                                    \
-        for (; qi < nq; qi++) {                                                                              \
+        for (int qi = 0; qi < nq;) {                                                                         \
+            const size_t off = (size_t)(qi / group) * (size_t)hd;                                            \
             const float *qa = q + (size_t)qi * qstride;                                                      \
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;   \
-            for (int d = 0; d < hd; d += 16) {                                                               \
-                __m512 x = _mm512_loadu_ps(qa + d);                                                          \
-                a0 = _mm512_fmadd_ps(x, LD(kr[0] + d), a0);                                                  \
-                a1 = _mm512_fmadd_ps(x, LD(kr[1] + d), a1);                                                  \
-                a2 = _mm512_fmadd_ps(x, LD(kr[2] + d), a2);                                                  \
-                a3 = _mm512_fmadd_ps(x, LD(kr[3] + d), a3);                                                  \
-                a4 = _mm512_fmadd_ps(x, LD(kr[4] + d), a4);                                                  \
-                a5 = _mm512_fmadd_ps(x, LD(kr[5] + d), a5);                                                  \
-                a6 = _mm512_fmadd_ps(x, LD(kr[6] + d), a6);                                                  \
-                a7 = _mm512_fmadd_ps(x, LD(kr[7] + d), a7);                                                  \
+            if (qi + 1 < nq && (qi + 1) / group == qi / group) {                                             \
+                const float *qb = qa + qstride;                                                              \
+                __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0; \
+                __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0, b4 = a0, b5 = a0, b6 = a0, b7 = a0;                \
+                for (size_t d = 0; d < (size_t)hd; d += 16) {                                                \
+                    __m512 x = _mm512_loadu_ps(qa + d), y = _mm512_loadu_ps(qb + d), kv;                     \
+                    kv = LD(kr[0] + off + d); a0 = _mm512_fmadd_ps(x, kv, a0); b0 = _mm512_fmadd_ps(y, kv, b0); \
+                    kv = LD(kr[1] + off + d); a1 = _mm512_fmadd_ps(x, kv, a1); b1 = _mm512_fmadd_ps(y, kv, b1); \
+                    kv = LD(kr[2] + off + d); a2 = _mm512_fmadd_ps(x, kv, a2); b2 = _mm512_fmadd_ps(y, kv, b2); \
+                    kv = LD(kr[3] + off + d); a3 = _mm512_fmadd_ps(x, kv, a3); b3 = _mm512_fmadd_ps(y, kv, b3); \
+                    kv = LD(kr[4] + off + d); a4 = _mm512_fmadd_ps(x, kv, a4); b4 = _mm512_fmadd_ps(y, kv, b4); \
+                    kv = LD(kr[5] + off + d); a5 = _mm512_fmadd_ps(x, kv, a5); b5 = _mm512_fmadd_ps(y, kv, b5); \
+                    kv = LD(kr[6] + off + d); a6 = _mm512_fmadd_ps(x, kv, a6); b6 = _mm512_fmadd_ps(y, kv, b6); \
+                    kv = LD(kr[7] + off + d); a7 = _mm512_fmadd_ps(x, kv, a7); b7 = _mm512_fmadd_ps(y, kv, b7); \
+                }                                                                                            \
+                store_n(s + (size_t)qi * (size_t)ss + i0, _mm256_mul_ps(reduce8(a0, a1, a2, a3, a4, a5, a6, a7), vs), nr); \
+                store_n(s + (size_t)(qi + 1) * (size_t)ss + i0,                                              \
+                        _mm256_mul_ps(reduce8(b0, b1, b2, b3, b4, b5, b6, b7), vs), nr);                     \
+                qi += 2;                                                                                     \
+            } else {                                                                                         \
+                __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0; \
+                for (size_t d = 0; d < (size_t)hd; d += 16) {                                                \
+                    __m512 x = _mm512_loadu_ps(qa + d);                                                      \
+                    a0 = _mm512_fmadd_ps(x, LD(kr[0] + off + d), a0);                                        \
+                    a1 = _mm512_fmadd_ps(x, LD(kr[1] + off + d), a1);                                        \
+                    a2 = _mm512_fmadd_ps(x, LD(kr[2] + off + d), a2);                                        \
+                    a3 = _mm512_fmadd_ps(x, LD(kr[3] + off + d), a3);                                        \
+                    a4 = _mm512_fmadd_ps(x, LD(kr[4] + off + d), a4);                                        \
+                    a5 = _mm512_fmadd_ps(x, LD(kr[5] + off + d), a5);                                        \
+                    a6 = _mm512_fmadd_ps(x, LD(kr[6] + off + d), a6);                                        \
+                    a7 = _mm512_fmadd_ps(x, LD(kr[7] + off + d), a7);                                        \
+                }                                                                                            \
+                store_n(s + (size_t)qi * (size_t)ss + i0, _mm256_mul_ps(reduce8(a0, a1, a2, a3, a4, a5, a6, a7), vs), nr); \
+                qi++;                                                                                        \
             }                                                                                                \
-            store_n(s + (size_t)qi * (size_t)ss + i0, _mm256_mul_ps(reduce8(a0, a1, a2, a3, a4, a5, a6, a7), vs), nr); \
         }                                                                                                    \
     }
 
-void cpu_attn_scores_f32_avx512(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np,
-                                float scale, float *s, int ss) {
+void cpu_attn_scores_f32_avx512(const float *q, int nq, size_t qstride, int hd, int group, const cpu_attn_rows *k,
+                                int np, float scale, float *s, int ss) {
     SCORES512(ld_f32, float)
 }
 
-void cpu_attn_scores_f16_avx512(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np,
-                                float scale, float *s, int ss) {
+void cpu_attn_scores_f16_avx512(const float *q, int nq, size_t qstride, int hd, int group, const cpu_attn_rows *k,
+                                int np, float scale, float *s, int ss) {
     SCORES512(ld_f16, uint16_t)
 }
 
-/* acc[h][d] += sum_i w[h*ws + i] * V_i[d]. A slice of NZ x 16 dims of NH heads
- * (NH <= 2) is held in registers while the chunk's V rows stream past, each V
- * load serving both heads; per element the terms are added in position order. */
+/* acc[h][d] += sum_i w[h*ws + i] * V_i[head h / group][d]. Eight V rows at a
+ * time; for each pair of heads of one kv head, a slice of NZ x 16 dims of
+ * their accumulators is held in registers while the eight rows stream past,
+ * each V load serving both heads. The heads sweep the rows front to back;
+ * per element the terms are added in position order. */
 #define WSUM_SLICE(LD, NZ, NH)                                                                               \
     do {                                                                                                     \
         __m512 x[NH][NZ];                                                                                    \
         _Pragma("GCC unroll 16") for (int hh = 0; hh < NH; hh++)                                            \
             _Pragma("GCC unroll 16") for (int z = 0; z < NZ; z++) x[hh][z] =                                \
                 _mm512_loadu_ps(acc + (size_t)(h + hh) * (size_t)hd + d + 16 * z);                           \
-        for (int i = 0; i < np; i++) {                                                                       \
+        for (int i = i0; i < i1; i++) {                                                                      \
             __m512 v[NZ];                                                                                    \
-            _Pragma("GCC unroll 16") for (int z = 0; z < NZ; z++) v[z] = LD(vr[i] + d + 16 * z);            \
+            _Pragma("GCC unroll 16") for (int z = 0; z < NZ; z++) v[z] = LD(vr[i] + off + d + 16 * z);      \
             _Pragma("GCC unroll 16") for (int hh = 0; hh < NH; hh++) {                                      \
                 __m512 c = _mm512_set1_ps(w[(size_t)(h + hh) * (size_t)ws + i]);                             \
                 _Pragma("GCC unroll 16") for (int z = 0; z < NZ; z++) x[hh][z] =                            \
@@ -116,28 +124,35 @@ void cpu_attn_scores_f16_avx512(const float *q, int nq, size_t qstride, int hd, 
 #define WSUM512(LD, T)                                                                                       \
     const T *vr[CPU_ATTN_SCORE_CAP];                                                                         \
     for (int i = 0; i < np; i++) vr[i] = (const T *)cpu_attn_row(v, i);                                      \
-    int d = 0;                                                                                               \
-    for (; d + 128 <= hd; d += 128) {                                                                        \
-        int h = 0;                                                                                           \
-        for (; h + 2 <= group; h += 2) WSUM_SLICE(LD, 8, 2);                                                 \
-        if (h < group) WSUM_SLICE(LD, 8, 1);                                                                 \
-    }                                                                                                        \
-    for (; d + 64 <= hd; d += 64) {                                                                          \
-        int h = 0;                                                                                           \
-        for (; h + 2 <= group; h += 2) WSUM_SLICE(LD, 4, 2);                                                 \
-        if (h < group) WSUM_SLICE(LD, 4, 1);                                                                 \
-    }                                                                                                        \
-    for (; d < hd; d += 16) {                                                                                \
-        int h = 0;                                                                                           \
-        for (; h + 2 <= group; h += 2) WSUM_SLICE(LD, 1, 2);                                                 \
-        if (h < group) WSUM_SLICE(LD, 1, 1);                                                                 \
+    for (int i0 = 0; i0 < np; i0 += 8) {                                                                     \
+        const int i1 = np - i0 < 8 ? np : i0 + 8;                                                            \
+        for (int h = 0; h < nh;) {                                                                           \
+            const size_t off = (size_t)(h / group) * (size_t)hd;                                             \
+            const bool two = h + 1 < nh && (h + 1) / group == h / group;                                     \
+            size_t d = 0;                                                                                    \
+            for (; d + 128 <= (size_t)hd; d += 128) {                                                        \
+                if (two) WSUM_SLICE(LD, 8, 2);                                                               \
+                else WSUM_SLICE(LD, 8, 1);                                                                   \
+            }                                                                                                \
+            for (; d + 64 <= (size_t)hd; d += 64) {                                                          \
+                if (two) WSUM_SLICE(LD, 4, 2);                                                               \
+                else WSUM_SLICE(LD, 4, 1);                                                                   \
+            }                                                                                                \
+            for (; d < (size_t)hd; d += 16) {                                                                \
+                if (two) WSUM_SLICE(LD, 1, 2);                                                               \
+                else WSUM_SLICE(LD, 1, 1);                                                                   \
+            }                                                                                                \
+            h += two ? 2 : 1;                                                                                \
+        }                                                                                                    \
     }
 
-void cpu_attn_wsum_f32_avx512(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np) {
+void cpu_attn_wsum_f32_avx512(float *acc, int nh, int hd, int group, const float *w, int ws, const cpu_attn_rows *v,
+                              int np) {
     WSUM512(ld_f32, float)
 }
 
-void cpu_attn_wsum_f16_avx512(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np) {
+void cpu_attn_wsum_f16_avx512(float *acc, int nh, int hd, int group, const float *w, int ws, const cpu_attn_rows *v,
+                              int np) {
     WSUM512(ld_f16, uint16_t)
 }
 

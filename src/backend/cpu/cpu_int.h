@@ -29,13 +29,16 @@ static inline const void *cpu_attn_row(const cpu_attn_rows *r, int i) {
     return r->blk[j / r->bs] + (size_t)(j % r->bs) * r->stride;
 }
 
-/* s[r*ss + i] = dot(q row r, K row i) * scale for r < nq (q rows qstride floats
- * apart), i < np <= CPU_ATTN_SCORE_CAP; one function per K element type (f32, f16) */
-typedef void (*cpu_attn_scores_fn)(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np,
-                                   float scale, float *s, int ss);
-/* acc[h*hd + d] += sum_{i<np} w[h*ws + i] * V row i [d] for h < group, d < hd
- * (per element the terms are added in position order); per V element type */
-typedef void (*cpu_attn_wsum_fn)(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np);
+/* s[r*ss + i] = dot(q row r, head r/group of K row i) * scale for r < nq (q
+ * rows qstride floats apart; head j of a row: hd elements at offset j*hd),
+ * i < np <= CPU_ATTN_SCORE_CAP; one function per K element type (f32, f16) */
+typedef void (*cpu_attn_scores_fn)(const float *q, int nq, size_t qstride, int hd, int group, const cpu_attn_rows *k,
+                                   int np, float scale, float *s, int ss);
+/* acc[h*hd + d] += sum_{i<np} w[h*ws + i] * (head h/group of V row i)[d] for
+ * h < nh, d < hd (per element the terms are added in position order); per V
+ * element type */
+typedef void (*cpu_attn_wsum_fn)(float *acc, int nh, int hd, int group, const float *w, int ws, const cpu_attn_rows *v,
+                                 int np);
 /* s[i] = exp(s[i] - mx) for i < n (s[i] <= mx, -inf gives 0); returns the sum in position order */
 typedef float (*cpu_vec_exp_sub_fn)(float *s, int n, float mx);
 /* h[i] = f16(x[i]) for i < n, rounding as qt_f32_to_f16 does */
@@ -50,20 +53,20 @@ typedef struct cpu_attn_kernels {
     cpu_vec_exp_sub_fn vexp;
 } cpu_attn_kernels;
 
-void cpu_attn_scores_f32_avx2(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np,
-                              float scale, float *s, int ss);
-void cpu_attn_scores_f16_avx2(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np,
-                              float scale, float *s, int ss);
-void cpu_attn_wsum_f32_avx2(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np);
-void cpu_attn_wsum_f16_avx2(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np);
+void cpu_attn_scores_f32_avx2(const float *q, int nq, size_t qstride, int hd, int group, const cpu_attn_rows *k, int np,
+                                float scale, float *s, int ss);
+void cpu_attn_scores_f16_avx2(const float *q, int nq, size_t qstride, int hd, int group, const cpu_attn_rows *k, int np,
+                                float scale, float *s, int ss);
+void cpu_attn_wsum_f32_avx2(float *acc, int nh, int hd, int group, const float *w, int ws, const cpu_attn_rows *v, int np);
+void cpu_attn_wsum_f16_avx2(float *acc, int nh, int hd, int group, const float *w, int ws, const cpu_attn_rows *v, int np);
 float cpu_vec_exp_sub_avx2(float *s, int n, float mx);
 void cpu_attn_to_f16_avx2(const float *x, uint16_t *h, int64_t n);
-void cpu_attn_scores_f32_avx512(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np,
+void cpu_attn_scores_f32_avx512(const float *q, int nq, size_t qstride, int hd, int group, const cpu_attn_rows *k, int np,
                                 float scale, float *s, int ss);
-void cpu_attn_scores_f16_avx512(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np,
+void cpu_attn_scores_f16_avx512(const float *q, int nq, size_t qstride, int hd, int group, const cpu_attn_rows *k, int np,
                                 float scale, float *s, int ss);
-void cpu_attn_wsum_f32_avx512(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np);
-void cpu_attn_wsum_f16_avx512(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np);
+void cpu_attn_wsum_f32_avx512(float *acc, int nh, int hd, int group, const float *w, int ws, const cpu_attn_rows *v, int np);
+void cpu_attn_wsum_f16_avx512(float *acc, int nh, int hd, int group, const float *w, int ws, const cpu_attn_rows *v, int np);
 float cpu_vec_exp_sub_avx512(float *s, int n, float mx);
 
 /* The kernel sets this CPU can run, fastest first, the portable one last

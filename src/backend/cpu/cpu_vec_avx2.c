@@ -12,73 +12,81 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
-/* acc[h][0..hd) += sum over i < np of w[h*ws + i] * v_i (v_i = V row i of
- * the chunk, np <= CPU_ATTN_SCORE_CAP), for heads h < group. The accumulators of a 32-wide
- * slice of two heads stay in registers while the chunk's V rows stream past,
- * each V load serving both heads; per element the FMAs run in position order,
- * exactly as one axpy per position would. */
+/* acc[h][0..hd) += sum over i < np of w[h*ws + i] * (head h/group of V row
+ * i), for h < nh (np <= CPU_ATTN_SCORE_CAP). Eight rows at a time; for each
+ * pair of heads of one kv head, the accumulators of a 32-wide slice stay in
+ * registers while the eight rows stream past, each V load serving both
+ * heads; per element the FMAs run in position order, exactly as one axpy per
+ * position would. */
 #define WSUM_BODY(LOAD, T)                                                                                \
     const T *vr[CPU_ATTN_SCORE_CAP];                                                                      \
     for (int i = 0; i < np; i++) vr[i] = (const T *)cpu_attn_row(v, i);                                   \
-    int d = 0;                                                                                            \
-    for (; d + 32 <= hd; d += 32) {                                                                       \
-        for (int h = 0; h < group; h += 2) {                                                              \
-            int two = h + 1 < group;                                                                      \
-            float *a0 = acc + (size_t)h * (size_t)hd + d, *a1 = a0 + (two ? hd : 0);                    \
-            __m256 x0 = _mm256_loadu_ps(a0), x1 = _mm256_loadu_ps(a0 + 8), x2 = _mm256_loadu_ps(a0 + 16),  \
-                   x3 = _mm256_loadu_ps(a0 + 24);                                                         \
-            __m256 y0 = _mm256_loadu_ps(a1), y1 = _mm256_loadu_ps(a1 + 8), y2 = _mm256_loadu_ps(a1 + 16),  \
-                   y3 = _mm256_loadu_ps(a1 + 24);                                                         \
+    for (int i0 = 0; i0 < np; i0 += 8) {                                                                  \
+        const int i1 = np - i0 < 8 ? np : i0 + 8;                                                         \
+        for (int h = 0; h < nh;) {                                                                        \
+            const int two = h + 1 < nh && (h + 1) / group == h / group;                                   \
+            const size_t off = (size_t)(h / group) * (size_t)hd;                                          \
             const float *w0 = w + (size_t)h * (size_t)ws, *w1 = w0 + (two ? ws : 0);                      \
-            for (int i = 0; i < np; i++) {                                                                \
-                __m256 v0 = LOAD(vr[i] + d), v1 = LOAD(vr[i] + d + 8);   \
-                __m256 v2 = LOAD(vr[i] + d + 16), v3 = LOAD(vr[i] + d + 24); \
-                __m256 c0 = _mm256_set1_ps(w0[i]), c1 = _mm256_set1_ps(w1[i]);                            \
-                x0 = _mm256_fmadd_ps(c0, v0, x0);                                                         \
-                x1 = _mm256_fmadd_ps(c0, v1, x1);                                                         \
-                x2 = _mm256_fmadd_ps(c0, v2, x2);                                                         \
-                x3 = _mm256_fmadd_ps(c0, v3, x3);                                                         \
-                y0 = _mm256_fmadd_ps(c1, v0, y0);                                                         \
-                y1 = _mm256_fmadd_ps(c1, v1, y1);                                                         \
-                y2 = _mm256_fmadd_ps(c1, v2, y2);                                                         \
-                y3 = _mm256_fmadd_ps(c1, v3, y3);                                                         \
+            int d = 0;                                                                                    \
+            for (; d + 32 <= hd; d += 32) {                                                               \
+                float *a0 = acc + (size_t)h * (size_t)hd + d, *a1 = a0 + (two ? hd : 0);                  \
+                __m256 x0 = _mm256_loadu_ps(a0), x1 = _mm256_loadu_ps(a0 + 8), x2 = _mm256_loadu_ps(a0 + 16), \
+                       x3 = _mm256_loadu_ps(a0 + 24);                                                     \
+                __m256 y0 = _mm256_loadu_ps(a1), y1 = _mm256_loadu_ps(a1 + 8), y2 = _mm256_loadu_ps(a1 + 16), \
+                       y3 = _mm256_loadu_ps(a1 + 24);                                                     \
+                for (int i = i0; i < i1; i++) {                                                           \
+                    const T *vp = vr[i] + off + d;                                                        \
+                    __m256 v0 = LOAD(vp), v1 = LOAD(vp + 8), v2 = LOAD(vp + 16), v3 = LOAD(vp + 24);      \
+                    __m256 c0 = _mm256_set1_ps(w0[i]), c1 = _mm256_set1_ps(w1[i]);                        \
+                    x0 = _mm256_fmadd_ps(c0, v0, x0);                                                     \
+                    x1 = _mm256_fmadd_ps(c0, v1, x1);                                                     \
+                    x2 = _mm256_fmadd_ps(c0, v2, x2);                                                     \
+                    x3 = _mm256_fmadd_ps(c0, v3, x3);                                                     \
+                    y0 = _mm256_fmadd_ps(c1, v0, y0);                                                     \
+                    y1 = _mm256_fmadd_ps(c1, v1, y1);                                                     \
+                    y2 = _mm256_fmadd_ps(c1, v2, y2);                                                     \
+                    y3 = _mm256_fmadd_ps(c1, v3, y3);                                                     \
+                }                                                                                         \
+                if (two) {                                                                                \
+                    _mm256_storeu_ps(a1, y0);                                                             \
+                    _mm256_storeu_ps(a1 + 8, y1);                                                         \
+                    _mm256_storeu_ps(a1 + 16, y2);                                                        \
+                    _mm256_storeu_ps(a1 + 24, y3);                                                        \
+                }                                                                                         \
+                _mm256_storeu_ps(a0, x0);                                                                 \
+                _mm256_storeu_ps(a0 + 8, x1);                                                             \
+                _mm256_storeu_ps(a0 + 16, x2);                                                            \
+                _mm256_storeu_ps(a0 + 24, x3);                                                            \
             }                                                                                             \
-            if (two) {                                                                                    \
-                _mm256_storeu_ps(a1, y0);                                                                 \
-                _mm256_storeu_ps(a1 + 8, y1);                                                             \
-                _mm256_storeu_ps(a1 + 16, y2);                                                            \
-                _mm256_storeu_ps(a1 + 24, y3);                                                            \
-            }                                                                                             \
-            _mm256_storeu_ps(a0, x0);                                                                     \
-            _mm256_storeu_ps(a0 + 8, x1);                                                                 \
-            _mm256_storeu_ps(a0 + 16, x2);                                                                \
-            _mm256_storeu_ps(a0 + 24, x3);                                                                \
+            for (; d < hd; d++) /* tail dims: scalar, same order */                                       \
+                for (int hh = h; hh <= h + two; hh++)                                                     \
+                    for (int i = i0; i < i1; i++)                                                         \
+                        acc[(size_t)hh * (size_t)hd + d] = fmaf(w[(size_t)hh * (size_t)ws + i],           \
+                                                                TAIL(vr[i][off + d]), acc[(size_t)hh * (size_t)hd + d]); \
+            h += two ? 2 : 1;                                                                             \
         }                                                                                                 \
-    }                                                                                                     \
-    for (; d < hd; d++) /* tail dims: scalar, same order */                                               \
-        for (int h = 0; h < group; h++)                                                                   \
-            for (int i = 0; i < np; i++)                                                                  \
-                acc[(size_t)h * (size_t)hd + d] = fmaf(w[(size_t)h * (size_t)ws + i], TAIL(vr[i][d]), \
-                                                       acc[(size_t)h * (size_t)hd + d]);
+    }
 
 static inline __m256 load_f32(const float *p) { return _mm256_loadu_ps(p); }
 static inline __m256 load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 static inline float tail_f16(uint16_t h) { return _cvtsh_ss(h); }
 
-void cpu_attn_wsum_f32_avx2(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np) {
+void cpu_attn_wsum_f32_avx2(float *acc, int nh, int hd, int group, const float *w, int ws, const cpu_attn_rows *v,
+                            int np) {
 #define TAIL(x) (x)
     WSUM_BODY(load_f32, float)
 #undef TAIL
 }
 
-void cpu_attn_wsum_f16_avx2(float *acc, int group, int hd, const float *w, int ws, const cpu_attn_rows *v, int np) {
+void cpu_attn_wsum_f16_avx2(float *acc, int nh, int hd, int group, const float *w, int ws, const cpu_attn_rows *v,
+                            int np) {
 #define TAIL(x) tail_f16(x)
     WSUM_BODY(load_f16, uint16_t)
 #undef TAIL
 }
 
-/* s[r*ss + i] = dot(q row r, k_i) * scale for r < nq, i < np (hd a multiple
- * of 8): eight K rows at a time, one accumulator each, then one transposing
+/* s[r*ss + i] = dot(q row r, head r/group of k_i) * scale for r < nq, i < np
+ * (hd a multiple of 8): eight K rows at a time, one accumulator each, then one transposing
  * reduction for all eight instead of a horizontal sum per row; the eight rows
  * stay in L1 while every query row is scored against them. The leftover rows
  * (np % 8) go through the same reduction with repeated rows. */
@@ -89,18 +97,19 @@ void cpu_attn_wsum_f16_avx2(float *acc, int group, int hd, const float *w, int w
         for (int j = 0; j < 8; j++) kr[j] = (const T *)cpu_attn_row(k, i0 + (j < nr ? j : 0));        \
         for (int qi = 0; qi < nq; qi++) {                                                              \
             const float *qr = q + (size_t)qi * qstride;                                                \
+            const size_t off = (size_t)(qi / group) * (size_t)hd;                                     \
             float *sr = s + (size_t)qi * (size_t)ss;                                                   \
             __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0; \
             for (int d = 0; d < hd; d += 8) {                                                          \
                 __m256 qv = _mm256_loadu_ps(qr + d);                                                   \
-                c0 = _mm256_fmadd_ps(qv, LOAD(kr[0] + d), c0);                                        \
-                c1 = _mm256_fmadd_ps(qv, LOAD(kr[1] + d), c1);                                        \
-                c2 = _mm256_fmadd_ps(qv, LOAD(kr[2] + d), c2);                                        \
-                c3 = _mm256_fmadd_ps(qv, LOAD(kr[3] + d), c3);                                        \
-                c4 = _mm256_fmadd_ps(qv, LOAD(kr[4] + d), c4);                                        \
-                c5 = _mm256_fmadd_ps(qv, LOAD(kr[5] + d), c5);                                        \
-                c6 = _mm256_fmadd_ps(qv, LOAD(kr[6] + d), c6);                                        \
-                c7 = _mm256_fmadd_ps(qv, LOAD(kr[7] + d), c7);                                        \
+                c0 = _mm256_fmadd_ps(qv, LOAD(kr[0] + off + d), c0);                                        \
+                c1 = _mm256_fmadd_ps(qv, LOAD(kr[1] + off + d), c1);                                        \
+                c2 = _mm256_fmadd_ps(qv, LOAD(kr[2] + off + d), c2);                                        \
+                c3 = _mm256_fmadd_ps(qv, LOAD(kr[3] + off + d), c3);                                        \
+                c4 = _mm256_fmadd_ps(qv, LOAD(kr[4] + off + d), c4);                                        \
+                c5 = _mm256_fmadd_ps(qv, LOAD(kr[5] + off + d), c5);                                        \
+                c6 = _mm256_fmadd_ps(qv, LOAD(kr[6] + off + d), c6);                                        \
+                c7 = _mm256_fmadd_ps(qv, LOAD(kr[7] + off + d), c7);                                        \
             }                                                                                          \
             __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(c0, c1), _mm256_hadd_ps(c2, c3));              \
             __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(c4, c5), _mm256_hadd_ps(c6, c7));              \
@@ -116,12 +125,12 @@ void cpu_attn_wsum_f16_avx2(float *acc, int group, int hd, const float *w, int w
         }                                                                                              \
     }
 
-void cpu_attn_scores_f32_avx2(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np,
+void cpu_attn_scores_f32_avx2(const float *q, int nq, size_t qstride, int hd, int group, const cpu_attn_rows *k, int np,
                               float scale, float *s, int ss) {
     SCORES_BODY(load_f32, float)
 }
 
-void cpu_attn_scores_f16_avx2(const float *q, int nq, size_t qstride, int hd, const cpu_attn_rows *k, int np,
+void cpu_attn_scores_f16_avx2(const float *q, int nq, size_t qstride, int hd, int group, const cpu_attn_rows *k, int np,
                               float scale, float *s, int ss) {
     SCORES_BODY(load_f16, uint16_t)
 }
