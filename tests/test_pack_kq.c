@@ -7,8 +7,8 @@
  * rows bit for bit; every kernel this CPU runs matches the reference within
  * test_gemm.c's tolerance for k = 256, 1024, 3072 and na = 1..8, on
  * quantizer rows, random block bytes and saturated codes (all 0xff with
- * activations at +-127); and a row's result is the same bits for every na
- * and every position in the batch. */
+ * activations at +-127); the SIMD variants agree bit for bit; and a row's
+ * result is the same bits for every na and every position in the batch. */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -183,6 +183,7 @@ static void check_kernels(qt_type t) {
             CHECKF(refbad == 0, "%s ref k=%lld mode=%d: %d results differ from dot.h's reference", tn, (long long)k, mode, refbad);
             double scale = 0;
             for (int i = 0; i < NA * R; i++) scale = fmax(scale, fabs(want[i]));
+            float first_var[CPU_PACK_MAX_NA * 8];
             for (int v = 1; v < nk; v++) {
                 const cpu_pack_kernel *kv = ks_[v];
                 const void *vptr[CPU_PACK_MAX_NA];
@@ -207,6 +208,11 @@ static void check_kernels(qt_type t) {
                 CHECKF(far == 0, "%s %s k=%lld mode=%d: %d of %d off the reference (first [%d]: %.9g vs %.9g)", tn,
                        kv->name, (long long)k, mode, far, NA * R, first, first >= 0 ? all[first] : 0.0,
                        first >= 0 ? want[first] : 0.0);
+                /* the SIMD variants of a layout agree bit for bit (the backend may switch between them) */
+                if (v == 1) memcpy(first_var, all, sizeof all);
+                else if (kv->prep == ks_[1]->prep)
+                    CHECKF(memcmp(first_var, all, sizeof all) == 0, "%s %s vs %s k=%lld mode=%d: not bit-identical", tn,
+                           kv->name, ks_[1]->name, (long long)k, mode);
                 /* batch invariance: every na, and each row alone and at the end of a batch */
                 int vary = 0;
                 for (int na = 1; na < NA; na++) {

@@ -264,7 +264,14 @@ static const cpu_pack_kernel k_refs[] = {
 const cpu_pack_table cpu_pack_table_k = {k_refs, (int)(sizeof k_refs / sizeof k_refs[0])};
 
 #if defined(__x86_64__)
+/* slowest first: the registry takes the last entry this CPU runs */
 static const cpu_pack_kernel k_x86[] = {
+    KQ_ENTRY(QT_Q4_K, "q4_Kx8-avx2", group_bytes_q4_K, pack_q4_K, cpu_pack_q4_K_avx2, NULL, NULL, unpack_row_q4_K,
+             CPU_ISA_AVX2),
+    KQ_ENTRY(QT_Q5_K, "q5_Kx8-avx2", group_bytes_q5_K, pack_q5_K, cpu_pack_q5_K_avx2, NULL, NULL, unpack_row_q5_K,
+             CPU_ISA_AVX2),
+    KQ_ENTRY(QT_Q6_K, "q6_Kx8-avx2", group_bytes_q6_K, pack_q6_K, cpu_pack_q6_K_avx2, cpu_pack_kq_prep_q6_K,
+             cpu_pack_kq_prep_bytes_q6_K, unpack_row_q6_K, CPU_ISA_AVX2),
     KQ_ENTRY(QT_Q4_K, "q4_Kx8-avx512vnni", group_bytes_q4_K, pack_q4_K, cpu_pack_q4_K_vnni, NULL, NULL, unpack_row_q4_K,
              CPU_ISA_AVX2 | CPU_ISA_AVX512 | CPU_ISA_VNNI512),
     KQ_ENTRY(QT_Q6_K, "q6_Kx8-avx512vnni", group_bytes_q6_K, pack_q6_K, cpu_pack_q6_K_vnni, cpu_pack_kq_prep_q6_K,
