@@ -95,7 +95,11 @@ static void make_rows(qt_type t, int mode, int64_t k, uint8_t *w, size_t stride,
         if (mode == MODE_QUANT) {
             float amp = 0.1f + (float)(rnd() % 40);
             for (int64_t i = 0; i < k; i++) xf[i] = amp * gauss() * (rnd() % 16 == 0 ? 8.0f : 1.0f);
-            qt_traits(t)->from_float(xf, row, k);
+            /* the quantizer writes aligned blocks; the strided copy may be unaligned */
+            uint8_t *tmp = hn_malloc(rb);
+            qt_traits(t)->from_float(xf, tmp, k);
+            memcpy(row, tmp, rb);
+            hn_free(tmp);
         } else {
             for (size_t i = 0; i < rb; i++) row[i] = mode == MODE_FF ? 0xff : (uint8_t)rnd();
             tame_f16(t, row, k);

@@ -76,18 +76,23 @@ static void pack_q4_K(int64_t k, const void *restrict src, size_t src_row_bytes,
     uint8_t *g = dst;
     memset(dst, 0, group_bytes_q4_K(k));
     for (int r = 0; r < KQ_R; r++) {
-        const block_q4_K *b = (const block_q4_K *)((const uint8_t *)src + (size_t)r * src_row_bytes);
-        for (int64_t i = 0; i < nsb; i++)
-            k4_pack_sb(g + KQ4_SB * i, g + KQ4_SB * i + KQ4_HDR, r, b[i].d, b[i].dmin, b[i].scales, b[i].qs);
+        const uint8_t *row = (const uint8_t *)src + (size_t)r * src_row_bytes;
+        for (int64_t i = 0; i < nsb; i++) {
+            block_q4_K b; /* rows need not be aligned */
+            memcpy(&b, row + sizeof b * (size_t)i, sizeof b);
+            k4_pack_sb(g + KQ4_SB * i, g + KQ4_SB * i + KQ4_HDR, r, b.d, b.dmin, b.scales, b.qs);
+        }
     }
 }
 
 static void unpack_row_q4_K(int64_t k, const void *restrict group, int j, void *restrict dst) {
     const int64_t nsb = k / QK_K;
     const uint8_t *g = group;
-    block_q4_K *b = dst;
-    for (int64_t i = 0; i < nsb; i++)
-        k4_unpack_sb(g + KQ4_SB * i, g + KQ4_SB * i + KQ4_HDR, j, &b[i].d, &b[i].dmin, b[i].scales, b[i].qs);
+    for (int64_t i = 0; i < nsb; i++) {
+        block_q4_K b;
+        k4_unpack_sb(g + KQ4_SB * i, g + KQ4_SB * i + KQ4_HDR, j, &b.d, &b.dmin, b.scales, b.qs);
+        memcpy((uint8_t *)dst + sizeof b * (size_t)i, &b, sizeof b);
+    }
 }
 
 /* Q5_K: fifth bit of element l of sub-block s is bit s of qh[l]. In chunk c
@@ -98,17 +103,19 @@ static void pack_q5_K(int64_t k, const void *restrict src, size_t src_row_bytes,
     uint8_t *g = dst;
     memset(dst, 0, group_bytes_q5_K(k));
     for (int r = 0; r < KQ_R; r++) {
-        const block_q5_K *b = (const block_q5_K *)((const uint8_t *)src + (size_t)r * src_row_bytes);
+        const uint8_t *row = (const uint8_t *)src + (size_t)r * src_row_bytes;
         for (int64_t i = 0; i < nsb; i++) {
+            block_q5_K b;
+            memcpy(&b, row + sizeof b * (size_t)i, sizeof b);
             uint8_t *cb = g + KQ5_SB * i + KQ4_HDR;
-            k4_pack_sb(g + KQ5_SB * i, cb, r, b[i].d, b[i].dmin, b[i].scales, b[i].qs);
+            k4_pack_sb(g + KQ5_SB * i, cb, r, b.d, b.dmin, b.scales, b.qs);
             for (int c = 0; c < 16; c++) {
                 uint8_t *mask = cb + 1024 + 16 * c;
                 int s = 2 * (c / 4);
                 for (int m = 0; m < 8; m++) {
                     int l = 8 * (c % 4) + m, bit = 8 * r + m;
-                    mask[bit / 8] |= (uint8_t)(((b[i].qh[l] >> s) & 1) << (bit % 8));
-                    mask[8 + bit / 8] |= (uint8_t)(((b[i].qh[l] >> (s + 1)) & 1) << (bit % 8));
+                    mask[bit / 8] |= (uint8_t)(((b.qh[l] >> s) & 1) << (bit % 8));
+                    mask[8 + bit / 8] |= (uint8_t)(((b.qh[l] >> (s + 1)) & 1) << (bit % 8));
                 }
             }
         }
@@ -118,20 +125,21 @@ static void pack_q5_K(int64_t k, const void *restrict src, size_t src_row_bytes,
 static void unpack_row_q5_K(int64_t k, const void *restrict group, int j, void *restrict dst) {
     const int64_t nsb = k / QK_K;
     const uint8_t *g = group;
-    block_q5_K *b = dst;
     for (int64_t i = 0; i < nsb; i++) {
+        block_q5_K b;
         const uint8_t *cb = g + KQ5_SB * i + KQ4_HDR;
-        k4_unpack_sb(g + KQ5_SB * i, cb, j, &b[i].d, &b[i].dmin, b[i].scales, b[i].qs);
-        memset(b[i].qh, 0, sizeof b[i].qh);
+        k4_unpack_sb(g + KQ5_SB * i, cb, j, &b.d, &b.dmin, b.scales, b.qs);
+        memset(b.qh, 0, sizeof b.qh);
         for (int c = 0; c < 16; c++) {
             const uint8_t *mask = cb + 1024 + 16 * c;
             int s = 2 * (c / 4);
             for (int m = 0; m < 8; m++) {
                 int l = 8 * (c % 4) + m, bit = 8 * j + m;
-                b[i].qh[l] |= (uint8_t)(((mask[bit / 8] >> (bit % 8)) & 1) << s);
-                b[i].qh[l] |= (uint8_t)(((mask[8 + bit / 8] >> (bit % 8)) & 1) << (s + 1));
+                b.qh[l] |= (uint8_t)(((mask[bit / 8] >> (bit % 8)) & 1) << s);
+                b.qh[l] |= (uint8_t)(((mask[8 + bit / 8] >> (bit % 8)) & 1) << (s + 1));
             }
         }
+        memcpy((uint8_t *)dst + sizeof b * (size_t)i, &b, sizeof b);
     }
 }
 
@@ -158,19 +166,21 @@ static void pack_q6_K(int64_t k, const void *restrict src, size_t src_row_bytes,
     uint8_t *g = dst;
     memset(dst, 0, group_bytes_q6_K(k));
     for (int r = 0; r < KQ_R; r++) {
-        const block_q6_K *b = (const block_q6_K *)((const uint8_t *)src + (size_t)r * src_row_bytes);
+        const uint8_t *row = (const uint8_t *)src + (size_t)r * src_row_bytes;
         for (int64_t i = 0; i < nsb; i++) {
+            block_q6_K bk; /* rows need not be aligned */
+            memcpy(&bk, row + sizeof bk * (size_t)i, sizeof bk);
             uint8_t *h = g + KQ6_SB * i, *cb = h + KQ6_HDR;
-            memcpy(h + 2 * r, &b[i].d, 2);
+            memcpy(h + 2 * r, &bk.d, 2);
             for (int p = 0; p < 8; p++)
-                for (int e = 0; e < 2; e++) h[16 + 16 * p + 2 * r + e] = (uint8_t)b[i].scales[2 * p + e];
+                for (int e = 0; e < 2; e++) h[16 + 16 * p + 2 * r + e] = (uint8_t)bk.scales[2 * p + e];
             for (int p = 0; p < 8; p++) {
                 uint8_t *A = cb + 192 * p, *B = A + 64, *C = A + 128;
                 for (int e = 0; e < 2; e++)
                     for (int t = 0; t < 4; t++) {
                         int base = 16 * (2 * p + e) + t, o = 8 * r + 4 * e + t;
-                        int q0 = q6_get(&b[i], base), q1 = q6_get(&b[i], base + 4);
-                        int q2 = q6_get(&b[i], base + 8), q3 = q6_get(&b[i], base + 12);
+                        int q0 = q6_get(&bk, base), q1 = q6_get(&bk, base + 4);
+                        int q2 = q6_get(&bk, base + 8), q3 = q6_get(&bk, base + 12);
                         A[o] = (uint8_t)(q0 | ((q2 >> 4) << 6));
                         B[o] = (uint8_t)(q1 | ((q3 >> 4) << 6));
                         C[o] = (uint8_t)((q2 & 0xf) | ((q3 & 0xf) << 4));
@@ -183,23 +193,25 @@ static void pack_q6_K(int64_t k, const void *restrict src, size_t src_row_bytes,
 static void unpack_row_q6_K(int64_t k, const void *restrict group, int j, void *restrict dst) {
     const int64_t nsb = k / QK_K;
     const uint8_t *g = group;
-    block_q6_K *b = dst;
     for (int64_t i = 0; i < nsb; i++) {
+        block_q6_K bk;
+        memset(&bk, 0, sizeof bk);
         const uint8_t *h = g + KQ6_SB * i, *cb = h + KQ6_HDR;
-        memcpy(&b[i].d, h + 2 * j, 2);
+        memcpy(&bk.d, h + 2 * j, 2);
         for (int p = 0; p < 8; p++)
-            for (int e = 0; e < 2; e++) b[i].scales[2 * p + e] = (int8_t)h[16 + 16 * p + 2 * j + e];
+            for (int e = 0; e < 2; e++) bk.scales[2 * p + e] = (int8_t)h[16 + 16 * p + 2 * j + e];
         for (int p = 0; p < 8; p++) {
             const uint8_t *A = cb + 192 * p, *B = A + 64, *C = A + 128;
             for (int e = 0; e < 2; e++)
                 for (int t = 0; t < 4; t++) {
                     int base = 16 * (2 * p + e) + t, o = 8 * j + 4 * e + t;
-                    q6_set(&b[i], base, A[o] & 63);
-                    q6_set(&b[i], base + 4, B[o] & 63);
-                    q6_set(&b[i], base + 8, (C[o] & 0xf) | ((A[o] >> 6) << 4));
-                    q6_set(&b[i], base + 12, (C[o] >> 4) | ((B[o] >> 6) << 4));
+                    q6_set(&bk, base, A[o] & 63);
+                    q6_set(&bk, base + 4, B[o] & 63);
+                    q6_set(&bk, base + 8, (C[o] & 0xf) | ((A[o] >> 6) << 4));
+                    q6_set(&bk, base + 12, (C[o] >> 4) | ((B[o] >> 6) << 4));
                 }
         }
+        memcpy((uint8_t *)dst + sizeof bk * (size_t)i, &bk, sizeof bk);
     }
 }
 
@@ -228,7 +240,7 @@ enum { REF_STACK = 64 * sizeof(block_q6_K) };
 
 static void ref_gemm(qt_type t, void (*unpack)(int64_t, const void *, int, void *), int64_t k, const void *group, int na,
                      const void *const *a, float *s) {
-    unsigned char stack[REF_STACK];
+    _Alignas(16) unsigned char stack[REF_STACK];
     size_t rb = (size_t)(k / QK_K) * (t == QT_Q6_K ? sizeof(block_q6_K) : t == QT_Q5_K ? sizeof(block_q5_K) : sizeof(block_q4_K));
     unsigned char *row = rb <= sizeof stack ? stack : hn_malloc(rb);
     cpu_dot_fn dot = cpu_dot_ref(t)->dot;

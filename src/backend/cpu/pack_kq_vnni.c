@@ -102,7 +102,13 @@ static ALWAYS_INLINE void k45_body(int64_t k, const uint8_t *restrict g, const i
                     al = _mm512_dpbusd_epi32(al, ql[z], bcast64(aq + 8 * z));
                     ah = _mm512_dpbusd_epi32(ah, qh[z], bcast64(aq + 32 + 8 * z));
                 }
-                sumi[r] = _mm512_add_epi32(sumi[r], _mm512_add_epi32(_mm512_mullo_epi32(al, scl), _mm512_mullo_epi32(ah, sch)));
+                if (HI) {
+                    sumi[r] = _mm512_add_epi32(sumi[r], _mm512_add_epi32(_mm512_mullo_epi32(al, scl), _mm512_mullo_epi32(ah, sch)));
+                } else {
+                    /* a Q4_K lane's sub-block sum (16 products, |sum| <= 16 * 15 * 127 < 2^15) fits in its low
+                     * i16, and the scale's high i16 is 0: vpdpwssd adds sum * scale, as vpmulld + vpaddd would */
+                    sumi[r] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(sumi[r], al, scl), ah, sch);
+                }
             }
         }
         const __m512 d16 = rows_f16(h, dl), dm16 = rows_f16(h + 16, dl);
