@@ -35,7 +35,7 @@ static void usage(FILE *f) {
             "~/.cache/hone); a second run, and hone run/serve/bench, reuse them.\n\n"
             "  -m FILE           GGUF model whose weight shapes to tune\n"
             "  -t N              threads (default: every CPU this process may use)\n"
-            "  --budget SECONDS  total tuning time (default 30)\n"
+            "  --budget SECONDS  total tuning time (default 27: with setup, within 30)\n"
             "  --force           measure and tune again, replacing cached results\n");
 }
 
@@ -83,7 +83,7 @@ static int builtin_shapes(tn_shape *out) {
 
 int cmd_tune(int argc, char **argv) {
     const char *model = NULL;
-    double budget = 30;
+    double budget = TN_DEFAULT_BUDGET_S;
     int threads = 0;
     bool force = false;
     for (int i = 1; i < argc; i++) {
