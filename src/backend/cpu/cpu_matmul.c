@@ -309,7 +309,10 @@ static mm_group mm_group_for(const cpu_be *cb, const be_weight *w, int n) {
     const cpu_dot_kernel *kern = mm_kernel(cb, w, mp);
     mm_group g = {.w = w, .kern = kern, .gemm = mm_gemm(cb, w, kern, n, mp), .pk = mm_pack(w, kern, mp), .mp = mp,
                   .n = n};
-    if (g.pk) g.n_packed = w->ne[1] / g.pk->rows * g.pk->rows;
+    if (g.pk) {
+        g.n_packed = w->ne[1] / g.pk->rows * g.pk->rows;
+        if (g.n_packed == w->ne[1]) g.gemm = NULL; /* no tail rows: keep its prep pass from running */
+    }
     return g;
 }
 

@@ -14,18 +14,18 @@
 
 /* ---- layouts ---- */
 
-static size_t q4_0x16_bytes(int64_t k) { return (size_t)(k / 32) * (PQ0_R * 16 + PQ0_R * 2); }
-static size_t q8_0x16_bytes(int64_t k) { return (size_t)(k / 32) * (PQ0_R * 32 + PQ0_R * 2); }
+static size_t q4_0x16_bytes(int64_t k) { return (size_t)(k / 32) * PQ4_BS; }
+static size_t q8_0x16_bytes(int64_t k) { return (size_t)(k / 32) * PQ8_BS; }
 
 static void q4_0x16_pack(int64_t k, const void *restrict src, size_t src_row_bytes, void *restrict dst) {
     const int64_t nb = k / 32;
     unsigned char *codes = dst;
-    uint16_t *d = (uint16_t *)(codes + (size_t)nb * 256);
+    
     for (int l = 0; l < PQ0_R; l++) {
         const block_q4_0 *row = (const block_q4_0 *)((const unsigned char *)src + (size_t)l * src_row_bytes);
         for (int64_t b = 0; b < nb; b++) {
-            for (int v = 0; v < 4; v++) memcpy(codes + (size_t)b * 256 + v * 64 + l * 4, row[b].qs + 4 * v, 4);
-            d[b * PQ0_R + l] = row[b].d;
+            for (int v = 0; v < 4; v++) memcpy(codes + (size_t)b * PQ4_BS + v * 64 + l * 4, row[b].qs + 4 * v, 4);
+            ((uint16_t *)(codes + (size_t)b * PQ4_BS + PQ0_R * 16))[l] = row[b].d;
         }
     }
 }
@@ -33,25 +33,25 @@ static void q4_0x16_pack(int64_t k, const void *restrict src, size_t src_row_byt
 static void q4_0x16_unpack_row(int64_t k, const void *restrict group, int j, void *restrict dst) {
     const int64_t nb = k / 32;
     const unsigned char *codes = group;
-    const uint16_t *d = (const uint16_t *)(codes + (size_t)nb * 256);
+    
     block_q4_0 *row = dst;
     for (int64_t b = 0; b < nb; b++) {
-        for (int v = 0; v < 4; v++) memcpy(row[b].qs + 4 * v, codes + (size_t)b * 256 + v * 64 + j * 4, 4);
-        row[b].d = d[b * PQ0_R + j];
+        for (int v = 0; v < 4; v++) memcpy(row[b].qs + 4 * v, codes + (size_t)b * PQ4_BS + v * 64 + j * 4, 4);
+        row[b].d = PQ4_D(group, b)[j];
     }
 }
 
 static void q8_0x16_pack(int64_t k, const void *restrict src, size_t src_row_bytes, void *restrict dst) {
     const int64_t nb = k / 32;
     unsigned char *codes = dst;
-    uint16_t *d = (uint16_t *)(codes + (size_t)nb * 512);
+    
     for (int l = 0; l < PQ0_R; l++) {
         const block_q8_0 *row = (const block_q8_0 *)((const unsigned char *)src + (size_t)l * src_row_bytes);
         for (int64_t b = 0; b < nb; b++) {
             for (int q = 0; q < 8; q++)
                 for (int e = 0; e < 4; e++)
-                    codes[(size_t)b * 512 + q * 64 + l * 4 + e] = (unsigned char)((uint8_t)row[b].qs[4 * q + e] ^ 0x80);
-            d[b * PQ0_R + l] = row[b].d;
+                    codes[(size_t)b * PQ8_BS + q * 64 + l * 4 + e] = (unsigned char)((uint8_t)row[b].qs[4 * q + e] ^ 0x80);
+            ((uint16_t *)(codes + (size_t)b * PQ8_BS + PQ0_R * 32))[l] = row[b].d;
         }
     }
 }
@@ -59,12 +59,12 @@ static void q8_0x16_pack(int64_t k, const void *restrict src, size_t src_row_byt
 static void q8_0x16_unpack_row(int64_t k, const void *restrict group, int j, void *restrict dst) {
     const int64_t nb = k / 32;
     const unsigned char *codes = group;
-    const uint16_t *d = (const uint16_t *)(codes + (size_t)nb * 512);
+    
     block_q8_0 *row = dst;
     for (int64_t b = 0; b < nb; b++) {
         for (int q = 0; q < 8; q++)
-            for (int e = 0; e < 4; e++) row[b].qs[4 * q + e] = (int8_t)(codes[(size_t)b * 512 + q * 64 + j * 4 + e] ^ 0x80);
-        row[b].d = d[b * PQ0_R + j];
+            for (int e = 0; e < 4; e++) row[b].qs[4 * q + e] = (int8_t)(codes[(size_t)b * PQ8_BS + q * 64 + j * 4 + e] ^ 0x80);
+        row[b].d = PQ8_D(group, b)[j];
     }
 }
 
@@ -118,12 +118,12 @@ static void q8_0x16_ref(int64_t k, const void *restrict g, int na, const void *c
 static void q4_0x16_c(int64_t k, const void *restrict g, int na, const void *const *restrict a, float *restrict s) {
     const int64_t nb = k / 32;
     const unsigned char *codes = g;
-    const uint16_t *d = (const uint16_t *)(codes + (size_t)nb * 256);
+    
     for (int r = 0; r < na; r++) {
         const pq0_act *y = a[r];
         float acc[PQ0_R] = {0};
         for (int64_t b = 0; b < nb; b++) {
-            const unsigned char *cb = codes + (size_t)b * 256;
+            const unsigned char *cb = codes + (size_t)b * PQ4_BS;
             for (int l = 0; l < PQ0_R; l++) {
                 int32_t sum = y[b].c4;
                 for (int v = 0; v < 4; v++)
@@ -131,7 +131,7 @@ static void q4_0x16_c(int64_t k, const void *restrict g, int na, const void *con
                         int c = cb[v * 64 + l * 4 + e];
                         sum += (c & 15) * y[b].qs[4 * v + e] + (c >> 4) * y[b].qs[16 + 4 * v + e];
                     }
-                float sc = qt_f16_to_f32(d[b * PQ0_R + l]) * y[b].d;
+                float sc = qt_f16_to_f32(PQ4_D(g, b)[l]) * y[b].d;
                 acc[l] = fmaf(sc, (float)sum, acc[l]);
             }
         }
@@ -142,17 +142,17 @@ static void q4_0x16_c(int64_t k, const void *restrict g, int na, const void *con
 static void q8_0x16_c(int64_t k, const void *restrict g, int na, const void *const *restrict a, float *restrict s) {
     const int64_t nb = k / 32;
     const unsigned char *codes = g;
-    const uint16_t *d = (const uint16_t *)(codes + (size_t)nb * 512);
+    
     for (int r = 0; r < na; r++) {
         const pq0_act *y = a[r];
         float acc[PQ0_R] = {0};
         for (int64_t b = 0; b < nb; b++) {
-            const unsigned char *cb = codes + (size_t)b * 512;
+            const unsigned char *cb = codes + (size_t)b * PQ8_BS;
             for (int l = 0; l < PQ0_R; l++) {
                 int32_t sum = y[b].c8;
                 for (int q = 0; q < 8; q++)
                     for (int e = 0; e < 4; e++) sum += cb[q * 64 + l * 4 + e] * y[b].qs[4 * q + e];
-                float sc = qt_f16_to_f32(d[b * PQ0_R + l]) * y[b].d;
+                float sc = qt_f16_to_f32(PQ8_D(g, b)[l]) * y[b].d;
                 acc[l] = fmaf(sc, (float)sum, acc[l]);
             }
         }

@@ -1,14 +1,14 @@
 /* pack_q0.h: the x16 layouts of Q4_0 and Q8_0 and the activation rows their
  * kernels read (private to pack_q0*.c).
  *
- * A group is 16 consecutive weight rows of nb = k/32 blocks. Codes first,
- * block by block, then the 16 rows' f16 scales block by block:
- *   Q4_0: codes nb x 256 bytes: vector v (0..3) of block b is 64 bytes, lane
- *         l (row l) holds that row's GGUF bytes qs[4v..4v+3]: the low nibbles
- *         are elements 4v..4v+3, the high ones 16+4v..16+4v+3 (unsigned codes;
- *         the value is code - 8). Then nb x 16 scales.
- *   Q8_0: codes nb x 512 bytes: vector q (0..7), lane l holds row l's
- *         elements 4q..4q+3 plus 128 (unsigned). Then nb x 16 scales.
+ * A group is 16 consecutive weight rows of nb = k/32 blocks, block after
+ * block; a block is its codes, then the 16 rows' f16 scales (one stream):
+ *   Q4_0: 256 bytes of codes: vector v (0..3) is 64 bytes, lane l (row l)
+ *         holds that row's GGUF bytes qs[4v..4v+3]: the low nibbles are
+ *         elements 4v..4v+3, the high ones 16+4v..16+4v+3 (unsigned codes;
+ *         the value is code - 8); then 16 scales (288 bytes a block).
+ *   Q8_0: 512 bytes of codes: vector q (0..7), lane l holds row l's
+ *         elements 4q..4q+3 plus 128 (unsigned); then 16 scales (544 bytes).
  * One 64-byte vector is thus 16 rows x 4 elements: a dot-product instruction
  * (vpdpbusd, or vpmaddubsw + vpmaddwd) against one broadcast 4-element piece
  * of an activation block gives 16 rows' partial sums at once.
@@ -24,6 +24,12 @@
 #include "pack.h"
 
 #define PQ0_R 16
+/* bytes of one block of a group: its codes, then the 16 rows' f16 scales */
+#define PQ4_BS (PQ0_R * 16 + PQ0_R * 2)
+#define PQ8_BS (PQ0_R * 32 + PQ0_R * 2)
+/* the scales of block b of group g */
+#define PQ4_D(g, b) ((const uint16_t *)((const unsigned char *)(g) + (size_t)(b) * PQ4_BS + PQ0_R * 16))
+#define PQ8_D(g, b) ((const uint16_t *)((const unsigned char *)(g) + (size_t)(b) * PQ8_BS + PQ0_R * 32))
 
 typedef struct {
     int8_t qs[32];

@@ -30,13 +30,13 @@ static ALWAYS_INLINE __m256i bcast4(const int8_t *p) {
 static ALWAYS_INLINE void q4_0_half(int64_t k, const unsigned char *restrict g, int h, const int NA,
                                     const void *const *restrict a, float *restrict s) {
     const int64_t nb = k / 32;
-    const uint16_t *d = (const uint16_t *)(g + (size_t)nb * 256);
+    
     const __m256i lo4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     __m256 acc[4];
     #pragma GCC unroll 4
     for (int r = 0; r < NA; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const unsigned char *cb = g + (size_t)b * 256 + 32 * h;
+        const unsigned char *cb = g + (size_t)b * PQ4_BS + 32 * h;
         __m256i sum[4];
         #pragma GCC unroll 4
         for (int r = 0; r < NA; r++) sum[r] = _mm256_set1_epi32(((const pq0_act *)a[r])[b].c4);
@@ -52,7 +52,7 @@ static ALWAYS_INLINE void q4_0_half(int64_t k, const unsigned char *restrict g, 
                 sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(p, ones));
             }
         }
-        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(d + b * PQ0_R + 8 * h)));
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(PQ4_D(g, b) + 8 * h)));
         #pragma GCC unroll 4
         for (int r = 0; r < NA; r++) {
             const pq0_act *y = (const pq0_act *)a[r] + b;
@@ -66,13 +66,13 @@ static ALWAYS_INLINE void q4_0_half(int64_t k, const unsigned char *restrict g, 
 static ALWAYS_INLINE void q8_0_half(int64_t k, const unsigned char *restrict g, int h, const int NA,
                                     const void *const *restrict a, float *restrict s) {
     const int64_t nb = k / 32;
-    const uint16_t *d = (const uint16_t *)(g + (size_t)nb * 512);
+    
     const __m256i bias = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     __m256 acc[4];
     #pragma GCC unroll 4
     for (int r = 0; r < NA; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const unsigned char *cb = g + (size_t)b * 512 + 32 * h;
+        const unsigned char *cb = g + (size_t)b * PQ8_BS + 32 * h;
         __m256i sum[4];
         #pragma GCC unroll 4
         for (int r = 0; r < NA; r++) sum[r] = _mm256_setzero_si256();
@@ -87,7 +87,7 @@ static ALWAYS_INLINE void q8_0_half(int64_t k, const unsigned char *restrict g, 
                 sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(p, ones));
             }
         }
-        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(d + b * PQ0_R + 8 * h)));
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(PQ8_D(g, b) + 8 * h)));
         #pragma GCC unroll 4
         for (int r = 0; r < NA; r++) {
             const pq0_act *y = (const pq0_act *)a[r] + b;

@@ -27,7 +27,7 @@ static ALWAYS_INLINE __m512i bcast4(const int8_t *p) {
 static ALWAYS_INLINE void q4_0_body(int64_t k, const unsigned char *restrict g, const int NA,
                                     const void *const *restrict a, float *restrict s) {
     const int64_t nb = k / 32;
-    const uint16_t *d = (const uint16_t *)(g + (size_t)nb * 256);
+    
     const __m512i lo4 = _mm512_set1_epi8(0x0f);
     /* two i32 chains per row when few rows hide vpdpbusd's latency (integer
      * sums: the split does not change the result) */
@@ -36,7 +36,7 @@ static ALWAYS_INLINE void q4_0_body(int64_t k, const unsigned char *restrict g, 
     #pragma GCC unroll 8
     for (int r = 0; r < NA; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const unsigned char *cb = g + (size_t)b * 256;
+        const unsigned char *cb = g + (size_t)b * PQ4_BS;
         __m512i sum[CPU_PACK_MAX_NA], sum2[CPU_PACK_MAX_NA];
         #pragma GCC unroll 8
         for (int r = 0; r < NA; r++) {
@@ -57,7 +57,7 @@ static ALWAYS_INLINE void q4_0_body(int64_t k, const unsigned char *restrict g, 
                     sum[r] = _mm512_dpbusd_epi32(sum[r], hi, bcast4(y->qs + 16 + 4 * v));
             }
         }
-        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(d + b * PQ0_R)));
+        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)PQ4_D(g, b)));
         #pragma GCC unroll 8
         for (int r = 0; r < NA; r++) {
             const pq0_act *y = (const pq0_act *)a[r] + b;
@@ -72,13 +72,13 @@ static ALWAYS_INLINE void q4_0_body(int64_t k, const unsigned char *restrict g, 
 static ALWAYS_INLINE void q8_0_body(int64_t k, const unsigned char *restrict g, const int NA,
                                     const void *const *restrict a, float *restrict s) {
     const int64_t nb = k / 32;
-    const uint16_t *d = (const uint16_t *)(g + (size_t)nb * 512);
+    
     const int CH = NA <= 2 ? 2 : 1;
     __m512 acc[CPU_PACK_MAX_NA];
     #pragma GCC unroll 8
     for (int r = 0; r < NA; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const unsigned char *cb = g + (size_t)b * 512;
+        const unsigned char *cb = g + (size_t)b * PQ8_BS;
         __m512i sum[CPU_PACK_MAX_NA], sum2[CPU_PACK_MAX_NA];
         #pragma GCC unroll 8
         for (int r = 0; r < NA; r++) {
@@ -97,7 +97,7 @@ static ALWAYS_INLINE void q8_0_body(int64_t k, const unsigned char *restrict g, 
                     sum[r] = _mm512_dpbusd_epi32(sum[r], w, bcast4(y->qs + 4 * q));
             }
         }
-        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(d + b * PQ0_R)));
+        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)PQ8_D(g, b)));
         #pragma GCC unroll 8
         for (int r = 0; r < NA; r++) {
             const pq0_act *y = (const pq0_act *)a[r] + b;
