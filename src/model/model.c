@@ -260,8 +260,9 @@ static hn_status prepare_weights(model *m, bool file_backed, hn_err *err) {
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
             if (ws[i]->data && (st = ops->prepare_weight(m->be, ws[i], drop, err))) return st;
     }
-    /* a tied output matrix is also the embedding table, which get_rows reads */
-    return ops->prepare_weight(m->be, &m->output, m->hp.tied_output ? 0 : drop, err);
+    /* a tied output matrix is also the embedding table, which get_rows reads:
+     * its pages may still go, a file mapping faults the few rows a step reads back in */
+    return ops->prepare_weight(m->be, &m->output, drop, err);
 }
 
 static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file_backed, model **out, hn_err *err) {
