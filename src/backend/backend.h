@@ -43,9 +43,9 @@ typedef struct be_weight {
 
 /* prepare_weight flags */
 enum {
-    /* data lies in a read-only file mapping, and nothing but this weight's
-     * matmuls reads it (not an embedding table): after repacking, the backend
-     * may give those pages back to the OS (a later read faults them in again) */
+    /* data lies in a read-only file mapping: after repacking, the backend may
+     * give those pages back to the OS (a later read, e.g. get_rows of a tied
+     * embedding table, faults the rows it touches in again) */
     BE_PREP_DROP_SOURCE = 1u << 0,
 };
 
