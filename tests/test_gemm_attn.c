@@ -3,7 +3,9 @@
  * Kernels: every kernel set this CPU can run (AVX-512, AVX2) against the
  * portable reference: scores and weighted sums over chunks spread across
  * blocks (odd starting slots, lengths not a multiple of the vector width,
- * 1-6 query rows over 1-3 kv heads of each row, several head_dims), exp of a chunk, and the KV store's
+ * 1-6 query rows over 1-3 kv heads of each row, several head_dims), the
+ * same for tiles of query rows given by pointer (prefill), one online-softmax
+ * step, exp of a chunk, and the KV store's
  * f32 -> f16 conversion bit for bit against qt_f32_to_f16 (specials too).
  *
  * The op, with each kernel set forced: K f32/f16/q8_0 with several V types,
@@ -170,6 +172,55 @@ static void kernel_cases(void) {
                                 if (d > ew) ew = d;
                             }
                         }
+            /* tiles of query rows (prefill kernels), one kv head: the row pointers scrambled */
+            if (ks[v]->scores_tile[0])
+                for (int si = 0; si < 3; si++)
+                    for (int ni = 0; ni < 5; ni++)
+                        for (int nq = 1; nq <= 6; nq++)
+                            for (int f16 = 0; f16 < 2; f16++) {
+                                int np = nps[ni];
+                                cpu_attn_rows r = {.blk = f16 ? bh : bf, .stride = stride * (f16 ? 2 : 4), .slot0 = slots[si], .bs = BS};
+                                const float *qp[6];
+                                float a0[6 * MAXHD], a1[6 * MAXHD], *ap0[6], *ap1[6];
+                                for (int j = 0; j < nq; j++) {
+                                    qp[j] = q + (size_t)((j * 5 + 3) % 6) * hd;
+                                    ap0[j] = a0 + (size_t)(nq - 1 - j) * hd;
+                                    ap1[j] = a1 + (size_t)(nq - 1 - j) * hd;
+                                }
+                                for (int i = 0; i < 6 * hd; i++) a0[i] = a1[i] = frand();
+                                float s0[6 * CPU_ATTN_SCORE_CAP], s1[6 * CPU_ATTN_SCORE_CAP];
+                                ref->scores_tile[f16](qp, nq, hd, &r, np, 0.125f, s0, CPU_ATTN_SCORE_CAP);
+                                ks[v]->scores_tile[f16](qp, nq, hd, &r, np, 0.125f, s1, CPU_ATTN_SCORE_CAP);
+                                for (int qi = 0; qi < nq; qi++)
+                                    for (int i = 0; i < np; i++) {
+                                        double d = fabs(s0[qi * CPU_ATTN_SCORE_CAP + i] - s1[qi * CPU_ATTN_SCORE_CAP + i]);
+                                        if (d > es) es = d;
+                                    }
+                                ref->wsum_tile[f16](ap0, nq, hd, w, CPU_ATTN_SCORE_CAP, &r, np);
+                                ks[v]->wsum_tile[f16](ap1, nq, hd, w, CPU_ATTN_SCORE_CAP, &r, np);
+                                for (int i = 0; i < nq * hd; i++) {
+                                    double d = fabs(a0[i] - a1[i]) / (1.0 + fabs(a0[i]));
+                                    if (d > ew) ew = d;
+                                }
+                            }
+            /* one online-softmax step: two chunks in a row, against the reference's */
+            for (int n = 1; n <= CPU_ATTN_SCORE_CAP; n += 9) {
+                float x0[CPU_ATTN_SCORE_CAP], x1[CPU_ATTN_SCORE_CAP], c0[MAXHD], c1[MAXHD];
+                float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
+                for (int d = 0; d < hd; d++) c0[d] = c1[d] = 0;
+                for (int step = 0; step < 2; step++) {
+                    for (int i = 0; i < n; i++) x0[i] = x1[i] = frand() * 8 + (float)step * 3;
+                    ref->softmax(x0, n, &m0, &l0, c0, hd);
+                    ks[v]->softmax(x1, n, &m1, &l1, c1, hd);
+                    for (int i = 0; i < n; i++) {
+                        if (fabs(x0[i] - x1[i]) > 1e-6 * (1 + x0[i])) es = 1;
+                        c0[i % hd] += x0[i], c1[i % hd] += x1[i];
+                    }
+                }
+                if (m0 != m1 || fabs(l0 - l1) > 1e-5 * l0) es = 1;
+                for (int d = 0; d < hd; d++)
+                    if (fabs(c0[d] - c1[d]) > 1e-5 * (1 + fabs(c0[d]))) es = 1;
+            }
             CHECKF(es < 1e-4, "%s scores hd %d: max error %g", ks[v]->name, hd, es);
             CHECKF(ew < 1e-5, "%s wsum hd %d: max error %g", ks[v]->name, hd, ew);
         }
@@ -308,7 +359,7 @@ static void op_case(be_backend *b, qt_type kt, qt_type vt, int hd, int G, int wi
     const kv_seq *seqs[N];
     int sqs[N], n = 0;
     for (int i = 0; i < NA; i++) {
-        if (i % 4 == 2 && n - i < NBT) { /* a short-sequence token in between */
+        if (i % 12 == 5 && n - i < NBT) { /* a short-sequence token in between (runs of up to 12 tile) */
             pos[n] = r.len[1] - NBT + (n - i), seqs[n] = &r.s[1], sqs[n] = 1, n++;
         }
         pos[n] = r.len[0] - NA + i, seqs[n] = &r.s[0], sqs[n] = 0, n++;

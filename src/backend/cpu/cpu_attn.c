@@ -14,18 +14,26 @@
  * items handed out dynamically, so both threads stream KV whatever the batch.
  *
  * Inside an item positions go in chunks of up to CPU_ATTN_SCORE_CAP (whole
- * 16-position blocks). Per chunk and token, with f32/f16 caches read in
- * place: the scores of every query head (one kernel call over all the
- * chunk's blocks; the heads sweep each K row front to back, which is what
- * keeps the hardware prefetchers streaming: walking one kv head's slice of
- * every row at a time was 1.6x slower), one online-softmax step per head
- * (rescale the accumulator by exp(old max - new max) once per chunk), then
- * the weighted sum of the V rows into the accumulators (a pair of heads of
+ * 16-position blocks), one online-softmax step per query row and chunk
+ * (rescale the accumulator by exp(old max - new max) once per chunk). Each
+ * token sees only its own valid range (causal, sliding window).
+ *
+ * Decode (one token per tile), f32/f16 caches read in place: per chunk, the
+ * scores of every query head (one kernel call over all the chunk's blocks;
+ * the heads sweep each K row front to back, which keeps the hardware
+ * prefetchers streaming: walking one kv head's slice of every row at a time
+ * was 1.6x slower), then the weighted sum of the V rows (a pair of heads of
  * one kv head in registers while eight V rows stream past, V read front to
- * back likewise). Each token sees only its own valid range (causal, sliding
- * window): nothing is computed for masked positions. Quantized caches (q8_0
- * K, q8_0/q4_0/q4_1 V) go one kv head at a time, its rows of the chunk
- * dequantized into per-thread scratch.
+ * back likewise); nothing is computed for masked positions.
+ *
+ * Prefill (tiles of several tokens, kernel sets with tile kernels): per
+ * chunk and kv head, the head's rows of the chunk converted to f32 once
+ * (dequantized for quantized caches), then register-tiled kernels for all
+ * the tile's query rows (4 rows x 4 K rows per score tile, 4 rows x 64 dims
+ * of accumulators per V tile); scores outside a row's range get weight 0.
+ * The next chunk is prefetched in address order meanwhile. Otherwise (the
+ * AVX2 set, quantized caches in decode) one kv head at a time, its rows
+ * dequantized into per-thread scratch where needed.
  *
  * Kernels (scores, weighted sum, exp) come in sets: AVX-512 (cpu_attn_avx512.c),
  * AVX2 (cpu_vec_avx2.c) and the portable reference here; the fastest set the
@@ -89,6 +97,30 @@ static void wsum_f16_ref(float *acc, int nh, int hd, int group, const float *w, 
         }
 }
 
+static void scores_tile_f32_ref(const float *const *q, int nq, int hd, const cpu_attn_rows *k, int np, float scale,
+                                float *s, int ss) {
+    for (int r = 0; r < nq; r++)
+        for (int i = 0; i < np; i++)
+            s[(size_t)r * (size_t)ss + (size_t)i] = cpu_dot_f32(q[r], (const float *)cpu_attn_row(k, i), hd) * scale;
+}
+
+static void scores_tile_f16_ref(const float *const *q, int nq, int hd, const cpu_attn_rows *k, int np, float scale,
+                                float *s, int ss) {
+    for (int r = 0; r < nq; r++)
+        for (int i = 0; i < np; i++)
+            s[(size_t)r * (size_t)ss + (size_t)i] = dot_h(q[r], (const uint16_t *)cpu_attn_row(k, i), hd) * scale;
+}
+
+static void wsum_tile_f32_ref(float *const *acc, int nq, int hd, const float *w, int ws, const cpu_attn_rows *v,
+                              int np) {
+    for (int r = 0; r < nq; r++) wsum_f32_ref(acc[r], 1, hd, 1, w + (size_t)r * (size_t)ws, ws, v, np);
+}
+
+static void wsum_tile_f16_ref(float *const *acc, int nq, int hd, const float *w, int ws, const cpu_attn_rows *v,
+                              int np) {
+    for (int r = 0; r < nq; r++) wsum_f16_ref(acc[r], 1, hd, 1, w + (size_t)r * (size_t)ws, ws, v, np);
+}
+
 static float exp_sub_ref(float *s, int n, float mx) {
     float sum = 0;
     for (int i = 0; i < n; i++) {
@@ -98,23 +130,47 @@ static float exp_sub_ref(float *s, int n, float mx) {
     return sum;
 }
 
+static void softmax_ref(float *s, int n, float *m, float *l, float *acc, int hd) {
+    float mx = *m;
+    for (int i = 0; i < n; i++) mx = s[i] > mx ? s[i] : mx;
+    float corr = expf(*m - mx); /* 0 on the first chunk (m = -inf) */
+    if (corr != 1.0f) {
+        for (int d = 0; d < hd; d++) acc[d] *= corr;
+        *l *= corr;
+    }
+    *m = mx;
+    *l += exp_sub_ref(s, n, mx);
+}
+
 static void to_f16_ref(const float *x, uint16_t *h, int64_t n) {
     for (int64_t i = 0; i < n; i++) h[i] = qt_f32_to_f16(x[i]);
 }
 
-static const cpu_attn_kernels k_ref = {"portable", 1, {scores_f32_ref, scores_f16_ref}, {wsum_f32_ref, wsum_f16_ref},
-                                       exp_sub_ref};
+static const cpu_attn_kernels k_ref = {"portable",
+                                       1,
+                                       {scores_f32_ref, scores_f16_ref},
+                                       {wsum_f32_ref, wsum_f16_ref},
+                                       exp_sub_ref,
+                                       {scores_tile_f32_ref, scores_tile_f16_ref},
+                                       {wsum_tile_f32_ref, wsum_tile_f16_ref},
+                                       softmax_ref};
 #if defined(__x86_64__) || defined(__i386__)
 static const cpu_attn_kernels k_avx2 = {"avx2",
                                         8,
                                         {cpu_attn_scores_f32_avx2, cpu_attn_scores_f16_avx2},
                                         {cpu_attn_wsum_f32_avx2, cpu_attn_wsum_f16_avx2},
-                                        cpu_vec_exp_sub_avx2};
+                                        cpu_vec_exp_sub_avx2,
+                                        {NULL, NULL},
+                                        {NULL, NULL},
+                                        cpu_attn_softmax_avx2};
 static const cpu_attn_kernels k_avx512 = {"avx512",
                                           16,
                                           {cpu_attn_scores_f32_avx512, cpu_attn_scores_f16_avx512},
                                           {cpu_attn_wsum_f32_avx512, cpu_attn_wsum_f16_avx512},
-                                          cpu_vec_exp_sub_avx512};
+                                          cpu_vec_exp_sub_avx512,
+                                          {cpu_attn_scores_tile_f32_avx512, cpu_attn_scores_tile_f16_avx512},
+                                          {cpu_attn_wsum_tile_f32_avx512, cpu_attn_wsum_tile_f16_avx512},
+                                          cpu_attn_softmax_avx512};
 #endif
 
 int cpu_attn_variants(const cpu_attn_kernels **out, int cap) {
@@ -274,18 +330,18 @@ static inline int32_t lo_of(const be_attn_args *a, int32_t p) {
     return a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
 }
 
-/* One online-softmax step of a row: new max over the chunk's scores sg[0..n),
- * rescale of its accumulator and sum, sg turned into weights. */
-static inline void softmax_step(const cpu_attn_kernels *ks, float *sg, int n, float *m, float *l, float *acc, int hd) {
-    float mx = *m;
-    for (int i = 0; i < n; i++) mx = sg[i] > mx ? sg[i] : mx;
-    float corr = expf(*m - mx); /* 0 on the first chunk (m = -inf) */
-    if (corr != 1.0f) {
-        for (int d = 0; d < hd; d++) acc[d] *= corr;
-        *l *= corr;
+/* Prefetches (into L2) the K and V rows of positions c0..c1 of seq, in address order. */
+static void prefetch_rows(const kv_cache *kv, const kv_seq *seq, int layer, int32_t c0, int32_t c1) {
+    const int bs = kv->cfg.block_size;
+    for (int32_t p = c0; p <= c1;) {
+        int32_t b = p / bs, e = (b + 1) * bs - 1 < c1 ? (b + 1) * bs - 1 : c1;
+        const unsigned char *kr = kv_block_kraw(kv, seq->blocks[b], layer) + (size_t)(p % bs) * kv->k_row_bytes;
+        const unsigned char *vr = kv_block_vraw(kv, seq->blocks[b], layer) + (size_t)(p % bs) * kv->v_row_bytes;
+        size_t kn = (size_t)(e - p + 1) * kv->k_row_bytes, vn = (size_t)(e - p + 1) * kv->v_row_bytes;
+        for (size_t o = 0; o < kn; o += 64) __builtin_prefetch(kr + o, 0, 2);
+        for (size_t o = 0; o < vn; o += 64) __builtin_prefetch(vr + o, 0, 2);
+        p = e + 1;
     }
-    *m = mx;
-    *l += ks->vexp(sg, n, mx);
 }
 
 /* Runs item it: the tile's tokens over positions p0..p1 for kv heads kh0..kh1-1.
@@ -318,6 +374,7 @@ static void run_heads(const attn_call *c, const attn_item *it, int kh0, int kh1,
             l[tt * mstride + h - moff] = 0.0f;
         }
     const int nbl = CPU_ATTN_SCORE_CAP / bs > 0 ? CPU_ATTN_SCORE_CAP / bs : 1;
+    const bool tile = nt > 1 && ks->scores_tile[0] && nt * group <= CPU_ATTN_TILE_ROWS;
     const bool all = k_in && v_in && kh0 == 0 && kh1 == a->n_head_kv && moff == 0 &&
                      (size_t)H <= ((const attn_work *)c->cb->attn_work)->s_rows;
     const unsigned char *kb[CPU_ATTN_SCORE_CAP + 1], *vb[CPU_ATTN_SCORE_CAP + 1];
@@ -330,6 +387,72 @@ static void run_heads(const attn_call *c, const attn_item *it, int kh0, int kh1,
         for (int j = 0; j < nb; j++) {
             kb[j] = kv_block_kraw(kv, seq->blocks[b0 + j], a->layer);
             vb[j] = kv_block_vraw(kv, seq->blocks[b0 + j], a->layer);
+        }
+        if (tile) { /* prefill: all the tile's query rows of one kv head at once */
+            /* the next chunk's rows into cache in address order while this one computes
+             * (the kv heads below walk it in column stripes, which the hardware
+             * prefetchers do not follow) */
+            prefetch_rows(kv, seq, a->layer, c1 + 1, c1 + CPU_ATTN_SCORE_CAP < it->p1 ? c1 + CPU_ATTN_SCORE_CAP : it->p1);
+            const int32_t u0 = tl->lo > c0 ? tl->lo : c0, u1 = tl->hi < c1 ? tl->hi : c1;
+            const int R = nt * group, n = u1 - u0 + 1;
+            if (u0 > u1) {
+                c0 = c1 + 1;
+                continue;
+            }
+            for (int kvh = kh0; kvh < kh1; kvh++) {
+                for (int j = 0; j < nb; j++) {
+                    kbh[j] = kb[j] + (size_t)kvh * kv->k_head_bytes;
+                    vbh[j] = vb[j] + (size_t)kvh * kv->v_head_bytes;
+                }
+                cpu_attn_rows kr = {.blk = kbh, .stride = kv->k_row_bytes, .slot0 = u0 - b0 * bs, .bs = bs};
+                cpu_attn_rows vr = {.blk = vbh, .stride = kv->v_row_bytes, .slot0 = u0 - b0 * bs, .bs = bs};
+                /* the rows as f32, once for all the tile's rows (f16 included: the
+                 * kernels then do no conversions in their inner loops) */
+                const unsigned char *kdp = (const unsigned char *)kd, *vdp = (const unsigned char *)vd;
+                if (kt != QT_F32) {
+                    for (int i = 0; i < n;) {
+                        int sl = (u0 + i) % bs, cnt = bs - sl < n - i ? bs - sl : n - i;
+                        kv_k_to_f32(kv, kbh[(u0 - b0 * bs + i) / bs] + (size_t)sl * kv->k_row_bytes, kv->k_row_bytes, cnt,
+                                    kd + (size_t)i * (size_t)hd);
+                        i += cnt;
+                    }
+                    kr = (cpu_attn_rows){.blk = &kdp, .stride = hbytes, .slot0 = 0, .bs = CPU_ATTN_SCORE_CAP};
+                }
+                if (vt != QT_F32) {
+                    for (int i = 0; i < n;) {
+                        int sl = (u0 + i) % bs, cnt = bs - sl < n - i ? bs - sl : n - i;
+                        kv_v_to_f32(kv, vbh[(u0 - b0 * bs + i) / bs] + (size_t)sl * kv->v_row_bytes, kv->v_row_bytes, cnt,
+                                    vd + (size_t)i * (size_t)hd);
+                        i += cnt;
+                    }
+                    vr = (cpu_attn_rows){.blk = &vdp, .stride = hbytes, .slot0 = 0, .bs = CPU_ATTN_SCORE_CAP};
+                }
+                const float *qp[CPU_ATTN_TILE_ROWS];
+                float *ap[CPU_ATTN_TILE_ROWS];
+                for (int r = 0; r < R; r++) {
+                    int tt = r / group, g = r % group;
+                    qp[r] = a->q + (size_t)(tl->t0 + tt) * (size_t)H * (size_t)hd + (size_t)(kvh * group + g) * (size_t)hd;
+                    ap[r] = acc + (size_t)tt * acc_tstride + (size_t)(kvh * group + g) * (size_t)hd;
+                }
+                ks->scores_tile[0](qp, R, hd, &kr, n, a->scale, s, CPU_ATTN_SCORE_CAP);
+                for (int r = 0; r < R; r++) {
+                    int tt = r / group;
+                    int32_t hi = a->pos[tl->t0 + tt], lo = lo_of(a, hi);
+                    int32_t v0 = lo > u0 ? lo : u0, v1 = hi < u1 ? hi : u1;
+                    float *sr = s + (size_t)r * CPU_ATTN_SCORE_CAP;
+                    if (v0 > v1) { /* nothing of the chunk for this row */
+                        memset(sr, 0, sizeof(float) * (size_t)n);
+                        continue;
+                    }
+                    for (int i = 0; i < v0 - u0; i++) sr[i] = 0.0f;
+                    for (int i = v1 - u0 + 1; i < n; i++) sr[i] = 0.0f;
+                    int mi = tt * mstride + kvh * group + r % group - moff;
+                    ks->softmax(sr + (v0 - u0), v1 - v0 + 1, &m[mi], &l[mi], ap[r], hd);
+                }
+                ks->wsum_tile[0](ap, R, hd, s, CPU_ATTN_SCORE_CAP, &vr, n);
+            }
+            c0 = c1 + 1;
+            continue;
         }
         if (all) { /* every head of a token at once: each K and V row read front to back */
             cpu_attn_rows kr = {.blk = kb, .stride = kv->k_row_bytes, .bs = bs};
@@ -344,7 +467,7 @@ static void run_heads(const attn_call *c, const attn_item *it, int kh0, int kh1,
                 float *at = acc + (size_t)tt * acc_tstride;
                 scores(q, H, (size_t)hd, hd, group, &kr, n, a->scale, s, CPU_ATTN_SCORE_CAP);
                 for (int h = 0; h < H; h++)
-                    softmax_step(ks, s + (size_t)h * CPU_ATTN_SCORE_CAP, n, &m[tt * mstride + h], &l[tt * mstride + h],
+                    ks->softmax(s + (size_t)h * CPU_ATTN_SCORE_CAP, n, &m[tt * mstride + h], &l[tt * mstride + h],
                                  at + (size_t)h * (size_t)hd, hd);
                 wsum(at, H, hd, group, s, CPU_ATTN_SCORE_CAP, &vr, n);
             }
@@ -396,7 +519,7 @@ static void run_heads(const attn_call *c, const attn_item *it, int kh0, int kh1,
                 float *at = acc + (size_t)tt * acc_tstride + (size_t)kvh * (size_t)group * (size_t)hd;
                 for (int g = 0; g < group; g++) {
                     int r = tt * mstride + kvh * group + g - moff;
-                    softmax_step(ks, st + (size_t)g * CPU_ATTN_SCORE_CAP, n, &m[r], &l[r], at + (size_t)g * (size_t)hd, hd);
+                    ks->softmax(st + (size_t)g * CPU_ATTN_SCORE_CAP, n, &m[r], &l[r], at + (size_t)g * (size_t)hd, hd);
                 }
                 ws(at, group, hd, group, st, CPU_ATTN_SCORE_CAP, &vr2, n);
             }

@@ -6,6 +6,7 @@
  * saw the features at run time. */
 #include "cpu_int.h"
 
+#include <math.h>
 #include <stdbool.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -156,6 +157,124 @@ void cpu_attn_wsum_f16_avx512(float *acc, int nh, int hd, int group, const float
     WSUM512(ld_f16, uint16_t)
 }
 
+/* ---- tiles of query rows (prefill) ---- */
+
+/* lane j of the result = sum of cj's lanes, for 16 accumulators (a
+ * transposing reduction: 45 operations for all sixteen) */
+static inline __m512 pair_ps(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+}
+static inline __m512 pair_pd(__m512 a, __m512 b) {
+    __m512d x = _mm512_castps_pd(a), y = _mm512_castps_pd(b);
+    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+}
+static inline __m512 reduce16(__m512 c0, __m512 c1, __m512 c2, __m512 c3, __m512 c4, __m512 c5, __m512 c6, __m512 c7,
+                              __m512 c8, __m512 c9, __m512 c10, __m512 c11, __m512 c12, __m512 c13, __m512 c14,
+                              __m512 c15) {
+    __m512 v0 = pair_pd(pair_ps(c0, c1), pair_ps(c2, c3)), v1 = pair_pd(pair_ps(c4, c5), pair_ps(c6, c7));
+    __m512 v2 = pair_pd(pair_ps(c8, c9), pair_ps(c10, c11)), v3 = pair_pd(pair_ps(c12, c13), pair_ps(c14, c15));
+    __m512 x01 = _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, 0x44), _mm512_shuffle_f32x4(v0, v1, 0xEE));
+    __m512 x23 = _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, 0x44), _mm512_shuffle_f32x4(v2, v3, 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(x01, x23, 0x88), _mm512_shuffle_f32x4(x01, x23, 0xDD));
+}
+
+/* s[r*ss + i] = dot(q[r], K row i) * scale: register tiles of four query rows
+ * by four K rows (each K load serves four rows, each q load four K rows),
+ * one reduction per tile; four K rows stay in L1 while every query row goes
+ * past them. */
+#define ROW4(j, x)                                                                                           \
+    c##j##0 = _mm512_fmadd_ps(x, k0, c##j##0);                                                               \
+    c##j##1 = _mm512_fmadd_ps(x, k1, c##j##1);                                                               \
+    c##j##2 = _mm512_fmadd_ps(x, k2, c##j##2);                                                               \
+    c##j##3 = _mm512_fmadd_ps(x, k3, c##j##3);
+#define SCORES_TILE512(LD, T)                                                                                \
+    const __m512 vs = _mm512_set1_ps(scale);                                                                 \
+    for (int i0 = 0; i0 < np; i0 += 4) {                                                                     \
+        const T *kr[4];                                                                                      \
+        int nr = np - i0 < 4 ? np - i0 : 4;                                                                  \
+        for (int j = 0; j < 4; j++) kr[j] = (const T *)cpu_attn_row(k, i0 + (j < nr ? j : 0));              \
+        for (int r0 = 0; r0 < nq; r0 += 4) {                                                                 \
+            int nqq = nq - r0 < 4 ? nq - r0 : 4;                                                             \
+            const float *q0 = q[r0], *q1 = q[r0 + (nqq > 1)], *q2 = q[r0 + (nqq > 2 ? 2 : 0)],               \
+                        *q3 = q[r0 + (nqq > 3 ? 3 : 0)];                                                     \
+            __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, \
+                   c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00, c32 = c00, c33 = c00; \
+            for (int d = 0; d < hd; d += 16) {                                                               \
+                __m512 k0 = LD(kr[0] + d), k1 = LD(kr[1] + d), k2 = LD(kr[2] + d), k3 = LD(kr[3] + d);       \
+                __m512 x0 = _mm512_loadu_ps(q0 + d), x1 = _mm512_loadu_ps(q1 + d);                           \
+                ROW4(0, x0) ROW4(1, x1)                                                                      \
+                __m512 x2 = _mm512_loadu_ps(q2 + d), x3 = _mm512_loadu_ps(q3 + d);                           \
+                ROW4(2, x2) ROW4(3, x3)                                                                      \
+            }                                                                                                \
+            __m512 r = _mm512_mul_ps(reduce16(c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, \
+                                              c31, c32, c33), vs);                                           \
+            float t[16];                                                                                     \
+            _mm512_storeu_ps(t, r);                                                                          \
+            for (int j = 0; j < nqq; j++)                                                                    \
+                for (int e = 0; e < nr; e++) s[(size_t)(r0 + j) * (size_t)ss + (size_t)(i0 + e)] = t[4 * j + e]; \
+        }                                                                                                    \
+    }
+
+void cpu_attn_scores_tile_f32_avx512(const float *const *q, int nq, int hd, const cpu_attn_rows *k, int np,
+                                     float scale, float *s, int ss) {
+    SCORES_TILE512(ld_f32, float)
+}
+
+void cpu_attn_scores_tile_f16_avx512(const float *const *q, int nq, int hd, const cpu_attn_rows *k, int np,
+                                     float scale, float *s, int ss) {
+    SCORES_TILE512(ld_f16, uint16_t)
+}
+
+/* acc[r][d] += sum_i w[r*ws + i] * V_i[d]: a slice of NZ x 16 dims of NH
+ * (<= 4) rows' accumulators in registers while the chunk's V rows stream
+ * past, each V load serving NH rows; terms added in position order. */
+#define WTILE_SLICE(LD, NZ, NH)                                                                              \
+    do {                                                                                                     \
+        __m512 x[NH][NZ];                                                                                    \
+        _Pragma("GCC unroll 16") for (int hh = 0; hh < NH; hh++)                                            \
+            _Pragma("GCC unroll 16") for (int z = 0; z < NZ; z++) x[hh][z] =                                \
+                _mm512_loadu_ps(acc[r0 + hh] + d + 16 * z);                                                  \
+        for (int i = 0; i < np; i++) {                                                                       \
+            __m512 v[NZ];                                                                                    \
+            _Pragma("GCC unroll 16") for (int z = 0; z < NZ; z++) v[z] = LD(vr[i] + d + 16 * z);            \
+            _Pragma("GCC unroll 16") for (int hh = 0; hh < NH; hh++) {                                      \
+                __m512 cw = _mm512_set1_ps(w[(size_t)(r0 + hh) * (size_t)ws + i]);                           \
+                _Pragma("GCC unroll 16") for (int z = 0; z < NZ; z++) x[hh][z] =                            \
+                    _mm512_fmadd_ps(cw, v[z], x[hh][z]);                                                     \
+            }                                                                                                \
+        }                                                                                                    \
+        _Pragma("GCC unroll 16") for (int hh = 0; hh < NH; hh++)                                            \
+            _Pragma("GCC unroll 16") for (int z = 0; z < NZ; z++)                                           \
+                _mm512_storeu_ps(acc[r0 + hh] + d + 16 * z, x[hh][z]);                                       \
+    } while (0)
+
+#define WTILE_ROWS(LD, NZ)                                                                                   \
+    for (int r0 = 0; r0 < nq;) {                                                                             \
+        switch (nq - r0 < 4 ? nq - r0 : 4) {                                                                 \
+        case 4: WTILE_SLICE(LD, NZ, 4); r0 += 4; break;                                                      \
+        case 3: WTILE_SLICE(LD, NZ, 3); r0 += 3; break;                                                      \
+        case 2: WTILE_SLICE(LD, NZ, 2); r0 += 2; break;                                                      \
+        default: WTILE_SLICE(LD, NZ, 1); r0 += 1; break;                                                     \
+        }                                                                                                    \
+    }
+
+#define WSUM_TILE512(LD, T)                                                                                  \
+    const T *vr[CPU_ATTN_SCORE_CAP];                                                                         \
+    for (int i = 0; i < np; i++) vr[i] = (const T *)cpu_attn_row(v, i);                                      \
+    int d = 0;                                                                                               \
+    for (; d + 64 <= hd; d += 64) WTILE_ROWS(LD, 4)                                                          \
+    for (; d < hd; d += 16) WTILE_ROWS(LD, 1)
+
+void cpu_attn_wsum_tile_f32_avx512(float *const *acc, int nq, int hd, const float *w, int ws, const cpu_attn_rows *v,
+                                   int np) {
+    WSUM_TILE512(ld_f32, float)
+}
+
+void cpu_attn_wsum_tile_f16_avx512(float *const *acc, int nq, int hd, const float *w, int ws, const cpu_attn_rows *v,
+                                   int np) {
+    WSUM_TILE512(ld_f16, uint16_t)
+}
+
 /* e^x for x <= 0, 16 at a time (the AVX2 version's method and constants):
  * x = n ln2 + r, e^r by a degree-6 polynomial, 2^n via the exponent bits;
  * below -87 (and -inf) gives 0. */
@@ -191,6 +310,38 @@ float cpu_vec_exp_sub_avx512(float *s, int n, float mx) {
     float sum = 0;
     for (int j = 0; j < n; j++) sum += s[j];
     return sum;
+}
+
+/* One online-softmax step of a row (see cpu_attn_softmax_fn): max, rescale,
+ * exp and sum all 16 lanes wide (the sum in lane order, then across lanes). */
+void cpu_attn_softmax_avx512(float *s, int n, float *m, float *l, float *acc, int hd) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 vm = ninf;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(s + i));
+    __mmask16 tail = (__mmask16)((1u << (n - i)) - 1);
+    if (i < n) vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(ninf, tail, s + i));
+    float mx = _mm512_reduce_max_ps(vm);
+    if (*m > mx) mx = *m;
+    float corr = _mm512_cvtss_f32(exp_neg16(_mm512_set1_ps(*m - mx))); /* 0 on the first chunk (m = -inf) */
+    if (corr != 1.0f) {
+        __m512 c = _mm512_set1_ps(corr);
+        for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(acc + d, _mm512_mul_ps(c, _mm512_loadu_ps(acc + d)));
+        *l *= corr;
+    }
+    __m512 vmx = _mm512_set1_ps(mx), sum = _mm512_setzero_ps();
+    for (i = 0; i + 16 <= n; i += 16) {
+        __m512 e = exp_neg16(_mm512_sub_ps(_mm512_loadu_ps(s + i), vmx));
+        _mm512_storeu_ps(s + i, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    if (i < n) {
+        __m512 e = _mm512_maskz_mov_ps(tail, exp_neg16(_mm512_sub_ps(_mm512_mask_loadu_ps(vmx, tail, s + i), vmx)));
+        _mm512_mask_storeu_ps(s + i, tail, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    *m = mx;
+    *l += _mm512_reduce_add_ps(sum);
 }
 
 #else

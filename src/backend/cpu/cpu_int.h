@@ -11,7 +11,7 @@
 /* positions scored at once per query row (one chunk of the online softmax) */
 #define CPU_ATTN_SCORE_CAP 64
 /* query rows (tokens x heads of a group) a prefill tile shares its K/V loads among */
-#define CPU_ATTN_TILE_ROWS 16
+#define CPU_ATTN_TILE_ROWS 64
 /* partial results kept for positions split among threads (flash decoding) */
 #define CPU_ATTN_SLOTS 64
 
@@ -39,8 +39,18 @@ typedef void (*cpu_attn_scores_fn)(const float *q, int nq, size_t qstride, int h
  * element type */
 typedef void (*cpu_attn_wsum_fn)(float *acc, int nh, int hd, int group, const float *w, int ws, const cpu_attn_rows *v,
                                  int np);
+/* Tiles of query rows (prefill), rows given by pointer, one kv head (its
+ * offset already in k / v): s[r*ss + i] = dot(q[r], K row i) * scale for
+ * r < nq, i < np; acc[r][d] += sum_{i<np} w[r*ws + i] * V row i [d]. */
+typedef void (*cpu_attn_scores_tile_fn)(const float *const *q, int nq, int hd, const cpu_attn_rows *k, int np,
+                                        float scale, float *s, int ss);
+typedef void (*cpu_attn_wsum_tile_fn)(float *const *acc, int nq, int hd, const float *w, int ws,
+                                      const cpu_attn_rows *v, int np);
 /* s[i] = exp(s[i] - mx) for i < n (s[i] <= mx, -inf gives 0); returns the sum in position order */
 typedef float (*cpu_vec_exp_sub_fn)(float *s, int n, float mx);
+/* One online-softmax step of a row: m = max(m, s[0..n)), acc[0..hd) and l
+ * scaled by exp(old m - m), s[i] = exp(s[i] - m), l += their sum (n >= 1) */
+typedef void (*cpu_attn_softmax_fn)(float *s, int n, float *m, float *l, float *acc, int hd);
 /* h[i] = f16(x[i]) for i < n, rounding as qt_f32_to_f16 does */
 typedef void (*cpu_attn_to_f16_fn)(const float *x, uint16_t *h, int64_t n);
 
@@ -51,6 +61,9 @@ typedef struct cpu_attn_kernels {
     cpu_attn_scores_fn scores[2];
     cpu_attn_wsum_fn wsum[2];
     cpu_vec_exp_sub_fn vexp;
+    cpu_attn_scores_tile_fn scores_tile[2]; /* NULL: the driver scores a tile token by token */
+    cpu_attn_wsum_tile_fn wsum_tile[2];
+    cpu_attn_softmax_fn softmax;
 } cpu_attn_kernels;
 
 void cpu_attn_scores_f32_avx2(const float *q, int nq, size_t qstride, int hd, int group, const cpu_attn_rows *k, int np,
@@ -60,6 +73,8 @@ void cpu_attn_scores_f16_avx2(const float *q, int nq, size_t qstride, int hd, in
 void cpu_attn_wsum_f32_avx2(float *acc, int nh, int hd, int group, const float *w, int ws, const cpu_attn_rows *v, int np);
 void cpu_attn_wsum_f16_avx2(float *acc, int nh, int hd, int group, const float *w, int ws, const cpu_attn_rows *v, int np);
 float cpu_vec_exp_sub_avx2(float *s, int n, float mx);
+void cpu_attn_softmax_avx2(float *s, int n, float *m, float *l, float *acc, int hd);
+void cpu_attn_softmax_avx512(float *s, int n, float *m, float *l, float *acc, int hd);
 void cpu_attn_to_f16_avx2(const float *x, uint16_t *h, int64_t n);
 void cpu_attn_scores_f32_avx512(const float *q, int nq, size_t qstride, int hd, int group, const cpu_attn_rows *k, int np,
                                 float scale, float *s, int ss);
@@ -68,6 +83,14 @@ void cpu_attn_scores_f16_avx512(const float *q, int nq, size_t qstride, int hd, 
 void cpu_attn_wsum_f32_avx512(float *acc, int nh, int hd, int group, const float *w, int ws, const cpu_attn_rows *v, int np);
 void cpu_attn_wsum_f16_avx512(float *acc, int nh, int hd, int group, const float *w, int ws, const cpu_attn_rows *v, int np);
 float cpu_vec_exp_sub_avx512(float *s, int n, float mx);
+void cpu_attn_scores_tile_f32_avx512(const float *const *q, int nq, int hd, const cpu_attn_rows *k, int np,
+                                     float scale, float *s, int ss);
+void cpu_attn_scores_tile_f16_avx512(const float *const *q, int nq, int hd, const cpu_attn_rows *k, int np,
+                                     float scale, float *s, int ss);
+void cpu_attn_wsum_tile_f32_avx512(float *const *acc, int nq, int hd, const float *w, int ws, const cpu_attn_rows *v,
+                                   int np);
+void cpu_attn_wsum_tile_f16_avx512(float *const *acc, int nq, int hd, const float *w, int ws, const cpu_attn_rows *v,
+                                   int np);
 
 /* The kernel sets this CPU can run, fastest first, the portable one last
  * (always present); returns how many (at most cap). For tests. */

@@ -174,6 +174,29 @@ float cpu_vec_exp_sub_avx2(float *s, int n, float mx) {
     return sum;
 }
 
+/* One online-softmax step of a row (see cpu_attn_softmax_fn), 8 lanes wide. */
+void cpu_attn_softmax_avx2(float *s, int n, float *m, float *l, float *acc, int hd) {
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(s + i));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(vm), _mm256_extractf128_ps(vm, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float mx = _mm_cvtss_f32(h);
+    for (; i < n; i++) mx = s[i] > mx ? s[i] : mx;
+    if (*m > mx) mx = *m;
+    float corr = expf(*m - mx); /* 0 on the first chunk (m = -inf) */
+    if (corr != 1.0f) {
+        __m256 c = _mm256_set1_ps(corr);
+        int d = 0;
+        for (; d + 8 <= hd; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(c, _mm256_loadu_ps(acc + d)));
+        for (; d < hd; d++) acc[d] *= corr;
+        *l *= corr;
+    }
+    *m = mx;
+    *l += cpu_vec_exp_sub_avx2(s, n, mx);
+}
+
 /* h[i] = f16(x[i]), round to nearest even like qt_f32_to_f16; NaN lanes are
  * rewritten as qt_f32_to_f16 writes them (a quiet NaN keeping the sign). */
 void cpu_attn_to_f16_avx2(const float *x, uint16_t *h, int64_t n) {
