@@ -145,20 +145,27 @@ static void unpack_row_q5_K(int64_t k, const void *restrict group, int j, void *
 
 /* ---- Q6_K ---- */
 
-/* The 6-bit code of element e (0..255) of a GGUF block. */
-static int q6_get(const block_q6_K *b, int e) {
-    int h = e / 128, l = e % 128, g = l / 32, m = l % 32;
-    int lo = (b->ql[64 * h + 32 * (g & 1) + m] >> (4 * (g >> 1))) & 0xf;
-    int hi = (b->qh[32 * h + m] >> (2 * g)) & 3;
-    return lo | (hi << 4);
+/* A GGUF block's 256 6-bit codes, in element order (as the reference dot reads them). */
+static void q6_codes(const block_q6_K *b, uint8_t q[QK_K]) {
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+            const uint8_t ql0 = b->ql[64 * h + l], ql1 = b->ql[64 * h + 32 + l], qh = b->qh[32 * h + l];
+            q[128 * h + l] = (uint8_t)((ql0 & 0xf) | ((qh & 3) << 4));
+            q[128 * h + 32 + l] = (uint8_t)((ql1 & 0xf) | (((qh >> 2) & 3) << 4));
+            q[128 * h + 64 + l] = (uint8_t)((ql0 >> 4) | (((qh >> 4) & 3) << 4));
+            q[128 * h + 96 + l] = (uint8_t)((ql1 >> 4) | (((qh >> 6) & 3) << 4));
+        }
 }
 
-static void q6_set(block_q6_K *b, int e, int v) {
-    int h = e / 128, l = e % 128, g = l / 32, m = l % 32;
-    uint8_t *ql = &b->ql[64 * h + 32 * (g & 1) + m], *qh = &b->qh[32 * h + m];
-    int sh = 4 * (g >> 1);
-    *ql = (uint8_t)((*ql & ~(0xf << sh)) | ((v & 0xf) << sh));
-    *qh = (uint8_t)((*qh & ~(3 << (2 * g))) | (((v >> 4) & 3) << (2 * g)));
+/* The inverse of q6_codes. */
+static void q6_store(block_q6_K *b, const uint8_t q[QK_K]) {
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+            const uint8_t q0 = q[128 * h + l], q1 = q[128 * h + 32 + l], q2 = q[128 * h + 64 + l], q3 = q[128 * h + 96 + l];
+            b->ql[64 * h + l] = (uint8_t)((q0 & 0xf) | ((q2 & 0xf) << 4));
+            b->ql[64 * h + 32 + l] = (uint8_t)((q1 & 0xf) | ((q3 & 0xf) << 4));
+            b->qh[32 * h + l] = (uint8_t)((q0 >> 4) | ((q1 >> 4) << 2) | ((q2 >> 4) << 4) | ((q3 >> 4) << 6));
+        }
 }
 
 static void pack_q6_K(int64_t k, const void *restrict src, size_t src_row_bytes, void *restrict dst) {
@@ -169,7 +176,9 @@ static void pack_q6_K(int64_t k, const void *restrict src, size_t src_row_bytes,
         const uint8_t *row = (const uint8_t *)src + (size_t)r * src_row_bytes;
         for (int64_t i = 0; i < nsb; i++) {
             block_q6_K bk; /* rows need not be aligned */
+            uint8_t q[QK_K];
             memcpy(&bk, row + sizeof bk * (size_t)i, sizeof bk);
+            q6_codes(&bk, q);
             uint8_t *h = g + KQ6_SB * i, *cb = h + KQ6_HDR;
             memcpy(h + 2 * r, &bk.d, 2);
             for (int p = 0; p < 8; p++)
@@ -179,8 +188,7 @@ static void pack_q6_K(int64_t k, const void *restrict src, size_t src_row_bytes,
                 for (int e = 0; e < 2; e++)
                     for (int t = 0; t < 4; t++) {
                         int base = 16 * (2 * p + e) + t, o = 8 * r + 4 * e + t;
-                        int q0 = q6_get(&bk, base), q1 = q6_get(&bk, base + 4);
-                        int q2 = q6_get(&bk, base + 8), q3 = q6_get(&bk, base + 12);
+                        int q0 = q[base], q1 = q[base + 4], q2 = q[base + 8], q3 = q[base + 12];
                         A[o] = (uint8_t)(q0 | ((q2 >> 4) << 6));
                         B[o] = (uint8_t)(q1 | ((q3 >> 4) << 6));
                         C[o] = (uint8_t)((q2 & 0xf) | ((q3 & 0xf) << 4));
@@ -195,7 +203,7 @@ static void unpack_row_q6_K(int64_t k, const void *restrict group, int j, void *
     const uint8_t *g = group;
     for (int64_t i = 0; i < nsb; i++) {
         block_q6_K bk;
-        memset(&bk, 0, sizeof bk);
+        uint8_t q[QK_K];
         const uint8_t *h = g + KQ6_SB * i, *cb = h + KQ6_HDR;
         memcpy(&bk.d, h + 2 * j, 2);
         for (int p = 0; p < 8; p++)
@@ -205,12 +213,13 @@ static void unpack_row_q6_K(int64_t k, const void *restrict group, int j, void *
             for (int e = 0; e < 2; e++)
                 for (int t = 0; t < 4; t++) {
                     int base = 16 * (2 * p + e) + t, o = 8 * j + 4 * e + t;
-                    q6_set(&bk, base, A[o] & 63);
-                    q6_set(&bk, base + 4, B[o] & 63);
-                    q6_set(&bk, base + 8, (C[o] & 0xf) | ((A[o] >> 6) << 4));
-                    q6_set(&bk, base + 12, (C[o] >> 4) | ((B[o] >> 6) << 4));
+                    q[base] = A[o] & 63;
+                    q[base + 4] = B[o] & 63;
+                    q[base + 8] = (uint8_t)((C[o] & 0xf) | ((A[o] >> 6) << 4));
+                    q[base + 12] = (uint8_t)((C[o] >> 4) | ((B[o] >> 6) << 4));
                 }
         }
+        q6_store(&bk, q);
         memcpy((uint8_t *)dst + sizeof bk * (size_t)i, &bk, sizeof bk);
     }
 }
