@@ -4,7 +4,8 @@
  * Q6_K, the same prepped activations) as the VNNI kernels.
  *
  * The group's 8 rows are done as two halves of 4 (one 256-bit half of each
- * 64-byte code vector), keeping the VNNI kernels' lanes: i32 lane 2r + e of a
+ * 64-byte code vector; both halves over a few super-blocks at a time, so
+ * the second reads L1, not DRAM), keeping the VNNI kernels' lanes: i32 lane 2r + e of a
  * half holds what lane 2r + e of the VNNI accumulator holds. Products come
  * from vpmaddubsw (at most 2 * 63 * 127 per pair: no saturation) and
  * vpmaddwd by the sub-block scale, which is the VNNI kernels' vpdpbusd sum
@@ -20,6 +21,9 @@
 #include "pack_kq_int.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* super-blocks per pass of the two halves (4 records of Q6_K: 6.7 KB, in L1) */
+#define KQ_CHUNK 4
 
 static ALWAYS_INLINE __m256i bcast64(const void *p) {
     long long v;
@@ -69,12 +73,17 @@ static ALWAYS_INLINE void k45_body(int64_t k, const uint8_t *restrict g, const i
     const int64_t nsb = k / QK_K;
     const size_t sb = HI ? KQ5_SB : KQ4_SB;
     const __m256i lo4 = _mm256_set1_epi8(0x0f);
+    __m256 accs[2][CPU_PACK_MAX_NA];
+    for (int hf = 0; hf < 2; hf++)
+        for (int r = 0; r < NA; r++) accs[hf][r] = _mm256_setzero_ps();
+    /* a few super-blocks at a time, both halves over them while they are in L1 */
+    for (int64_t i0 = 0; i0 < nsb; i0 += KQ_CHUNK)
     for (int hf = 0; hf < 2; hf++) {
         __m256 acc[CPU_PACK_MAX_NA];
         __m256i sumi[CPU_PACK_MAX_NA];
         #pragma GCC unroll 8
-        for (int r = 0; r < NA; r++) acc[r] = _mm256_setzero_ps();
-        for (int64_t i = 0; i < nsb; i++) {
+        for (int r = 0; r < NA; r++) acc[r] = accs[hf][r];
+        for (int64_t i = i0; i < nsb && i < i0 + KQ_CHUNK; i++) {
             const uint8_t *h = g + sb * i, *cb = h + KQ4_HDR;
             #pragma GCC unroll 8
             for (int r = 0; r < NA; r++) sumi[r] = _mm256_setzero_si256();
@@ -115,8 +124,10 @@ static ALWAYS_INLINE void k45_body(int64_t k, const uint8_t *restrict g, const i
             }
         }
         #pragma GCC unroll 8
-        for (int r = 0; r < NA; r++) store_half(s + KQ_R * r + 4 * hf, acc[r]);
+        for (int r = 0; r < NA; r++) accs[hf][r] = acc[r];
     }
+    for (int hf = 0; hf < 2; hf++)
+        for (int r = 0; r < NA; r++) store_half(s + KQ_R * r + 4 * hf, accs[hf][r]);
 }
 
 static ALWAYS_INLINE void q4_K_body(int64_t k, const uint8_t *restrict g, const int NA, const void *const *restrict a,
@@ -132,12 +143,16 @@ static ALWAYS_INLINE void q6_K_body(int64_t k, const uint8_t *restrict g, const 
                                     float *restrict s) {
     const int64_t nsb = k / QK_K;
     const __m256i m3f = _mm256_set1_epi8(0x3f), m30 = _mm256_set1_epi8(0x30), m0f = _mm256_set1_epi8(0x0f);
+    __m256 accs[2][CPU_PACK_MAX_NA];
+    for (int hf = 0; hf < 2; hf++)
+        for (int r = 0; r < NA; r++) accs[hf][r] = _mm256_setzero_ps();
+    for (int64_t i0 = 0; i0 < nsb; i0 += KQ_CHUNK)
     for (int hf = 0; hf < 2; hf++) {
         __m256 acc[CPU_PACK_MAX_NA];
         __m256i sumi[CPU_PACK_MAX_NA];
         #pragma GCC unroll 8
-        for (int r = 0; r < NA; r++) acc[r] = _mm256_setzero_ps();
-        for (int64_t i = 0; i < nsb; i++) {
+        for (int r = 0; r < NA; r++) acc[r] = accs[hf][r];
+        for (int64_t i = i0; i < nsb && i < i0 + KQ_CHUNK; i++) {
             const uint8_t *h = g + KQ6_SB * i, *cb = h + KQ6_HDR;
             #pragma GCC unroll 8
             for (int r = 0; r < NA; r++) sumi[r] = _mm256_setzero_si256();
@@ -175,8 +190,10 @@ static ALWAYS_INLINE void q6_K_body(int64_t k, const uint8_t *restrict g, const 
             }
         }
         #pragma GCC unroll 8
-        for (int r = 0; r < NA; r++) store_half(s + KQ_R * r + 4 * hf, acc[r]);
+        for (int r = 0; r < NA; r++) accs[hf][r] = acc[r];
     }
+    for (int hf = 0; hf < 2; hf++)
+        for (int r = 0; r < NA; r++) store_half(s + KQ_R * r + 4 * hf, accs[hf][r]);
 }
 
 #define PACK_DISPATCH(body)                                   \
