@@ -86,7 +86,7 @@ static void bench(qt_type t, size_t total, const char *label) {
 }
 
 int main(int argc, char **argv) {
-    static const qt_type all[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q6_K};
+    static const qt_type all[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q6_K, QT_Q5_K, QT_IQ4_XS, QT_F16, QT_BF16};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         bool want = argc < 2;
         for (int a = 1; a < argc; a++) want |= !strcmp(argv[a], qt_traits(all[i])->name);

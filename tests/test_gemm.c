@@ -29,12 +29,25 @@ static float gauss(void) {
     return (s - 2.0f) * 1.7320508f;
 }
 
-static const qt_type k_types[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K};
+static const qt_type k_types[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K, QT_Q5_K, QT_IQ4_XS, QT_F16, QT_BF16};
 enum { MODE_QUANT, MODE_BYTES, MODE_FF, MODE_COUNT };
 
-/* Keeps f16 scale fields finite in random-byte blocks (an f16 of 0x7c00.. is inf/nan). */
-static void tame_f16(qt_type t, uint8_t *row, int64_t n) {
+/* Keeps f16 scale fields finite in random-byte blocks (an f16 of 0x7c00.. is inf/nan);
+ * for F16/BF16 rows every element: random sign and mantissa, exponent within
+ * 2^-8..2^7 (mode BYTES), or the largest value below 2^16 with a sign pattern (mode FF). */
+static void tame_f16(qt_type t, uint8_t *row, int64_t n, int mode) {
     const qt_type_traits *tr = qt_traits(t);
+    if (t == QT_F16 || t == QT_BF16) {
+        uint16_t *h = (uint16_t *)row;
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t sign = (uint16_t)(mode == MODE_FF ? (i % 3 ? 0 : 0x8000) : (h[i] & 0x8000));
+            if (t == QT_F16)
+                h[i] = mode == MODE_FF ? (uint16_t)(sign | 0x7bff) : (uint16_t)(sign | ((7 + rnd() % 16) << 10) | (h[i] & 0x3ff));
+            else
+                h[i] = mode == MODE_FF ? (uint16_t)(sign | 0x477f) : (uint16_t)(sign | ((119 + rnd() % 16) << 7) | (h[i] & 0x7f));
+        }
+        return;
+    }
     for (int64_t b = 0; b < n / tr->blck_size; b++) {
         uint8_t *blk = row + b * tr->type_size;
         uint16_t h = qt_f32_to_f16(0.01f + 0.01f * (float)(rnd() % 100));
@@ -42,7 +55,7 @@ static void tame_f16(qt_type t, uint8_t *row, int64_t n) {
             memcpy(blk + offsetof(block_q6_K, d), &h, 2);
         } else {
             memcpy(blk, &h, 2);
-            if (t == QT_Q4_K) memcpy(blk + 2, &h, 2); /* dmin */
+            if (t == QT_Q4_K || t == QT_Q5_K) memcpy(blk + 2, &h, 2); /* dmin */
         }
     }
 }
@@ -56,7 +69,7 @@ static void check_type(qt_type t) {
     const cpu_gemm_kernel *vars[8];
     int nv = cpu_gemm_variants(t, vars, 8);
     CHECK(nv >= 1 && vars[0] == ref);
-    static const int64_t ks[] = {256, 512, 1280, 96};
+    static const int64_t ks[] = {256, 512, 1280, 96, 1000, 1031, 1048, 48, 40, 7};
     for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
         int64_t k = ks[ki];
         if (k % qt_traits(t)->blck_size) continue;
@@ -71,7 +84,7 @@ static void check_type(qt_type t) {
                 qt_traits(t)->from_float(xf, w, k);
             } else {
                 for (size_t i = 0; i < wbytes; i++) w[i] = mode == MODE_FF ? 0xff : (uint8_t)rnd();
-                tame_f16(t, w, k);
+                tame_f16(t, w, k, mode);
             }
             const void *aptr[CPU_GEMM_MAX_NA];
             for (int r = 0; r < CPU_GEMM_MAX_NA; r++) {

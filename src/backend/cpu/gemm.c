@@ -24,6 +24,10 @@ REF_FN(gemm_q8_0_ref, QT_Q8_0)
 REF_FN(gemm_q4_0_ref, QT_Q4_0)
 REF_FN(gemm_q4_K_ref, QT_Q4_K)
 REF_FN(gemm_q6_K_ref, QT_Q6_K)
+REF_FN(gemm_q5_K_ref, QT_Q5_K)
+REF_FN(gemm_iq4_xs_ref, QT_IQ4_XS)
+REF_FN(gemm_f16_ref, QT_F16)
+REF_FN(gemm_bf16_ref, QT_BF16)
 
 enum { ISA_REF, ISA_AVX2, ISA_AVX512 };
 
@@ -38,6 +42,10 @@ static const entry g_kernels[] = {
     {{QT_Q4_0, QT_Q8_0, gemm_q4_0_ref, "ref", NULL, NULL, 1}, ISA_REF},
     {{QT_Q4_K, QT_Q8_K, gemm_q4_K_ref, "ref", NULL, NULL, 1}, ISA_REF},
     {{QT_Q6_K, QT_Q8_K, gemm_q6_K_ref, "ref", NULL, NULL, 1}, ISA_REF},
+    {{QT_Q5_K, QT_Q8_K, gemm_q5_K_ref, "ref", NULL, NULL, 1}, ISA_REF},
+    {{QT_IQ4_XS, QT_Q8_K, gemm_iq4_xs_ref, "ref", NULL, NULL, 1}, ISA_REF},
+    {{QT_F16, QT_F32, gemm_f16_ref, "ref", NULL, NULL, 1}, ISA_REF},
+    {{QT_BF16, QT_BF16, gemm_bf16_ref, "ref", NULL, NULL, 1}, ISA_REF},
 #if defined(__x86_64__)
     {{QT_Q8_0, QT_Q8_0, cpu_gemm_q8_0_avx2, "avx2", NULL, NULL, 1}, ISA_AVX2},
     {{QT_Q4_0, QT_Q8_0, cpu_gemm_q4_0_avx2, "avx2", NULL, NULL, 1}, ISA_AVX2},
@@ -49,6 +57,14 @@ static const entry g_kernels[] = {
     {{QT_Q4_0, QT_Q8_0, cpu_gemm_q4_0_avx512, "avx512", cpu_gemm_prep_q4_0_avx512, cpu_gemm_prep_bytes_q4_0, 64},
      ISA_AVX512},
     {{QT_Q6_K, QT_Q8_K, cpu_gemm_q6_K_avx512, "avx512", NULL, NULL, 1}, ISA_AVX512},
+    {{QT_Q5_K, QT_Q8_K, cpu_gemm_q5_K_avx2, "avx2", NULL, NULL, 1}, ISA_AVX2},
+    {{QT_Q5_K, QT_Q8_K, cpu_gemm_q5_K_avx512, "avx512", NULL, NULL, 1}, ISA_AVX512},
+    {{QT_IQ4_XS, QT_Q8_K, cpu_gemm_iq4_xs_avx2, "avx2", NULL, NULL, 1}, ISA_AVX2},
+    {{QT_IQ4_XS, QT_Q8_K, cpu_gemm_iq4_xs_avx512, "avx512", NULL, NULL, 1}, ISA_AVX512},
+    {{QT_F16, QT_F32, cpu_gemm_f16_avx2, "avx2", NULL, NULL, 1}, ISA_AVX2},
+    {{QT_F16, QT_F32, cpu_gemm_f16_avx512, "avx512", NULL, NULL, 1}, ISA_AVX512},
+    {{QT_BF16, QT_BF16, cpu_gemm_bf16_avx2, "avx2", NULL, NULL, 1}, ISA_AVX2},
+    {{QT_BF16, QT_BF16, cpu_gemm_bf16_avx512, "avx512", NULL, NULL, 1}, ISA_AVX512},
 #endif
 };
 

@@ -21,6 +21,18 @@ void cpu_gemm_q8_0_avx512(int64_t k, const void *restrict w, int na, const void 
 void cpu_gemm_prep_q8_0_avx512(int64_t k, const void *restrict act, void *restrict out);
 size_t cpu_gemm_prep_bytes_q8_0(int64_t k);
 void cpu_gemm_q6_K_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s);
+/* Q5_K, IQ4_XS (Q8_K activations), F16 (f32 activations), BF16 (bf16
+ * activations): AVX2 in gemm_more_avx2.c, AVX-512 F+BW in gemm_more_avx512.c,
+ * bit-identical to each other */
+#define CPU_GEMM_MORE_DECL(name)                                                                                   \
+    void cpu_gemm_##name##_avx2(int64_t k, const void *restrict w, int na, const void *const *restrict a,         \
+                                float *restrict s);                                                                \
+    void cpu_gemm_##name##_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a,       \
+                                  float *restrict s);
+CPU_GEMM_MORE_DECL(q5_K)
+CPU_GEMM_MORE_DECL(iq4_xs)
+CPU_GEMM_MORE_DECL(f16)
+CPU_GEMM_MORE_DECL(bf16)
 #endif
 
 /* The ISA files' entry points: instantiate a kernel body (a static inline
