@@ -147,6 +147,14 @@ int main(void) {
     if (f->avx2 && f->fma && f->f16c) {
         CHECK(strcmp(cpu_gemm_best(QT_Q8_0)->isa, f->avx512f && f->avx512bw ? "avx512" : "avx2") == 0);
         CHECK(strcmp(cpu_gemm_best(QT_Q4_K)->isa, f->avx512f && f->avx512bw ? "avx512" : "avx2") == 0);
+        static const qt_type more[] = {QT_Q5_K, QT_IQ4_XS, QT_F16, QT_BF16};
+        for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
+            const cpu_gemm_kernel *b = cpu_gemm_best(more[i]);
+            CHECKF(b && strcmp(b->isa, f->avx512f && f->avx512bw ? "avx512" : "avx2") == 0 &&
+                       b->act_type == cpu_dot_best(more[i])->act_type,
+                   "%s gemm kernel", qt_name(more[i]));
+        }
+        CHECK(strcmp(cpu_gemm_pick(QT_Q5_K, 1)->isa, "avx2") == 0);
     } else {
         printf("no AVX2 here: only the references were checked\n");
     }

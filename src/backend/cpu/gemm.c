@@ -110,9 +110,9 @@ const cpu_gemm_kernel *cpu_gemm_ref(qt_type t) {
 
 const cpu_gemm_kernel *cpu_gemm_pick(qt_type t, int na) {
     const cpu_gemm_kernel *best = cpu_gemm_best(t);
-    /* Q4_K: AVX2 for decode (fewer instructions per weight byte at one row),
-     * AVX-512 for tiles; the two are bit-identical (tests/test_gemm.c) */
-    if (!best || na > 1 || t != QT_Q4_K) return best;
+    /* Q4_K, Q5_K: AVX2 for decode (fewer instructions per weight byte at one
+     * row), AVX-512 for tiles; the two are bit-identical (tests/test_gemm.c) */
+    if (!best || na > 1 || (t != QT_Q4_K && t != QT_Q5_K)) return best;
     const cpu_gemm_kernel *v[8];
     int n = cpu_gemm_variants(t, v, 8);
     for (int i = 0; i < n && i < 8; i++)

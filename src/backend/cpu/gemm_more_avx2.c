@@ -121,6 +121,20 @@ static ALWAYS_INLINE __m256i lut32(const uint8_t *qs, __m256i table) {
     return _mm256_shuffle_epi8(table, v);
 }
 
+/* IQ4_XS's 8 six-bit scales minus 32 as i16: low nibbles of scales_l (sub-block
+ * ib even: low, odd: high) with two high bits each from scales_h. */
+static ALWAYS_INLINE __m128i iq4_xs_scales(const block_iq4_xs *b) {
+    uint32_t sl;
+    memcpy(&sl, b->scales_l, 4);
+    uint64_t h = b->scales_h, hs = 0;
+    #pragma GCC unroll 8
+    for (int ib = 0; ib < 8; ib++) hs |= ((h >> (2 * ib)) & 3) << (8 * ib + 4);
+    __m128i lv = _mm_cvtsi32_si128((int)sl);
+    lv = _mm_unpacklo_epi8(_mm_and_si128(lv, _mm_set1_epi8(0x0f)), _mm_and_si128(_mm_srli_epi16(lv, 4), _mm_set1_epi8(0x0f)));
+    lv = _mm_or_si128(lv, _mm_cvtsi64_si128((long long)hs));
+    return _mm_sub_epi16(_mm_cvtepu8_epi16(lv), _mm_set1_epi16(32));
+}
+
 static ALWAYS_INLINE void iq4_xs_body(int64_t k, const block_iq4_xs *restrict w, const int NA,
                                       const void *const *restrict a, float *restrict s) {
     const __m128i t128 = _mm_loadu_si128((const __m128i *)cpu_kvalues_iq4nl);
@@ -131,15 +145,15 @@ static ALWAYS_INLINE void iq4_xs_body(int64_t k, const block_iq4_xs *restrict w,
     for (int r = 0; r < NA; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < k / QK_K; i++) {
         const block_iq4_xs *b = &w[i];
+        __m128i ls = iq4_xs_scales(b);
+        __m256i sc16 = _mm256_set_m128i(ls, ls);
         #pragma GCC unroll 8
         for (int r = 0; r < NA; r++) sumi[r] = _mm256_setzero_si256();
         #pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib += 2) {
-            int ls0 = ((b->scales_l[ib / 2] & 0xf) | (((b->scales_h >> (2 * ib)) & 3) << 4)) - 32;
-            int ls1 = ((b->scales_l[ib / 2] >> 4) | (((b->scales_h >> (2 * ib + 2)) & 3) << 4)) - 32;
             __m256i w0 = lut32(b->qs + 16 * ib, table), w1 = lut32(b->qs + 16 * ib + 16, table);
             __m256i u0 = _mm256_sign_epi8(w0, w0), u1 = _mm256_sign_epi8(w1, w1);
-            __m256i s0 = _mm256_set1_epi16((short)ls0), s1 = _mm256_set1_epi16((short)ls1);
+            __m256i s0 = bcast16(sc16, ib), s1 = bcast16(sc16, ib + 1);
             #pragma GCC unroll 8
             for (int r = 0; r < NA; r++) {
                 const int8_t *aq = ((const block_q8_K *)a[r] + i)->qs + 32 * ib;

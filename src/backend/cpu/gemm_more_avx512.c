@@ -134,10 +134,16 @@ static ALWAYS_INLINE void iq4_xs_body(int64_t k, const block_iq4_xs *restrict w,
     for (int j = 0; j < 4; j++) map[j] = _mm512_load_si512(k_map32[j]);
     for (int64_t i = 0; i < k / QK_K; i++) {
         const block_iq4_xs *b = &w[i];
-        int16_t ls[8];
-        for (int ib = 0; ib < 8; ib++)
-            ls[ib] = (int16_t)((((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((b->scales_h >> 2 * ib) & 3) << 4)) - 32);
-        __m512i sc16 = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)ls));
+        /* the 8 six-bit scales: low nibbles of scales_l interleaved (ib even: low, odd: high), high bits from scales_h */
+        uint32_t sl;
+        memcpy(&sl, b->scales_l, 4);
+        uint64_t h = b->scales_h, hs = 0;
+        #pragma GCC unroll 8
+        for (int ib = 0; ib < 8; ib++) hs |= ((h >> (2 * ib)) & 3) << (8 * ib + 4);
+        __m128i lv = _mm_cvtsi32_si128((int)sl);
+        lv = _mm_unpacklo_epi8(_mm_and_si128(lv, _mm_set1_epi8(0x0f)), _mm_and_si128(_mm_srli_epi16(lv, 4), _mm_set1_epi8(0x0f)));
+        lv = _mm_or_si128(lv, _mm_cvtsi64_si128((long long)hs));
+        __m512i sc16 = _mm512_castsi128_si512(_mm_sub_epi16(_mm_cvtepu8_epi16(lv), _mm_set1_epi16(32)));
         __m512i q[4], sc[4];
         __mmask64 neg[4];
         #pragma GCC unroll 4
