@@ -5,7 +5,8 @@
 # libhone.a; src/cli/*.c make the hone binary; each tests/test_*.c is its own
 # test binary linked with libhone.a. Files named *_avx2.c are compiled for
 # AVX2+FMA+F16C, *_avx512.c for AVX-512 F+BW on top, *_vnni.c for AVX-512
-# F+BW+VL+VNNI on top; all only called after a run-time CPU check.
+# F+BW+VL+VNNI on top, *_avx512bf16.c for AVX-512 F+BW+BF16; all only called
+# after a run-time CPU check.
 
 CC      ?= cc
 OPT     ?= -O2
@@ -29,6 +30,7 @@ ifeq ($(ARCH),x86_64)
 SIMD_AVX2 = -mavx2 -mfma -mf16c
 SIMD_AVX512 = $(SIMD_AVX2) -mavx512f -mavx512bw
 SIMD_VNNI = $(SIMD_AVX512) -mavx512vl -mavx512vnni
+SIMD_AVX512BF16 = $(SIMD_AVX512) -mavx512bf16
 endif
 
 .PHONY: all check test asan-test setup demo clean
@@ -56,6 +58,10 @@ $(BUILD)/%_avx512.o: %_avx512.c
 $(BUILD)/%_vnni.o: %_vnni.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(DEFS) $(DEPFLAGS) $(SIMD_VNNI) -c -o $@ $<
+
+$(BUILD)/%_avx512bf16.o: %_avx512bf16.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) $(DEFS) $(DEPFLAGS) $(SIMD_AVX512BF16) -c -o $@ $<
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

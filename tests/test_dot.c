@@ -329,8 +329,8 @@ int main(void) {
     CHECK(cpu_dot_variants(QT_IQ2_XXS, NULL, 0) == 0);
     const cpu_features *f = cpu_dot_features();
     CHECK(f == cpu_dot_features());
-    printf("cpu: avx2=%d fma=%d f16c=%d avx512f=%d avx512bw=%d avx512vnni=%d avx_vnni=%d neon=%d\n", f->avx2, f->fma,
-           f->f16c, f->avx512f, f->avx512bw, f->avx512vnni, f->avx_vnni, f->neon);
+    printf("cpu: avx2=%d fma=%d f16c=%d avx512f=%d avx512bw=%d avx512vnni=%d avx_vnni=%d avx512bf16=%d neon=%d\n", f->avx2, f->fma,
+           f->f16c, f->avx512f, f->avx512bw, f->avx512vnni, f->avx_vnni, f->avx512bf16, f->neon);
     if (f->avx2 && f->fma && f->f16c) {
         static const qt_type fast[] = {QT_F32, QT_F16, QT_BF16, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q8_0, QT_Q2_K,
                                        QT_Q3_K, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_NL, QT_IQ4_XS, QT_MXFP4};

@@ -457,6 +457,7 @@ static void detect_features(void) {
                 if (max_sub >= 1) {
                     __cpuid_count(7, 1, a, b, c, d);
                     f.avx_vnni = (a >> 4) & 1;
+                    f.avx512bf16 = f.avx512f && ((a >> 5) & 1);
                 }
             }
         }

@@ -53,6 +53,7 @@ typedef struct cpu_features {
     bool avx2, fma, f16c;
     bool avx512f, avx512bw, avx512vnni, avx_vnni;
     bool neon;
+    bool avx512bf16; /* vdpbf16ps (AVX512_BF16) */
 } cpu_features;
 
 /* Returns the detected features (never NULL; all false on unknown CPUs). */

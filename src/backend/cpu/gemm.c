@@ -29,7 +29,7 @@ REF_FN(gemm_iq4_xs_ref, QT_IQ4_XS)
 REF_FN(gemm_f16_ref, QT_F16)
 REF_FN(gemm_bf16_ref, QT_BF16)
 
-enum { ISA_REF, ISA_AVX2, ISA_AVX512 };
+enum { ISA_REF, ISA_AVX2, ISA_AVX512, ISA_AVX512BF16 };
 
 typedef struct {
     cpu_gemm_kernel k;
@@ -65,6 +65,8 @@ static const entry g_kernels[] = {
     {{QT_F16, QT_F32, cpu_gemm_f16_avx512, "avx512", NULL, NULL, 1}, ISA_AVX512},
     {{QT_BF16, QT_BF16, cpu_gemm_bf16_avx2, "avx2", NULL, NULL, 1}, ISA_AVX2},
     {{QT_BF16, QT_BF16, cpu_gemm_bf16_avx512, "avx512", NULL, NULL, 1}, ISA_AVX512},
+    /* not bit-identical to the two above: the pick uses it for every row count */
+    {{QT_BF16, QT_BF16, cpu_gemm_bf16_avx512bf16, "avx512bf16", NULL, NULL, 1}, ISA_AVX512BF16},
 #endif
 };
 
@@ -75,6 +77,7 @@ static bool isa_ok(int isa) {
     case ISA_REF: return true;
     case ISA_AVX2: return avx2;
     case ISA_AVX512: return avx2 && f->avx512f && f->avx512bw;
+    case ISA_AVX512BF16: return avx2 && f->avx512f && f->avx512bw && f->avx512bf16;
     default: return false;
     }
 }

@@ -33,6 +33,9 @@ CPU_GEMM_MORE_DECL(q5_K)
 CPU_GEMM_MORE_DECL(iq4_xs)
 CPU_GEMM_MORE_DECL(f16)
 CPU_GEMM_MORE_DECL(bf16)
+/* BF16 on vdpbf16ps (gemm_bf16_avx512bf16.c): not bit-identical to the two above */
+void cpu_gemm_bf16_avx512bf16(int64_t k, const void *restrict w, int na, const void *const *restrict a,
+                              float *restrict s);
 #endif
 
 /* The ISA files' entry points: instantiate a kernel body (a static inline
