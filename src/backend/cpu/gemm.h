@@ -51,7 +51,7 @@ static inline int cpu_gemm_fits(const cpu_gemm_kernel *g, int64_t k) { return !g
  * registry's activation type differs from what the kernel reads). */
 const cpu_gemm_kernel *cpu_gemm_best(qt_type t);
 /* The default variant for a matmul of na activation rows: cpu_gemm_best, except
- * Q4_K at one row, where AVX2 beats AVX-512 on Zen 4. Variants that the pick
+ * Q4_K and Q5_K at one row, where AVX2 beats AVX-512 on Zen 4. Variants that the pick
  * may mix are bit-identical (tested), so a row's result never depends on the
  * batch it is in. NULL as cpu_gemm_best. */
 const cpu_gemm_kernel *cpu_gemm_pick(qt_type t, int na);
