@@ -5,7 +5,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define HDR 16
 
@@ -80,6 +82,27 @@ void *hn_pages_alloc(size_t n) {
     if (n == 0 || should_fail()) return NULL;
     void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
+    account(n, 0);
+    return p;
+}
+
+void *hn_pages_alloc_huge(size_t n) {
+    const size_t huge = (size_t)2 << 20;
+    if (n < huge) return hn_pages_alloc(n);
+    if (should_fail()) return NULL;
+    long ps = sysconf(_SC_PAGESIZE);
+    size_t page = ps > 0 ? (size_t)ps : 4096;
+    size_t len = (n + page - 1) / page * page;
+    unsigned char *base = mmap(NULL, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) return NULL;
+    unsigned char *p = (unsigned char *)(((uintptr_t)base + huge - 1) & ~(uintptr_t)(huge - 1));
+    /* trim the unaligned head and the tail, so hn_pages_free(p, n) unmaps exactly the rest */
+    if (p > base) munmap(base, (size_t)(p - base));
+    size_t tail = (size_t)(base + len + huge - (p + len));
+    if (tail) munmap(p + len, tail);
+#ifdef MADV_HUGEPAGE
+    madvise(p, len, MADV_HUGEPAGE);
+#endif
     account(n, 0);
     return p;
 }

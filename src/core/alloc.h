@@ -22,6 +22,10 @@ char *hn_strdup(const char *s);
 
 /* Page-aligned memory from the OS (mmap); zero-filled; NULL on failure. */
 void *hn_pages_alloc(size_t n);
+/* As hn_pages_alloc, for large regions streamed by kernels: aligned to 2 MiB
+ * and marked for transparent huge pages where the OS has them (fewer TLB
+ * misses while a kernel streams it); freed with hn_pages_free. */
+void *hn_pages_alloc_huge(size_t n);
 void hn_pages_free(void *p, size_t n);
 
 /* Bytes currently allocated through the hook (heap + pages), and the peak. */

@@ -35,7 +35,7 @@ static int32_t slab_size(const kv_cache *kv, int32_t s) {
 static bool slab_map(kv_cache *kv, int32_t s) {
     int32_t nb = slab_size(kv, s);
     size_t bytes = (size_t)nb * kv->block_bytes;
-    unsigned char *p = hn_pages_alloc(bytes);
+    unsigned char *p = hn_pages_alloc_huge(bytes);
     if (!p) return false;
     kv->slab[s] = p;
     int32_t *stack = kv->free_ids + (size_t)s * (size_t)kv->slab_blocks;

@@ -547,7 +547,7 @@ hn_status cpu_op_prepare_weight(be_backend *b, be_weight *w, unsigned flags, hn_
         cb->packs = np;
         cb->cap_packs = cap;
     }
-    unsigned char *dst = hn_pages_alloc(bytes);
+    unsigned char *dst = hn_pages_alloc_huge(bytes);
     if (!dst) return hn_errf(err, HN_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes for a repacked weight", bytes);
     pack_task t = {.pk = pk, .w = w, .dst = dst, .n_groups = ng, .total = ng * w->ne[2]};
     atomic_store(&t.next, 0);

@@ -78,9 +78,12 @@ const cpu_pack_kernel *cpu_pack_best(qt_type t, int64_t k) {
     const cpu_pack_table *tab[4];
     int nt = tables(tab);
     const cpu_pack_kernel *best = NULL;
+    /* a layout's reference (unpack + reference dot) is never worth repacking for */
     for (int i = 0; i < nt; i++)
-        for (int j = 0; j < tab[i]->n; j++)
-            if (usable(&tab[i]->k[j], t) && cpu_pack_fits(&tab[i]->k[j], k)) best = &tab[i]->k[j];
+        for (int j = 0; j < tab[i]->n; j++) {
+            const cpu_pack_kernel *p = &tab[i]->k[j];
+            if (usable(p, t) && cpu_pack_fits(p, k) && cpu_pack_ref(t, p->layout) != p) best = p;
+        }
     return best;
 }
 

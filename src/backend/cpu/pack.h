@@ -95,7 +95,8 @@ extern const cpu_pack_table cpu_pack_table_k_x86; /* pack_kq_vnni.c / _avx2.c ke
 
 /* Every packed variant this CPU runs for t, slowest first (returns the count; at most cap written). */
 int cpu_pack_variants(qt_type t, const cpu_pack_kernel **out, int cap);
-/* The fastest packed variant this CPU runs for t and rows of k elements, or NULL. */
+/* The fastest packed variant this CPU runs for t and rows of k elements (never a
+ * layout's reference), or NULL. */
 const cpu_pack_kernel *cpu_pack_best(qt_type t, int64_t k);
 /* The reference kernel of a layout: unpack_row + dot.h's reference dot per
  * row (slow; for tests and the tuner's validation), or NULL. */
