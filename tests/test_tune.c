@@ -283,6 +283,7 @@ static void test_search(void) {
     syn_case(&c, &s, "v1", 0);
     CHECK(tn_tune(t, &c, &res, &err) == HN_OK);
     CHECK(res.partial && res.cfg[0] == 0);
+    CHECK(res.not_reached && res.n_tried == 0); /* the budget was spent before the case began: nothing ran */
     int cfg[TN_MAX_PARAMS];
     CHECK(!tn_tuner_lookup(t, &c, cfg, NULL, NULL));
     tn_tuner_close(t);

@@ -204,6 +204,9 @@ int cmd_tune(int argc, char **argv) {
         int n_done = rep.n_cached + rep.n_tuned;
         printf("\n%d of %d results came from the cache %s%s (nothing was run for them)\n", rep.n_cached, n_done,
                rep.cache_path, rep.n_cached == n_done ? ": all cached" : "");
+        if (rep.n_not_reached)
+            printf("%d case%s not reached within the budget (defaults kept, not cached)\n", rep.n_not_reached,
+                   rep.n_not_reached == 1 ? " was" : "s were");
         if (rep.n_partial)
             printf("%d search%s cut short by the budget (the best found so far is used); --force --budget N searches again\n", rep.n_partial,
                    rep.n_partial == 1 ? " was" : "es were");

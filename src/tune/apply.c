@@ -158,7 +158,8 @@ hn_status tn_tune_shapes(const tn_shape *sh, int n_sh, const tn_model_opts *o, t
             }
         } else {
             st = tn_tune(tuner, &c, &e->res, err);
-            e->tuned = st == HN_OK;
+            e->tuned = st == HN_OK && !e->res.not_reached;
+            rep->n_not_reached += e->res.not_reached;
         }
         if (e->tuned) {
             tn_cfg_str(&c, e->res.cfg, e->cfg, sizeof e->cfg);
@@ -212,7 +213,7 @@ hn_status tn_load_tune(be_backend *b, const gguf_ctx *g, int n_threads, const ch
     hn_status st = tn_tune_model(g, &o, &rep, err);
     if (st == HN_OK) {
         int set = tn_apply_report(b, &rep);
-        if (rep.n_tuned == 0)
+        if (rep.n_tuned == 0 && rep.n_not_reached == 0)
             fprintf(stderr, "%s: kernel parameters from the tuning cache (%d shapes, %d differ from the defaults)\n",
                     who, rep.n_cached, set);
         else
@@ -221,6 +222,9 @@ hn_status tn_load_tune(be_backend *b, const gguf_ctx *g, int n_threads, const ch
                     "defaults%s); the next start reuses them (HONE_NO_TUNE=1 skips tuning)\n",
                     who, rep.n_tuned, rep.elapsed_s, rep.n_cached, set,
                     rep.n_partial ? ", some cut short by the budget" : "");
+        if (rep.n_not_reached)
+            fprintf(stderr, "%s: %d shapes were not reached within the budget: defaults now, tuned on a later start\n",
+                    who, rep.n_not_reached);
         if (rep.busy)
             fprintf(stderr,
                     "%s: the machine was busy while tuning (load %.1f on %d CPUs); run `hone tune -m FILE --force` "

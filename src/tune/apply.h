@@ -73,6 +73,7 @@ typedef struct tn_model_report {
     int n_tuned;       /* searched now */
     int n_partial;     /* searches the budget cut short (applied, not cached) */
     int n_missing;     /* cache_only misses */
+    int n_not_reached; /* cases the budget ran out before (defaults kept, tuned on a later start) */
     double elapsed_s;
     bool cache_corrupt;
     char cache_path[4200];

@@ -472,6 +472,12 @@ hn_status tn_tune(tn_tuner *t, const tn_case *c, tn_result *res, hn_err *err) {
         return HN_OK;
     }
 
+    if (tn_tuner_elapsed(t) >= t->o.budget_s) {
+        res->not_reached = res->partial = true;
+        t->cases_done++;
+        t->weight_done += c->weight > 0 ? c->weight : 1.0;
+        return HN_OK;
+    }
     search s;
     memset(&s, 0, sizeof s);
     s.t = t;

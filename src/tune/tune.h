@@ -32,7 +32,8 @@
  * machine or a changed kernel retunes. A malformed cache file is ignored as a
  * whole (tn_tuner_cache_was_corrupt says so) and rewritten on the next save.
  * Searches cut short by the time budget are reported (partial) and not cached
- * unless opts.cache_partial. The search itself stops at 80% of a case's share
+ * unless opts.cache_partial; a case that starts after the budget is spent runs
+ * nothing and keeps the defaults (not_reached, never cached). The search itself stops at 80% of a case's share
  * so that confirmation fits in the rest.
  *
  * A total time budget is shared among the cases the caller announces
@@ -106,6 +107,7 @@ typedef struct tn_result {
     bool cached;            /* came from the cache: nothing was run */
     bool partial;           /* the budget cut the search short (not cached) */
     bool changed;           /* cfg differs from the defaults */
+    bool not_reached;       /* the budget was spent before this case: nothing run, defaults, not cached */
 } tn_result;
 
 typedef struct tn_opts {
