@@ -156,7 +156,9 @@ static void test_model_cache(void) {
     }
     snprintf(dir, sizeof dir, "%s/model", g_dir);
     setenv("HONE_CACHE_DIR", dir, 1);
-    tn_model_opts o = {.n_threads = 2, .budget_s = getenv("HONE_SANITIZED") ? 8 : 20};
+    /* a budget no search here comes near (a case ends when its search does), so that every
+     * case is reached even under a sanitizer on a loaded machine */
+    tn_model_opts o = {.n_threads = 2, .budget_s = 300};
     tn_model_report r1, r2, r3;
     CHECK(tn_tune_model(g, &o, &r1, &err) == HN_OK);
     int n_gemv = 0, n_changed = 0;
@@ -235,8 +237,7 @@ static void test_cli_load(void) {
     snprintf(dir, sizeof dir, "%s/cli", g_dir);
     const char *run = "run -m '%s' --tokens '1 2 3' -n 2 --temp 0 2>&1 >/dev/null";
     char fmt[512];
-    snprintf(fmt, sizeof fmt, "HONE_NO_TUNE=0 HONE_TUNE_BUDGET=%d HONE_CACHE_DIR='%%s' '%%s' %s",
-             getenv("HONE_SANITIZED") ? 8 : 15, run);
+    snprintf(fmt, sizeof fmt, "HONE_NO_TUNE=0 HONE_TUNE_BUDGET=300 HONE_CACHE_DIR='%%s' '%%s' %s", run);
     /* first start: tunes (one line on a non-terminal stderr) */
     snprintf(cmd, sizeof cmd, fmt, dir, bin, path);
     CHECK(run_cmd(cmd, out, sizeof out) == 0);
