@@ -163,6 +163,15 @@ static void test_synthetic(pool *p) {
     CHECK(tn_gemv_create(QT_Q8_K, 256, 10, NULL, 0, 0, p, &g, &err) == HN_ERR_UNSUPPORTED && !g);
     CHECK(tn_gemv_create(QT_Q4_0, 0, 10, NULL, 0, 0, p, &g, &err) == HN_ERR_INVALID);
     CHECK(tn_prefill_create(QT_Q4_0, 64, 10, 1, NULL, 0, 0, p, &g, &err) == HN_ERR_INVALID && !g);
+    /* a busy machine: the thread count is not a parameter (the pool's size only) */
+    CHECK(tn_gemv_create(QT_Q4_K, 256, 64, NULL, 0, 0, p, &g, &err) == HN_OK);
+    if (g) {
+        tn_case c;
+        tn_gemv_all_threads(g);
+        tn_gemv_case(g, &c);
+        CHECK(c.params[1].n == 1 && c.params[1].values[0] == pool_n_threads(p) && c.params[1].def == 0);
+        tn_gemv_free(g);
+    }
     tn_gemv_free(NULL);
 }
 

@@ -214,8 +214,8 @@ int cmd_tune(int argc, char **argv) {
         for (int i = 0; i < rep.n; i++) fs[rep.e[i].rows > 1] += rep.e[i].secs;
         printf("tuning took %.1f s (decode %.1f s, prefill %.1f s)\n", rep.elapsed_s, fs[0], fs[1]);
         if (rep.busy)
-            printf("note: the machine was busy (load %.1f on %d CPUs): timings are noisy and fewer threads may win;\n"
-                   "rerun with --force when it is idle\n",
+            printf("note: the machine was busy (load %.1f on %d CPUs): timings are noisy and thread counts were not\n"
+                   "tuned (all threads); rerun with --force when it is idle\n",
                    rep.load_avg, rep.usable_cpus);
     }
     tn_model_report_free(&rep);

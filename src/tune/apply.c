@@ -89,6 +89,7 @@ hn_status tn_tune_shapes(const tn_shape *sh, int n_sh, const tn_model_opts *o, t
     double la[1];
     rep->load_avg = getloadavg(la, 1) == 1 ? la[0] : -1;
     rep->usable_cpus = probe.usable;
+    rep->busy_start = rep->load_avg >= (double)(probe.usable > 0 ? probe.usable : 1);
     /* entries: every shape's decode case first (decode speed matters most), then prefill */
     rep->e = hn_calloc((size_t)(3 * (n_sh > 0 ? n_sh : 1)), sizeof *rep->e);
     if (!rep->e) return hn_errf(err, HN_ERR_NOMEM, "tune: out of memory");
@@ -142,6 +143,7 @@ hn_status tn_tune_shapes(const tn_shape *sh, int n_sh, const tn_model_opts *o, t
                           : tn_prefill_create(e->type, e->k, e->n, e->rows, s->n_mats ? s->mats : NULL, s->n_mats, rotate / 4, pl, &gv,
                                               err);
         if (st != HN_OK) break;
+        if (rep->busy_start) tn_gemv_all_threads(gv);
         tn_case c;
         tn_gemv_case(gv, &c);
         snprintf(e->shape, sizeof e->shape, "%s", c.shape);
@@ -173,7 +175,7 @@ hn_status tn_tune_shapes(const tn_shape *sh, int n_sh, const tn_model_opts *o, t
         e->secs = tn_tuner_elapsed(tuner) - t0;
     }
     if (opt.progress) fprintf(stderr, "\r%*s\r", 100, "");
-    rep->busy = rep->n_tuned > 0 && rep->load_avg >= (double)(rep->usable_cpus > 0 ? rep->usable_cpus : 1);
+    rep->busy = rep->n_tuned > 0 && rep->busy_start;
     if (tuner) {
         rep->elapsed_s = tn_tuner_elapsed(tuner);
         if (st == HN_OK && rep->n_tuned > 0) st = tn_tuner_save(tuner, err);

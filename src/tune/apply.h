@@ -15,7 +15,7 @@
  * the cache holds and tune what it lacks within the budget (27 s of search,
  * 30 s with setup), with a
  * progress bar on stderr when stderr is a terminal and one summary line
- * either way; nothing at all when HONE_NO_TUNE is set to anything but "0" or
+ * either way (when the machine is busy, thread counts are not tuned); nothing at all when HONE_NO_TUNE is set to anything but "0" or
  * "" (the backend keeps its built-in defaults). HONE_TUNE_BUDGET=SECONDS
  * changes the budget. */
 #ifndef HN_TN_APPLY_H
@@ -80,8 +80,10 @@ typedef struct tn_model_report {
     char fingerprint[17];
     double load_avg;   /* the 1-minute load average when tuning started (-1: unknown) */
     int usable_cpus;   /* CPUs this process may use */
-    bool busy;         /* something was tuned while other work kept the CPUs busy (load >= usable CPUs):
-                        * the winners may not hold on an idle machine */
+    bool busy_start;   /* other work kept the CPUs busy when tuning began (load >= usable CPUs): the
+                        * threads parameter stays at all threads (fewer-thread winners measured under
+                        * contention made whole-model decode slower) */
+    bool busy;         /* busy_start and something was tuned: the winners may not hold on an idle machine */
 } tn_model_report;
 
 #define TN_SHAPE_MATS 64

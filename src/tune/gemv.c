@@ -48,6 +48,7 @@ struct tn_gemv {
     const void **src; /* borrowed matrices to copy from; NULL: synthetic */
     int n_src;
     pool *pool;
+    bool all_threads; /* threads parameter fixed at the pool's size */
     char shape[96];
 
     /* the reference run */
@@ -320,6 +321,7 @@ void tn_gemv_free(tn_gemv *g) {
 }
 
 size_t tn_gemv_bytes(const tn_gemv *g) { return g->mat_bytes; }
+void tn_gemv_all_threads(tn_gemv *g) { g->all_threads = true; }
 double tn_gemv_macs(const tn_gemv *g) { return (double)g->rows * (double)g->k * (double)g->n; }
 
 void tn_gemv_case(tn_gemv *g, tn_case *c) {
@@ -337,7 +339,7 @@ void tn_gemv_case(tn_gemv *g, tn_case *c) {
     pd->def = g->def_choice < pd->n ? g->def_choice : pd->n - 1; /* the backend's default */
     pt->name = "threads";
     int nt = pool_n_threads(g->pool);
-    for (int v = 1; v < nt && pt->n < TN_MAX_VALUES - 1; v *= 2) pt->values[pt->n++] = v;
+    for (int v = 1; v < nt && pt->n < TN_MAX_VALUES - 1 && !g->all_threads; v *= 2) pt->values[pt->n++] = v;
     pt->values[pt->n++] = nt;
     pt->def = pt->n - 1;
     static const int cpts[] = {1, 2, 4, 8, 16};

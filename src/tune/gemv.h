@@ -77,6 +77,10 @@ hn_status tn_prefill_create(qt_type t, int64_t k, int64_t n, int rows, const voi
 void tn_gemv_free(tn_gemv *g);
 /* Fills c to tune g (c borrows g). */
 void tn_gemv_case(tn_gemv *g, tn_case *c);
+/* Keeps the threads parameter at the pool's size (when other work keeps the
+ * CPUs busy, fewer-thread winners measured in isolation do not hold in a model
+ * step). Call before tn_gemv_case. */
+void tn_gemv_all_threads(tn_gemv *g);
 /* Weight bytes one run reads (for GB/s). */
 size_t tn_gemv_bytes(const tn_gemv *g);
 /* Multiply-adds one run does (rows x k x n). */
