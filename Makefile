@@ -47,6 +47,13 @@ $(BUILD)/libhone.a: $(OBJ_LIB)
 	@rm -f $@
 	ar rcs $@ $^
 
+# the tuner's cached winners are keyed by a checksum of the kernel sources, so
+# a binary whose kernels changed tunes again
+KERNEL_SRC := $(sort $(wildcard src/backend/cpu/*.c src/backend/cpu/*.h src/quant/*.c src/quant/*.h))
+KERNELS_ID := $(shell cat $(KERNEL_SRC) | cksum | cut -d' ' -f1)
+$(BUILD)/src/tune/gemv.o: $(KERNEL_SRC)
+$(BUILD)/src/tune/gemv.o: DEFS += -DHN_KERNELS_ID='"$(KERNELS_ID)"'
+
 $(BUILD)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(DEFS) $(DEPFLAGS) $(SIMD_AVX2) -c -o $@ $<

@@ -116,7 +116,7 @@ static void test_synthetic(pool *p) {
             CHECK(j == c.params[0].def || !strstr(c.params[0].labels[j], "ref"));
         CHECK(c.params[1].values[c.params[1].def] == pool_n_threads(p));
         CHECK(c.params[2].values[c.params[2].def] == 4);
-        CHECK(c.n_params == 3 && !strcmp(c.kernel, "gemv") && !strcmp(c.version, TN_GEMV_VERSION));
+        CHECK(c.n_params == 3 && !strcmp(c.kernel, "gemv") && !strcmp(c.version, tn_gemv_version(1)));
         CHECK(tn_gemv_bytes(g) == qt_row_size(types[i], 512) * 200);
         CHECK(strstr(c.shape, qt_name(types[i])) == c.shape);
         CHECK(check_all_configs(&c, "synthetic") == nv * c.params[1].n * c.params[2].n);
@@ -147,7 +147,7 @@ static void test_synthetic(pool *p) {
         nv = expected_kernels(types[i], 512, 72, 19, want, sizeof want);
         CHECKF(c.params[0].n == nv && !strcmp(c.params[0].labels[c.params[0].def], want), "%s prefill: default %s, want %s",
                qt_name(types[i]), c.params[0].labels[c.params[0].def], want);
-        CHECK(c.n_params == 4 && !strcmp(c.kernel, "prefill") && !strcmp(c.version, TN_PREFILL_VERSION));
+        CHECK(c.n_params == 4 && !strcmp(c.kernel, "prefill") && !strcmp(c.version, tn_gemv_version(32)) && strncmp(c.version, TN_PREFILL_VERSION "-k", sizeof TN_PREFILL_VERSION + 1) == 0);
         CHECK(!strcmp(c.params[3].name, "tile") && c.params[3].values[c.params[3].def] == 0);
         CHECK(strstr(c.shape, " r19 ") != NULL && c.n_out == 19 * 72);
         CHECK(tn_gemv_macs(g) == 19.0 * 512 * 72);

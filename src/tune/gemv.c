@@ -324,10 +324,19 @@ size_t tn_gemv_bytes(const tn_gemv *g) { return g->mat_bytes; }
 void tn_gemv_all_threads(tn_gemv *g) { g->all_threads = true; }
 double tn_gemv_macs(const tn_gemv *g) { return (double)g->rows * (double)g->k * (double)g->n; }
 
+/* set by the Makefile: a checksum of the kernel sources (src/backend/cpu, src/quant) */
+#ifndef HN_KERNELS_ID
+#define HN_KERNELS_ID "0"
+#endif
+
+const char *tn_gemv_version(int rows) {
+    return rows == 1 ? TN_GEMV_VERSION "-k" HN_KERNELS_ID : TN_PREFILL_VERSION "-k" HN_KERNELS_ID;
+}
+
 void tn_gemv_case(tn_gemv *g, tn_case *c) {
     memset(c, 0, sizeof *c);
     c->kernel = g->rows == 1 ? "gemv" : "prefill";
-    c->version = g->rows == 1 ? TN_GEMV_VERSION : TN_PREFILL_VERSION;
+    c->version = tn_gemv_version(g->rows);
     snprintf(c->shape, sizeof c->shape, "%s", g->shape);
     tn_param *pd = &c->params[0], *pt = &c->params[1], *pc = &c->params[2];
     pd->name = "kernel";

@@ -54,10 +54,15 @@
 #include "../quant/blocks.h"
 #include "tune.h"
 
-/* Bump when the kernels, the split or the parameters' meaning change: cached
- * winners then retune. gemv3: per-shape application, no scalar candidates. */
+/* Bump when the split or the parameters' meaning change: cached winners then
+ * retune. gemv3: per-shape application, no scalar candidates. The version a
+ * case carries (tn_gemv_version) adds a checksum of the kernel sources taken
+ * at build time, so any change to a kernel also retunes. */
 #define TN_GEMV_VERSION "gemv3"
 #define TN_PREFILL_VERSION "prefill1"
+
+/* The full version string of the decode (rows == 1) or prefill family. */
+const char *tn_gemv_version(int rows);
 
 typedef struct tn_gemv tn_gemv;
 

@@ -9,34 +9,13 @@
 
 #include "dot.h"
 
-/* The K-quant tables (pack_kq.c) are referenced strongly when that file is in
- * the tree, which makes the linker take it out of libhone.a (an archive member
- * is never pulled in for a weak reference); without it, weakly, so the build
- * still links and the registry has no K-quant kernels. */
-#if defined(__has_include)
-#if __has_include("pack_kq.c")
-#define PACK_KQ_STRONG 1
-#endif
-#endif
-#if defined(PACK_KQ_STRONG)
-#define PACK_KQ_REF
-#else
-#define PACK_KQ_REF __attribute__((weak))
-#endif
-extern const cpu_pack_table cpu_pack_table_k PACK_KQ_REF;
-#if defined(__x86_64__)
-extern const cpu_pack_table cpu_pack_table_k_x86 PACK_KQ_REF;
-#endif
-
 static int tables(const cpu_pack_table **out) {
     int n = 0;
     out[n++] = &cpu_pack_table_0;
-    const cpu_pack_table *volatile kq = &cpu_pack_table_k; /* NULL when weak and absent */
-    if (kq) out[n++] = kq;
+    out[n++] = &cpu_pack_table_k;
 #if defined(__x86_64__)
     out[n++] = &cpu_pack_table_0_x86;
-    const cpu_pack_table *volatile kx = &cpu_pack_table_k_x86;
-    if (kx) out[n++] = kx;
+    out[n++] = &cpu_pack_table_k_x86;
 #endif
     return n;
 }
