@@ -369,7 +369,7 @@ hn_status tn_probe_measure(tn_probe *p, int max_threads, hn_err *err) {
     if (p->mem_bytes && bytes > p->mem_bytes / 16) bytes = (size_t)(p->mem_bytes / 16) & ~(size_t)4095;
     size_t half = bytes / 2 & ~(size_t)4095;
     bw_job *j = hn_calloc(1, sizeof *j);
-    unsigned char *buf = hn_pages_alloc(bytes);
+    unsigned char *buf = hn_pages_alloc_huge(bytes);
     if (!j || !buf) {
         hn_free(j);
         if (buf) hn_pages_free(buf, bytes);
