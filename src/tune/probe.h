@@ -12,8 +12,9 @@
  *
  * tn_probe_measure measures memory bandwidth, the number that bounds decode
  * speed: a read-only sweep and a copy over buffers of at least 4x the last
- * level cache, with 1, 2, 4 ... threads up to the logical core count, median
- * of several repetitions, a few hundred milliseconds in total.
+ * level cache (on huge pages, as weights are kept), with 1, 2, 4 ... threads
+ * up to the logical core count, the fastest of several repetitions, a few
+ * hundred milliseconds in total.
  *
  * tn_probe_get does both, reusing the bandwidth measured by an earlier run when
  * the cache directory holds one for this fingerprint (so a second start is
