@@ -14,17 +14,7 @@
 #include <string.h>
 
 #include "gemm_int.h"
-
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-
-static ALWAYS_INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-static ALWAYS_INLINE float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+#include "gemm_simd.h"
 
 /* 32 nibbles of 16 bytes: low nibbles in the low lane, high in the high lane. */
 static ALWAYS_INLINE __m256i nibbles32(const uint8_t *qs) {
@@ -63,26 +53,6 @@ static ALWAYS_INLINE __m256i dec_q4_0(const block_q4_0 *b) {
 }
 Q32_BODY(q8_0_body, block_q8_0, dec_q8_0)
 Q32_BODY(q4_0_body, block_q4_0, dec_q4_0)
-
-/* Q4_K's 12 scale bytes -> 8 scales then 8 mins, as bytes of one 16-byte vector. */
-static ALWAYS_INLINE __m128i k4_scales_mins(const uint8_t *p) {
-    uint32_t u0, u1, u2, t[4];
-    memcpy(&u0, p, 4);
-    memcpy(&u1, p + 4, 4);
-    memcpy(&u2, p + 8, 4);
-    t[0] = u0 & 0x3f3f3f3f;
-    t[1] = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4);
-    t[2] = u1 & 0x3f3f3f3f;
-    t[3] = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4);
-    return _mm_loadu_si128((const __m128i *)t);
-}
-
-/* i16 vector of scale byte `j` of v (bytes 0..15) repeated: pshufb of bytes (j, zero). */
-static ALWAYS_INLINE __m256i bcast16(__m256i v16, int j) {
-    /* v16 holds i16 lanes 0..7 in both 128-bit halves */
-    const __m256i idx = _mm256_set1_epi16((short)((2 * j) | ((2 * j + 1) << 8)));
-    return _mm256_shuffle_epi8(v16, idx);
-}
 
 static ALWAYS_INLINE void q4_K_body(int64_t k, const block_q4_K *restrict w, const int NA,
                                     const void *const *restrict a, float *restrict s) {

@@ -22,44 +22,7 @@
 #include <string.h>
 
 #include "gemm_int.h"
-
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-
-static ALWAYS_INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-/* Same as gemm_avx2.c's reduction, so both variants round alike. */
-static ALWAYS_INLINE float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* The two 256-bit halves of 16 exact i32 sums added: lane l then holds the
- * products the AVX2 kernel's lane l holds (the same elements, summed exactly),
- * so the float work after it is the AVX2 kernel's, bit for bit. */
-static ALWAYS_INLINE __m256i fold(__m512i v) {
-    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-}
-
-static ALWAYS_INLINE float hsum4(__m128 v) {
-    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    v = _mm_add_ss(v, _mm_movehdup_ps(v));
-    return _mm_cvtss_f32(v);
-}
-
-/* Q4_K's 12 scale bytes -> 8 scales then 8 mins, as bytes of one 16-byte vector. */
-static ALWAYS_INLINE __m128i k4_scales_mins(const uint8_t *p) {
-    uint32_t u0, u1, u2, t[4];
-    memcpy(&u0, p, 4);
-    memcpy(&u1, p + 4, 4);
-    memcpy(&u2, p + 8, 4);
-    t[0] = u0 & 0x3f3f3f3f;
-    t[1] = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4);
-    t[2] = u1 & 0x3f3f3f3f;
-    t[3] = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4);
-    return _mm_loadu_si128((const __m128i *)t);
-}
+#include "gemm_simd.h"
 
 /* permutexvar maps: i16 lane l of scale vector j takes scale k_map[j][l] */
 static const int16_t k_map_q4_K[4][32] __attribute__((aligned(64))) = {

@@ -23,42 +23,7 @@
 #include "../../quant/quant.h"
 #include "dot_int.h"
 #include "gemm_int.h"
-
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-
-static ALWAYS_INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-/* The same reduction as every gemm kernel's (gemm_more_avx512.c's too). */
-static ALWAYS_INLINE float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static ALWAYS_INLINE float hsum4(__m128 m) {
-    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
-}
-
-/* Q4_K/Q5_K's 12 scale bytes -> 8 scales then 8 mins, as bytes of one 16-byte vector. */
-static ALWAYS_INLINE __m128i k4_scales_mins(const uint8_t *p) {
-    uint32_t u0, u1, u2, t[4];
-    memcpy(&u0, p, 4);
-    memcpy(&u1, p + 4, 4);
-    memcpy(&u2, p + 8, 4);
-    t[0] = u0 & 0x3f3f3f3f;
-    t[1] = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4);
-    t[2] = u1 & 0x3f3f3f3f;
-    t[3] = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4);
-    return _mm_loadu_si128((const __m128i *)t);
-}
-
-/* i16 vector of scale `j` of v16 (i16 lanes 0..7 in both halves), repeated. */
-static ALWAYS_INLINE __m256i bcast16(__m256i v16, int j) {
-    return _mm256_shuffle_epi8(v16, _mm256_set1_epi16((short)((2 * j) | ((2 * j + 1) << 8))));
-}
+#include "gemm_simd.h"
 
 /* Bit b of every byte of v moved to bit 4 (other bits cleared); b constant. */
 #define BIT_TO_4(v, b)                                                                                       \

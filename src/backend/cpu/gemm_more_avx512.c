@@ -20,42 +20,10 @@
 #include "../../quant/quant.h"
 #include "dot_int.h"
 #include "gemm_int.h"
-
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-
-static ALWAYS_INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-static ALWAYS_INLINE float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static ALWAYS_INLINE float hsum4(__m128 m) {
-    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
-}
+#include "gemm_simd.h"
 
 /* The high 8 lanes of a zmm (AVX-512F has no extractf32x8: through the integer view). */
 static ALWAYS_INLINE __m256 hi8(__m512 v) { return _mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(v), 1)); }
-
-static ALWAYS_INLINE __m256i fold(__m512i v) {
-    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-}
-
-static ALWAYS_INLINE __m128i k4_scales_mins(const uint8_t *p) {
-    uint32_t u0, u1, u2, t[4];
-    memcpy(&u0, p, 4);
-    memcpy(&u1, p + 4, 4);
-    memcpy(&u2, p + 8, 4);
-    t[0] = u0 & 0x3f3f3f3f;
-    t[1] = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4);
-    t[2] = u1 & 0x3f3f3f3f;
-    t[3] = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4);
-    return _mm_loadu_si128((const __m128i *)t);
-}
 
 /* i16 lane l of map j takes scale 2j (l < 16) or 2j+1 (l >= 16): one scale per 32 codes */
 static const int16_t k_map32[4][32] __attribute__((aligned(64))) = {

@@ -1,0 +1,58 @@
+/* gemm_simd.h: small inline helpers shared by the gemm kernel files
+ * (gemm_avx2.c, gemm_avx512.c, gemm_more_avx2.c, gemm_more_avx512.c). Include
+ * only from files compiled with AVX2+FMA+F16C (the AVX-512 part only where
+ * __AVX512F__ is defined). Every kernel reduces with these same functions, so
+ * variants that must agree bit for bit round alike. */
+#ifndef HN_CPU_GEMM_SIMD_H
+#define HN_CPU_GEMM_SIMD_H
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+static ALWAYS_INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+/* Horizontal sums: fixed order, shared by every variant. */
+static ALWAYS_INLINE float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static ALWAYS_INLINE float hsum4(__m128 v) {
+    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_add_ss(v, _mm_movehdup_ps(v));
+    return _mm_cvtss_f32(v);
+}
+
+/* Q4_K/Q5_K's 12 scale bytes -> 8 scales then 8 mins, as bytes of one 16-byte vector. */
+static ALWAYS_INLINE __m128i k4_scales_mins(const uint8_t *p) {
+    uint32_t u0, u1, u2, t[4];
+    memcpy(&u0, p, 4);
+    memcpy(&u1, p + 4, 4);
+    memcpy(&u2, p + 8, 4);
+    t[0] = u0 & 0x3f3f3f3f;
+    t[1] = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4);
+    t[2] = u1 & 0x3f3f3f3f;
+    t[3] = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4);
+    return _mm_loadu_si128((const __m128i *)t);
+}
+
+/* i16 vector of scale `j` of v16 (i16 lanes 0..7 in both 128-bit halves), repeated. */
+static ALWAYS_INLINE __m256i bcast16(__m256i v16, int j) {
+    return _mm256_shuffle_epi8(v16, _mm256_set1_epi16((short)((2 * j) | ((2 * j + 1) << 8))));
+}
+
+#if defined(__AVX512F__)
+/* The two 256-bit halves of 16 exact i32 sums added: lane l then holds the
+ * products the AVX2 kernels' lane l holds (the same elements, summed exactly),
+ * so the float work after it is the AVX2 kernels', bit for bit. */
+static ALWAYS_INLINE __m256i fold(__m512i v) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+#endif
+
+#endif
