@@ -5,6 +5,7 @@
 #ifndef HN_TEST_H
 #define HN_TEST_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,26 @@ static inline char *test_slurp(const char *path, size_t *len) {
     if (buf) buf[n] = 0;
     if (len) *len = (size_t)n;
     return buf;
+}
+
+/* A xorshift generator for test data; a binary that wants other data sets
+ * *test_rng_state() first. */
+static inline uint64_t *test_rng_state(void) {
+    static uint64_t s = 0x9e3779b97f4a7c15ull;
+    return &s;
+}
+static inline uint32_t test_rnd(void) {
+    uint64_t *s = test_rng_state();
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return (uint32_t)(*s >> 32);
+}
+/* Roughly normal (mean 0, sd 1): a scaled sum of 4 uniforms. */
+static inline float test_gauss(void) {
+    float s = 0;
+    for (int i = 0; i < 4; i++) s += (float)test_rnd() / 4294967296.0f;
+    return (s - 2.0f) * 1.7320508f;
 }
 
 #endif

@@ -17,19 +17,7 @@
 #include "quant/quant.h"
 #include "test.h"
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 32);
-}
-static float unif(void) { return (float)rnd() / 4294967296.0f; } /* [0,1) */
-static float gauss(void) {
-    float s = 0;
-    for (int i = 0; i < 4; i++) s += unif();
-    return (s - 2.0f) * 1.7320508f;
-}
+static float unif(void) { return (float)test_rnd() / 4294967296.0f; } /* [0,1) */
 
 /* Where a block keeps its f16 scale fields (-1: none). */
 typedef struct {
@@ -67,7 +55,7 @@ static void set_f16(uint8_t *p, float v) {
 /* Fills a weight row of n elements in the given mode. */
 static void make_weights(const type_info *ti, int mode, int64_t n, float *wf, void *w) {
     const qt_type_traits *tr = qt_traits(ti->t);
-    for (int64_t i = 0; i < n; i++) wf[i] = gauss() * (rnd() % 16 == 0 ? 8.0f : 1.0f);
+    for (int64_t i = 0; i < n; i++) wf[i] = test_gauss() * (test_rnd() % 16 == 0 ? 8.0f : 1.0f);
     if (mode == MODE_QUANT || !tr->is_quantized) {
         tr->from_float(wf, w, n);
         return;
@@ -75,12 +63,12 @@ static void make_weights(const type_info *ti, int mode, int64_t n, float *wf, vo
     size_t bytes = qt_row_size(ti->t, n);
     uint8_t *p = w;
     for (size_t i = 0; i < bytes; i++)
-        p[i] = mode == MODE_FF ? 0xff : mode == MODE_00 ? 0x00 : mode == MODE_80 ? 0x80 : (uint8_t)rnd();
+        p[i] = mode == MODE_FF ? 0xff : mode == MODE_00 ? 0x00 : mode == MODE_80 ? 0x80 : (uint8_t)test_rnd();
     int64_t nb = n / tr->blck_size;
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *blk = p + b * tr->type_size;
         if (ti->t == QT_MXFP4) {
-            blk[0] = (uint8_t)(mode == MODE_ZERO_SCALES && b % 2 ? 0 : 120 + rnd() % 15);
+            blk[0] = (uint8_t)(mode == MODE_ZERO_SCALES && b % 2 ? 0 : 120 + test_rnd() % 15);
             continue;
         }
         for (int k = 0; k < 2; k++) {
@@ -95,10 +83,10 @@ static void make_weights(const type_info *ti, int mode, int64_t n, float *wf, vo
 
 /* Activations: gaussian, or saturated (every code +-127), with a zero block now and then. */
 static void make_acts(int mode, int64_t n, float *x) {
-    float sign = rnd() & 1 ? 1.0f : -1.0f;
+    float sign = test_rnd() & 1 ? 1.0f : -1.0f;
     for (int64_t i = 0; i < n; i++) {
         if (mode >= MODE_FF) x[i] = sign * 3.0f;
-        else x[i] = gauss();
+        else x[i] = test_gauss();
     }
     if (mode == MODE_ZERO_SCALES && n >= 512)
         for (int64_t i = 256; i < 512; i++) x[i] = 0; /* a whole zero block of either size */
@@ -164,8 +152,8 @@ static void test_act_rounding(void) {
     for (int trial = 0; trial < 2000; trial++) {
         float x[QK8_0];
         float c = 0.001f + unif() * 0.1f, w = 0.5f + unif();
-        for (int j = 0; j < QK8_0; j++) x[j] = (float)((int)(rnd() % 16) - 8) * c * w;
-        x[rnd() % QK8_0] = -8.0f * c * w; /* amax = 8c*w, so 4c*w sits on a tie */
+        for (int j = 0; j < QK8_0; j++) x[j] = (float)((int)(test_rnd() % 16) - 8) * c * w;
+        x[test_rnd() % QK8_0] = -8.0f * c * w; /* amax = 8c*w, so 4c*w sits on a tie */
         float amax = 0;
         for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
         float d = amax / 127.0f, id = 127.0f / amax, id_other = 1.0f / d;
@@ -200,21 +188,21 @@ static void test_act_rounding(void) {
 /* Fills x[0..n) with one of the converter test patterns. */
 static void act_pattern(int pat, float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
-        float g = gauss();
+        float g = test_gauss();
         switch (pat) {
         case 0: x[i] = g; break;
         case 1: x[i] = (i / 32) % 3 == 1 ? 0.0f : g; break;                            /* zero blocks */
-        case 2: x[i] = g * 1e37f * (rnd() % 8 == 0 ? 3.0f : 1.0f); break;              /* huge */
+        case 2: x[i] = g * 1e37f * (test_rnd() % 8 == 0 ? 3.0f : 1.0f); break;              /* huge */
         case 3: x[i] = g * 1e-39f; break;                                               /* subnormal */
         case 4: x[i] = g * 1e-30f; break;                                               /* tiny */
-        case 5: x[i] = (float)((int)(rnd() % 16) - 8) * 0.013f; break;                  /* ties (4-bit rows) */
-        case 6: x[i] = rnd() % 4 ? (rnd() % 2 ? 2.5f : -2.5f) : g; break;               /* +-amax both present */
-        case 7: x[i] = rnd() % 3 ? 0.0f : (rnd() % 2 ? -0.0f : g * 1e-42f); break;      /* signed zeros */
-        case 8: x[i] = rnd() % 50 == 0 ? (rnd() % 2 ? INFINITY : NAN) : g; break;       /* inf and NaN */
+        case 5: x[i] = (float)((int)(test_rnd() % 16) - 8) * 0.013f; break;                  /* ties (4-bit rows) */
+        case 6: x[i] = test_rnd() % 4 ? (test_rnd() % 2 ? 2.5f : -2.5f) : g; break;               /* +-amax both present */
+        case 7: x[i] = test_rnd() % 3 ? 0.0f : (test_rnd() % 2 ? -0.0f : g * 1e-42f); break;      /* signed zeros */
+        case 8: x[i] = test_rnd() % 50 == 0 ? (test_rnd() % 2 ? INFINITY : NAN) : g; break;       /* inf and NaN */
         default: {
             /* any bit pattern but signaling NaNs: glibc's fmaxf propagates
              * those, and arithmetic never makes one */
-            uint32_t u = rnd();
+            uint32_t u = test_rnd();
             if ((u & 0x7f800000) == 0x7f800000 && (u & 0x7fffff)) u |= 0x400000;
             memcpy(&x[i], &u, 4);
         }
@@ -279,9 +267,9 @@ static void test_f16_rows(void) {
     int bad = 0;
     for (int trial = 0; trial < 64; trial++) {
         for (int i = 0; i < N; i++) {
-            uint32_t u = rnd();
-            if (trial % 4 == 1) u = (u & 0x807fffffu) | ((uint32_t)(100 + rnd() % 50) << 23); /* near the half range */
-            if (trial % 4 == 2) u = (u & 0x80001fffu) | (0x33000000u + (rnd() % 16) * 0x00800000u); /* ties, subnormals */
+            uint32_t u = test_rnd();
+            if (trial % 4 == 1) u = (u & 0x807fffffu) | ((uint32_t)(100 + test_rnd() % 50) << 23); /* near the half range */
+            if (trial % 4 == 2) u = (u & 0x80001fffu) | (0x33000000u + (test_rnd() % 16) * 0x00800000u); /* ties, subnormals */
             memcpy(&x[i], &u, 4);
         }
         if (trial == 0) {

@@ -16,18 +16,6 @@
 #include "quant/quant.h"
 #include "test.h"
 
-static uint64_t g_rng = 0x2545f4914f6cdd1dull;
-static uint32_t rnd(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 32);
-}
-static float gauss(void) {
-    float s = 0;
-    for (int i = 0; i < 4; i++) s += (float)rnd() / 4294967296.0f;
-    return (s - 2.0f) * 1.7320508f;
-}
 
 static const qt_type k_types[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K, QT_Q5_K, QT_IQ4_XS, QT_F16, QT_BF16};
 enum { MODE_QUANT, MODE_BYTES, MODE_FF, MODE_COUNT };
@@ -42,15 +30,15 @@ static void tame_f16(qt_type t, uint8_t *row, int64_t n, int mode) {
         for (int64_t i = 0; i < n; i++) {
             uint16_t sign = (uint16_t)(mode == MODE_FF ? (i % 3 ? 0 : 0x8000) : (h[i] & 0x8000));
             if (t == QT_F16)
-                h[i] = mode == MODE_FF ? (uint16_t)(sign | 0x7bff) : (uint16_t)(sign | ((7 + rnd() % 16) << 10) | (h[i] & 0x3ff));
+                h[i] = mode == MODE_FF ? (uint16_t)(sign | 0x7bff) : (uint16_t)(sign | ((7 + test_rnd() % 16) << 10) | (h[i] & 0x3ff));
             else
-                h[i] = mode == MODE_FF ? (uint16_t)(sign | 0x477f) : (uint16_t)(sign | ((119 + rnd() % 16) << 7) | (h[i] & 0x7f));
+                h[i] = mode == MODE_FF ? (uint16_t)(sign | 0x477f) : (uint16_t)(sign | ((119 + test_rnd() % 16) << 7) | (h[i] & 0x7f));
         }
         return;
     }
     for (int64_t b = 0; b < n / tr->blck_size; b++) {
         uint8_t *blk = row + b * tr->type_size;
-        uint16_t h = qt_f32_to_f16(0.01f + 0.01f * (float)(rnd() % 100));
+        uint16_t h = qt_f32_to_f16(0.01f + 0.01f * (float)(test_rnd() % 100));
         if (t == QT_Q6_K) {
             memcpy(blk + offsetof(block_q6_K, d), &h, 2);
         } else {
@@ -79,17 +67,17 @@ static void check_type(qt_type t) {
         uint8_t *acts = hn_malloc(abytes * CPU_GEMM_MAX_NA);
         uint8_t *prep = hn_malloc((size_t)k * 4 * CPU_GEMM_MAX_NA);
         for (int mode = 0; mode < MODE_COUNT; mode++) {
-            for (int64_t i = 0; i < k; i++) xf[i] = gauss() * (rnd() % 16 == 0 ? 8.0f : 1.0f);
+            for (int64_t i = 0; i < k; i++) xf[i] = test_gauss() * (test_rnd() % 16 == 0 ? 8.0f : 1.0f);
             if (mode == MODE_QUANT) {
                 qt_traits(t)->from_float(xf, w, k);
             } else {
-                for (size_t i = 0; i < wbytes; i++) w[i] = mode == MODE_FF ? 0xff : (uint8_t)rnd();
+                for (size_t i = 0; i < wbytes; i++) w[i] = mode == MODE_FF ? 0xff : (uint8_t)test_rnd();
                 tame_f16(t, w, k, mode);
             }
             const void *aptr[CPU_GEMM_MAX_NA];
             for (int r = 0; r < CPU_GEMM_MAX_NA; r++) {
                 for (int64_t i = 0; i < k; i++)
-                    xf[i] = mode == MODE_FF ? ((r + i) % 3 ? 1.0f : -1.0f) : gauss() * (1.0f + (float)r);
+                    xf[i] = mode == MODE_FF ? ((r + i) % 3 ? 1.0f : -1.0f) : test_gauss() * (1.0f + (float)r);
                 dref->act(xf, acts + (size_t)r * abytes, k);
                 aptr[r] = acts + (size_t)r * abytes;
             }
@@ -140,6 +128,7 @@ static void check_type(qt_type t) {
 }
 
 int main(void) {
+    *test_rng_state() = 0x2545f4914f6cdd1dull;
     for (size_t i = 0; i < sizeof k_types / sizeof k_types[0]; i++) check_type(k_types[i]);
     /* a type without a gemm kernel gives none */
     CHECK(cpu_gemm_best(QT_Q5_1) == NULL);

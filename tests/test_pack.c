@@ -27,18 +27,6 @@
 #include "quant/quant.h"
 #include "test.h"
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 32);
-}
-static float gauss(void) {
-    float s = 0;
-    for (int i = 0; i < 4; i++) s += (float)rnd() / 4294967296.0f;
-    return (s - 2.0f) * 1.7320508f;
-}
 
 static int sanitized(void) {
     const char *s = getenv("HONE_SANITIZED");
@@ -54,7 +42,7 @@ static void tame_f16(qt_type t, uint8_t *row, int64_t n) {
     const qt_type_traits *tr = qt_traits(t);
     for (int64_t b = 0; b < n / tr->blck_size; b++) {
         uint8_t *blk = row + b * tr->type_size;
-        uint16_t h = qt_f32_to_f16(0.01f + 0.01f * (float)(rnd() % 100));
+        uint16_t h = qt_f32_to_f16(0.01f + 0.01f * (float)(test_rnd() % 100));
         if (t == QT_Q6_K) {
             memcpy(blk + offsetof(block_q6_K, d), &h, 2);
         } else {
@@ -71,10 +59,10 @@ static void make_rows(qt_type t, int mode, int64_t k, int rows, uint8_t *w) {
     for (int j = 0; j < rows; j++) {
         uint8_t *row = w + (size_t)j * rb;
         if (mode == MODE_QUANT) {
-            for (int64_t i = 0; i < k; i++) xf[i] = gauss() * (rnd() % 16 == 0 ? 8.0f : 1.0f);
+            for (int64_t i = 0; i < k; i++) xf[i] = test_gauss() * (test_rnd() % 16 == 0 ? 8.0f : 1.0f);
             qt_traits(t)->from_float(xf, row, k);
         } else {
-            for (size_t i = 0; i < rb; i++) row[i] = mode == MODE_FF ? 0xff : (uint8_t)rnd();
+            for (size_t i = 0; i < rb; i++) row[i] = mode == MODE_FF ? 0xff : (uint8_t)test_rnd();
             tame_f16(t, row, k);
         }
     }
@@ -108,7 +96,7 @@ static void check_kernel(const cpu_pack_kernel *v, const cpu_pack_kernel *ref, q
             const void *aptr[CPU_PACK_MAX_NA], *vptr[CPU_PACK_MAX_NA];
             for (int r = 0; r < CPU_PACK_MAX_NA; r++) {
                 for (int64_t i = 0; i < k; i++)
-                    xf[i] = mode == MODE_FF ? ((r + i) % 3 ? 1.0f : -1.0f) : gauss() * (1.0f + (float)r);
+                    xf[i] = mode == MODE_FF ? ((r + i) % 3 ? 1.0f : -1.0f) : test_gauss() * (1.0f + (float)r);
                 dref->act(xf, acts + (size_t)r * ab, k);
                 aptr[r] = vptr[r] = acts + (size_t)r * ab;
                 if (v->prep) {
@@ -176,7 +164,7 @@ static void check_identical(qt_type t) {
             v[a]->pack(k, w, rb, g);
             const void *ap[8];
             for (int r = 0; r < 8; r++) {
-                for (int64_t i = 0; i < k; i++) xf[i] = gauss();
+                for (int64_t i = 0; i < k; i++) xf[i] = test_gauss();
                 cpu_dot_ref(t)->act(xf, acts + (size_t)r * ab, k);
                 v[a]->prep(k, acts + (size_t)r * ab, prep + (size_t)r * (size_t)k * 4);
                 ap[r] = prep + (size_t)r * (size_t)k * 4;
@@ -222,7 +210,7 @@ static void test_kernels(void) {
 
 /* ---- backend level ---- */
 
-static float frand(void) { return (float)((int)(rnd() % 2001) - 1000) / 1000.0f; }
+static float frand(void) { return (float)((int)(test_rnd() % 2001) - 1000) / 1000.0f; }
 
 static void test_backend_type(be_backend *b, qt_type t) {
     const cpu_pack_kernel *pk = cpu_pack_best(t, 256);

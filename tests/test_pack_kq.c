@@ -19,18 +19,6 @@
 #include "quant/quant.h"
 #include "test.h"
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 32);
-}
-static float gauss(void) {
-    float s = 0;
-    for (int i = 0; i < 4; i++) s += (float)rnd() / 4294967296.0f;
-    return (s - 2.0f) * 1.7320508f;
-}
 
 static const qt_type k_types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K};
 enum { MODE_QUANT, MODE_BYTES, MODE_FF, MODE_COUNT };
@@ -39,8 +27,8 @@ enum { MODE_QUANT, MODE_BYTES, MODE_FF, MODE_COUNT };
 static void tame_f16(qt_type t, uint8_t *row, int64_t k) {
     for (int64_t b = 0; b < k / QK_K; b++) {
         uint8_t *blk = row + b * qt_traits(t)->type_size;
-        uint16_t h = qt_f32_to_f16(0.01f + 0.01f * (float)(rnd() % 100));
-        uint16_t h2 = qt_f32_to_f16(0.01f + 0.01f * (float)(rnd() % 100));
+        uint16_t h = qt_f32_to_f16(0.01f + 0.01f * (float)(test_rnd() % 100));
+        uint16_t h2 = qt_f32_to_f16(0.01f + 0.01f * (float)(test_rnd() % 100));
         if (t == QT_Q6_K) {
             memcpy(blk + offsetof(block_q6_K, d), &h, 2);
         } else {
@@ -93,15 +81,15 @@ static void make_rows(qt_type t, int mode, int64_t k, uint8_t *w, size_t stride,
     for (int j = 0; j < R; j++) {
         uint8_t *row = w + (size_t)j * stride;
         if (mode == MODE_QUANT) {
-            float amp = 0.1f + (float)(rnd() % 40);
-            for (int64_t i = 0; i < k; i++) xf[i] = amp * gauss() * (rnd() % 16 == 0 ? 8.0f : 1.0f);
+            float amp = 0.1f + (float)(test_rnd() % 40);
+            for (int64_t i = 0; i < k; i++) xf[i] = amp * test_gauss() * (test_rnd() % 16 == 0 ? 8.0f : 1.0f);
             /* the quantizer writes aligned blocks; the strided copy may be unaligned */
             uint8_t *tmp = hn_malloc(rb);
             qt_traits(t)->from_float(xf, tmp, k);
             memcpy(row, tmp, rb);
             hn_free(tmp);
         } else {
-            for (size_t i = 0; i < rb; i++) row[i] = mode == MODE_FF ? 0xff : (uint8_t)rnd();
+            for (size_t i = 0; i < rb; i++) row[i] = mode == MODE_FF ? 0xff : (uint8_t)test_rnd();
             tame_f16(t, row, k);
         }
     }
@@ -170,7 +158,7 @@ static void check_kernels(qt_type t) {
             const void *aptr[CPU_PACK_MAX_NA];
             for (int r = 0; r < NA; r++) {
                 for (int64_t i = 0; i < k; i++)
-                    xf[i] = mode == MODE_FF ? ((r + i) % 3 ? 1.0f : -1.0f) : gauss() * (1.0f + (float)r);
+                    xf[i] = mode == MODE_FF ? ((r + i) % 3 ? 1.0f : -1.0f) : test_gauss() * (1.0f + (float)r);
                 dref->act(xf, acts + (size_t)r * ab, k);
                 aptr[r] = acts + (size_t)r * ab;
             }
