@@ -65,21 +65,7 @@ static ALWAYS_INLINE void q4_K_body(int64_t k, const block_q4_K *restrict w, con
             q[j] = _mm512_and_si512(v, lo4);
             sc[j] = _mm512_permutexvar_epi16(map[j], sc16);
         }
-        const float d = h2f(b->d), dmin = h2f(b->dmin);
-        #pragma GCC unroll 8
-        for (int r = 0; r < NA; r++) {
-            const block_q8_K *y = (const block_q8_K *)a[r] + i;
-            __m512i sumi = _mm512_setzero_si512();
-            #pragma GCC unroll 8
-            for (int j = 0; j < 4; j++) {
-                __m512i p = _mm512_maddubs_epi16(q[j], _mm512_loadu_si512(y->qs + 64 * j));
-                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p, sc[j]));
-            }
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(fold(sumi)), acc[r]);
-            __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
-                                           _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
-            accm[r] = _mm_fmadd_ps(_mm_set1_ps(dmin * y->d), _mm_cvtepi32_ps(_mm_madd_epi16(pairs, m16)), accm[r]);
-        }
+        k45_rows_512(q, sc, h2f(b->d), h2f(b->dmin), m16, i, NA, a, acc, accm);
     }
     #pragma GCC unroll 8
     for (int r = 0; r < NA; r++) s[r] = hsum8(acc[r]) - hsum4(accm[r]);

@@ -57,23 +57,9 @@ static ALWAYS_INLINE void q5_K_body(int64_t k, const block_q5_K *restrict w, con
             __m256i ql = _mm256_or_si256(_mm256_and_si256(qq, lo4), BIT_TO_4(hb, 2 * j));
             __m256i qh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qq, 4), lo4), BIT_TO_4(hb, 2 * j + 1));
             __m256i sl = bcast16(sc16, 2 * j), sh = bcast16(sc16, 2 * j + 1);
-            #pragma GCC unroll 8
-            for (int r = 0; r < NA; r++) {
-                const int8_t *aq = ((const block_q8_K *)a[r] + i)->qs + 64 * j;
-                __m256i pl = _mm256_maddubs_epi16(ql, _mm256_loadu_si256((const __m256i *)aq));
-                __m256i ph = _mm256_maddubs_epi16(qh, _mm256_loadu_si256((const __m256i *)(aq + 32)));
-                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(_mm256_madd_epi16(pl, sl), _mm256_madd_epi16(ph, sh)));
-            }
+            k45_pair_rows(ql, qh, sl, sh, i, j, NA, a, sumi);
         }
-        const float d = h2f(b->d), dmin = h2f(b->dmin);
-        #pragma GCC unroll 8
-        for (int r = 0; r < NA; r++) {
-            const block_q8_K *y = (const block_q8_K *)a[r] + i;
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
-            __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
-                                           _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
-            accm[r] = _mm_fmadd_ps(_mm_set1_ps(dmin * y->d), _mm_cvtepi32_ps(_mm_madd_epi16(pairs, m16)), accm[r]);
-        }
+        k45_scale_rows(sumi, h2f(b->d), h2f(b->dmin), m16, i, NA, a, acc, accm);
     }
     #pragma GCC unroll 8
     for (int r = 0; r < NA; r++) s[r] = hsum8(acc[r]) - hsum4(accm[r]);

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../../quant/blocks.h"
+
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
 static ALWAYS_INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
@@ -46,6 +48,35 @@ static ALWAYS_INLINE __m256i bcast16(__m256i v16, int j) {
     return _mm256_shuffle_epi8(v16, _mm256_set1_epi16((short)((2 * j) | ((2 * j + 1) << 8))));
 }
 
+
+/* Q4_K/Q5_K (AVX2): sub-blocks 2j and 2j+1 of super-block i, decoded to
+ * unsigned codes ql/qh with their i16 scales sl/sh, into every row's exact
+ * i32 sums. */
+static ALWAYS_INLINE void k45_pair_rows(__m256i ql, __m256i qh, __m256i sl, __m256i sh, int64_t i, int j, const int NA,
+                                        const void *const *restrict a, __m256i *sumi) {
+    #pragma GCC unroll 8
+    for (int r = 0; r < NA; r++) {
+        const int8_t *aq = ((const block_q8_K *)a[r] + i)->qs + 64 * j;
+        __m256i pl = _mm256_maddubs_epi16(ql, _mm256_loadu_si256((const __m256i *)aq));
+        __m256i ph = _mm256_maddubs_epi16(qh, _mm256_loadu_si256((const __m256i *)(aq + 32)));
+        sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(_mm256_madd_epi16(pl, sl), _mm256_madd_epi16(ph, sh)));
+    }
+}
+
+/* Q4_K/Q5_K: super-block i's exact sums (8 i32 lanes per row) scaled into
+ * acc, and its mins (m16: 8 i16) against the activation's bsums into accm. */
+static ALWAYS_INLINE void k45_scale_rows(const __m256i *sumi, float d, float dmin, __m128i m16, int64_t i, const int NA,
+                                         const void *const *restrict a, __m256 *acc, __m128 *accm) {
+    #pragma GCC unroll 8
+    for (int r = 0; r < NA; r++) {
+        const block_q8_K *y = (const block_q8_K *)a[r] + i;
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+        __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
+                                       _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
+        accm[r] = _mm_fmadd_ps(_mm_set1_ps(dmin * y->d), _mm_cvtepi32_ps(_mm_madd_epi16(pairs, m16)), accm[r]);
+    }
+}
+
 #if defined(__AVX512F__)
 /* The two 256-bit halves of 16 exact i32 sums added: lane l then holds the
  * products the AVX2 kernels' lane l holds (the same elements, summed exactly),
@@ -53,6 +84,29 @@ static ALWAYS_INLINE __m256i bcast16(__m256i v16, int j) {
 static ALWAYS_INLINE __m256i fold(__m512i v) {
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
 }
+
+#if defined(__AVX512BW__)
+/* Q4_K/Q5_K (AVX-512): super-block i as four zmm of 64 unsigned codes q[j]
+ * with their i16 scales sc[j], into every row's accumulators; the i32 sums are
+ * folded to the AVX2 kernels' lanes (fold), so both round alike. */
+static ALWAYS_INLINE void k45_rows_512(const __m512i *q, const __m512i *sc, float d, float dmin, __m128i m16, int64_t i,
+                                       const int NA, const void *const *restrict a, __m256 *acc, __m128 *accm) {
+    #pragma GCC unroll 8
+    for (int r = 0; r < NA; r++) {
+        const block_q8_K *y = (const block_q8_K *)a[r] + i;
+        __m512i sumi = _mm512_setzero_si512();
+        #pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m512i p = _mm512_maddubs_epi16(q[j], _mm512_loadu_si512(y->qs + 64 * j));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p, sc[j]));
+        }
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(fold(sumi)), acc[r]);
+        __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
+                                       _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
+        accm[r] = _mm_fmadd_ps(_mm_set1_ps(dmin * y->d), _mm_cvtepi32_ps(_mm_madd_epi16(pairs, m16)), accm[r]);
+    }
+}
+#endif
 #endif
 
 #endif
