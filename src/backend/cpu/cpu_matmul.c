@@ -502,8 +502,11 @@ typedef struct {
     unsigned char *dst;
     int64_t n_groups; /* per matrix */
     int64_t total;    /* n_groups x matrices */
+    bool drop;        /* give source pages back as they are packed (BE_PREP_DROP_SOURCE) */
     _Atomic int64_t next;
 } pack_task;
+
+static void drop_pages(const void *p, size_t n);
 
 static void pack_worker(void *ctx, int ith, int nth) {
     (void)ith;
@@ -520,6 +523,10 @@ static void pack_worker(void *ctx, int ith, int nth) {
             const unsigned char *src =
                 (const unsigned char *)w->data + (size_t)mat * w->mat_bytes + (size_t)(g * R) * w->row_bytes;
             t->pk->pack(k, src, w->row_bytes, t->dst + (size_t)e * gb);
+            /* the source's whole pages go as soon as they are copied, so packing a
+             * large weight never holds it twice (pages shared with a neighbouring
+             * group fault back in if that group is still to come) */
+            if (t->drop) drop_pages(src, (size_t)R * w->row_bytes);
         }
     }
 }
@@ -549,7 +556,8 @@ hn_status cpu_op_prepare_weight(be_backend *b, be_weight *w, unsigned flags, hn_
     }
     unsigned char *dst = hn_pages_alloc_huge(bytes);
     if (!dst) return hn_errf(err, HN_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes for a repacked weight", bytes);
-    pack_task t = {.pk = pk, .w = w, .dst = dst, .n_groups = ng, .total = ng * w->ne[2]};
+    pack_task t = {.pk = pk, .w = w, .dst = dst, .n_groups = ng, .total = ng * w->ne[2],
+                   .drop = (flags & BE_PREP_DROP_SOURCE) != 0};
     atomic_store(&t.next, 0);
     if (cb->nth == 1 || t.total < 64)
         pack_worker(&t, 0, 1);
