@@ -24,13 +24,7 @@
 #include "gemm_int.h"
 #include "gemm_simd.h"
 
-/* permutexvar maps: i16 lane l of scale vector j takes scale k_map[j][l] */
-static const int16_t k_map_q4_K[4][32] __attribute__((aligned(64))) = {
-    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
-    {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
-    {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5},
-    {6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7},
-};
+/* Q6_K's permutexvar maps: i16 lane l of scale vector j takes scale k_map_q6_K[j][l] (Q4_K's: k45_scale_maps) */
 static const int16_t k_map_q6_K[4][32] __attribute__((aligned(64))) = {
     {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
     {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
@@ -50,8 +44,7 @@ static ALWAYS_INLINE void q4_K_body(int64_t k, const block_q4_K *restrict w, con
     }
     /* constant lane maps: scale j of the 64 codes in vector j: lanes 0..15 sub-block 2j, 16..31 2j+1 */
     __m512i map[4];
-    #pragma GCC unroll 8
-    for (int j = 0; j < 4; j++) map[j] = _mm512_loadu_si512(k_map_q4_K[j]);
+    k45_scale_maps(map);
     for (int64_t i = 0; i < k / QK_K; i++) {
         const block_q4_K *b = &w[i];
         __m128i sm = k4_scales_mins(b->scales);

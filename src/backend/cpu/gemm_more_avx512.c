@@ -25,14 +25,6 @@
 /* The high 8 lanes of a zmm (AVX-512F has no extractf32x8: through the integer view). */
 static ALWAYS_INLINE __m256 hi8(__m512 v) { return _mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(v), 1)); }
 
-/* i16 lane l of map j takes scale 2j (l < 16) or 2j+1 (l >= 16): one scale per 32 codes */
-static const int16_t k_map32[4][32] __attribute__((aligned(64))) = {
-    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
-    {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
-    {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5},
-    {6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7},
-};
-
 /* Bit b of every byte moved to bit 4, others cleared (b may be negative: a left shift). */
 #define SHIFT_TO_4(v, b)                                                                                 \
     _mm512_and_si512((b) <= 4 ? _mm512_slli_epi16((v), 4 - (b) < 0 ? 0 : 4 - (b))                       \
@@ -49,8 +41,7 @@ static ALWAYS_INLINE void q5_K_body(int64_t k, const block_q5_K *restrict w, con
         accm[r] = _mm_setzero_ps();
     }
     __m512i map[4];
-    #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) map[j] = _mm512_load_si512(k_map32[j]);
+    k45_scale_maps(map);
     for (int64_t i = 0; i < k / QK_K; i++) {
         const block_q5_K *b = &w[i];
         __m128i sm = k4_scales_mins(b->scales);
@@ -84,8 +75,7 @@ static ALWAYS_INLINE void iq4_xs_body(int64_t k, const block_iq4_xs *restrict w,
     #pragma GCC unroll 8
     for (int r = 0; r < NA; r++) acc[r] = _mm256_setzero_ps();
     __m512i map[4];
-    #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) map[j] = _mm512_load_si512(k_map32[j]);
+    k45_scale_maps(map);
     for (int64_t i = 0; i < k / QK_K; i++) {
         const block_iq4_xs *b = &w[i];
         /* the 8 six-bit scales: low nibbles of scales_l interleaved (ib even: low, odd: high), high bits from scales_h */

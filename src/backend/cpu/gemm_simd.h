@@ -86,6 +86,19 @@ static ALWAYS_INLINE __m256i fold(__m512i v) {
 }
 
 #if defined(__AVX512BW__)
+/* Q4_K/Q5_K (AVX-512): the permutexvar maps that spread the 8 sub-block scales
+ * over four zmm of i16 lanes: vector j holds sub-block 2j in lanes 0..15 and
+ * 2j+1 in lanes 16..31. */
+static ALWAYS_INLINE void k45_scale_maps(__m512i map[4]) {
+    static const int16_t m[4][32] __attribute__((aligned(64))) = {
+        {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+        {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
+        {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5},
+        {6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7},
+    };
+    for (int j = 0; j < 4; j++) map[j] = _mm512_load_si512(m[j]);
+}
+
 /* Q4_K/Q5_K (AVX-512): super-block i as four zmm of 64 unsigned codes q[j]
  * with their i16 scales sc[j], into every row's accumulators; the i32 sums are
  * folded to the AVX2 kernels' lanes (fold), so both round alike. */
