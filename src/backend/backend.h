@@ -1,17 +1,29 @@
-/* backend.h: the interface between model code and the kernels.
+/* backend.h: the interface between model code and the kernels (DESIGN.md,
+ * "The backend").
  *
  * A backend is a small versioned vtable (be_ops) plus its private state. The
- * model calls only these ops, so it never sees SIMD, threads or CUDA. Shapes:
- *   activations: row-major f32, one row per token, `n` rows;
- *   weights (be_weight): kept in their GGUF type; ne[0] is the row length K,
- *   ne[1] the number of rows N (output features), ne[2] the number of
- *   matrices (experts; 1 for dense). matmul computes y[r][j] = dot(W[j], x[r]).
- * Ops never allocate: `reserve` sizes every scratch buffer once, at load, for
- * the largest batch the caller will submit, and ops must stay inside it.
- * Ops report no errors: arguments are validated by the model at load time.
+ * model calls only these ops, so it never sees SIMD, threads, CUDA or memory:
+ * everything it computes on is a be_tensor handle made by the backend, at
+ * load: weights with weight_load (from their host source, the file mapping),
+ * activations with tensor_new (carved from an arena sized at reserve). On the
+ * CPU a handle's data is a host pointer, on a GPU a device pointer; only the
+ * backend dereferences it.
  *
- * Adding an op: append it to be_ops (never reorder), bump BE_OPS_VERSION, and
- * give it a scalar reference in the cpu backend plus a test (tests/test_backend.c). */
+ * Shapes: activations are row-major, one row per token; ops take the row
+ * count (and, where a tensor is viewed with another row length, e.g. one row
+ * per head, the row length) explicitly. Weights keep their GGUF type: ne[0]
+ * is the row length K, ne[1] the number of rows N (output features), ne[2]
+ * the number of matrices (experts; 1 for dense). matmul computes
+ * y[r][j] = dot(W[j], x[r]).
+ *
+ * A step: plan_set hands the backend the step's plan (sched/plan.h: tokens,
+ * positions, KV slots, block table, sequence lengths, wanted rows; one upload
+ * on a GPU), then the model enqueues ops, then fetch queues the logits' copy
+ * to the host and sync waits. Ops return nothing: sync returns the first
+ * error since the last sync (the single error point). Ops never allocate.
+ *
+ * Adding an op: append it to be_ops (never reorder), bump BE_OPS_VERSION,
+ * and give it a scalar reference plus a case in tests/test_backend_ops.c. */
 #ifndef HN_BACKEND_H
 #define HN_BACKEND_H
 
@@ -22,31 +34,46 @@
 #include "../core/status.h"
 #include "../kv/kv.h"
 #include "../quant/blocks.h"
+#include "../sched/plan.h"
 
-#define BE_OPS_VERSION 3
+/* version 4: handles, plans and one sync per step replaced the host-pointer
+ * ops of versions 1-3; append-only from here */
+#define BE_OPS_VERSION 4
 
 /* most weights in one matmul_multi call */
 #define BE_MULTI_MAX 8
 
-typedef struct be_weight {
-    qt_type type;
-    int64_t ne[3];     /* K (row length), N (rows), matrices */
+/* A tensor handle. The fields describe it; data is backend memory. */
+typedef struct be_tensor {
+    qt_type type;      /* element type: a GGUF type for weights, QT_F32 or QT_I32 for activations */
+    int64_t ne[3];     /* row length, rows, matrices */
     size_t row_bytes;  /* bytes of one row */
-    size_t mat_bytes;  /* bytes of one matrix (N rows) */
-    const void *data;
-    /* set by prepare_weight (version 3), zero otherwise: a backend-owned copy
-     * of the weight in a backend layout (layout != 0), which matmuls read
-     * instead of data; get_rows always reads data */
+    size_t mat_bytes;  /* bytes of one matrix (ne[1] rows) */
+    void *data;        /* backend memory (never dereferenced outside the backend) */
+    /* a backend-owned copy in a backend layout (layout != 0), which matmuls
+     * read instead of data; zero when the weight is used as loaded */
     const void *packed;
     int layout;
-} be_weight;
+} be_tensor;
 
-/* prepare_weight flags */
+/* Where a weight comes from: host bytes (usually the file mapping), which
+ * must outlive the backend unless it copies them (BE_W_DROP_SOURCE says the
+ * backend may give the pages back once it has its copy). */
+typedef struct be_weight_src {
+    const char *name;  /* for messages */
+    qt_type type;
+    int64_t ne[3];
+    const void *data;
+    size_t bytes;
+} be_weight_src;
+
+/* weight_load flags */
 enum {
-    /* data lies in a read-only file mapping: after repacking, the backend may
-     * give those pages back to the OS (a later read, e.g. get_rows of a tied
-     * embedding table, faults the rows it touches in again) */
-    BE_PREP_DROP_SOURCE = 1u << 0,
+    BE_W_MATMUL = 1u << 0,      /* read by matmuls: the backend may repack it */
+    BE_W_ROWS = 1u << 1,        /* read by get_rows (an embedding table) */
+    /* the source lies in a read-only file mapping: after copying it, the
+     * backend may give those pages back (a later read faults them in again) */
+    BE_W_DROP_SOURCE = 1u << 2,
 };
 
 /* What scratch the ops need, given at load. */
@@ -56,88 +83,127 @@ typedef struct be_limits {
     int max_head_dim;
     int max_group;      /* query heads per kv head */
     int max_experts;    /* expert_count (0 for dense models) */
+    size_t arena_bytes; /* activation tensors the caller will make (sum of be_tensor_bytes) */
 } be_limits;
 
 typedef enum { BE_ROPE_NORM = 0, BE_ROPE_NEOX = 2 } be_rope_mode;
 
-/* Attention of n_tokens query rows over the paged KV cache. Token t belongs to
- * sequence seqs[t] and sits at position pos[t]; it attends causally to that
- * sequence's cached positions max(0, pos[t]-window+1) .. pos[t] (window 0:
- * no window), whose K/V must already be in the cache (the model stores the
- * batch's K/V first). GQA: query head h reads kv head h / (n_head / n_head_kv). */
+/* Attention of the plan's tokens over the paged KV cache: token t attends
+ * causally to its sequence's positions max(0, pos[t]-window+1) .. pos[t]
+ * (window 0: no window) through the plan's block table; their K/V must be
+ * stored already (kv_store of this layer first). GQA: query head h reads kv
+ * head h / (n_head / n_head_kv). q and out are [n_tokens][n_head * head_dim]. */
 typedef struct be_attn_args {
-    const float *q;        /* [n_tokens][n_head * head_dim] */
-    float *out;            /* [n_tokens][n_head * head_dim] */
+    const be_tensor *q;
+    be_tensor *out;
     int n_tokens, n_head, n_head_kv, head_dim;
     float scale;           /* usually 1/sqrt(head_dim) */
     int32_t window;
     const kv_cache *kv;
     int layer;
-    const int32_t *pos;
-    const kv_seq *const *seqs;
 } be_attn_args;
+
+/* Matmul parameters, as the tuner chooses them (all 0: the defaults). They
+ * change speed only, never results beyond float summation order. The
+ * meaning of kernel and pack indices is the backend's (mm_candidates lists
+ * them). */
+typedef struct be_mm_params {
+    int kernel;
+    int chunks;
+    int threads;
+    int pack;
+    int tile;
+} be_mm_params;
 
 typedef struct be_backend be_backend;
 
 typedef struct be_ops {
     int version;       /* BE_OPS_VERSION the backend was built against */
-    const char *name;  /* "cpu" */
+    const char *name;  /* "cpu", "cuda" */
     void (*free)(be_backend *b);
-    /* Sizes scratch for the given limits (may allocate; call at load, not in the token loop). */
+    /* Sizes scratch and the activation arena (may allocate; at load). */
     hn_status (*reserve)(be_backend *b, const be_limits *lim, hn_err *err);
 
-    /* out[i] = dequantized row ids[i] of w (an embedding table); ids checked by the caller. */
-    void (*get_rows)(be_backend *b, const be_weight *w, const int32_t *ids, int n, float *out);
-    /* y[n][N] = x[n][K] . W^T for the matrix `mat` of w (0 for dense weights). */
-    void (*matmul)(be_backend *b, const be_weight *w, int mat, const float *x, int n, float *y);
-    /* y[r] = x[r] / rms(x[r]) * w (w may be NULL); n rows of dim; y may equal x. */
-    void (*rms_norm)(be_backend *b, const float *x, const float *w, int n, int dim, float eps, float *y);
-    /* Rotates the first n_rot dims of each of n_head heads of each row in place. */
-    void (*rope)(be_backend *b, float *x, int n, int n_head, int head_dim, int n_rot, const int32_t *pos,
-                 float freq_base, be_rope_mode mode);
-    /* y[i] = a[i] + b[i] for n elements (y may alias a or b). */
-    void (*add)(be_backend *b, const float *a, const float *bb, float *y, size_t n);
-    /* y[i] = a[i] * b[i]. */
-    void (*mul)(be_backend *b, const float *a, const float *bb, float *y, size_t n);
-    /* x[r][j] += bias[j] for n rows of dim. */
-    void (*add_bias)(be_backend *b, float *x, const float *bias, int n, int dim);
-    /* y[i] = silu(gate[i]) * up[i] (y may alias either). */
-    void (*swiglu)(be_backend *b, const float *gate, const float *up, float *y, size_t n);
-    /* Writes n_tokens K and V rows ([n_tokens][n_head_kv * head_dim]) into each
-     * token's sequence at its position for one layer (blocks must be reserved). */
-    void (*kv_store)(be_backend *b, kv_cache *kv, int layer, int n_tokens, const float *k, const float *v,
-                     const int32_t *pos, const kv_seq *const *seqs);
-    void (*attention)(be_backend *b, const be_attn_args *a);
-    /* MoE routing: for each of n rows of logits[n][n_expert], softmax, keep the
-     * top k experts (lowest id on ties) and their weights normalised to sum 1. */
-    void (*moe_route)(be_backend *b, const float *logits, int n, int n_expert, int k, int32_t *ids, float *weights);
-    /* Grouped expert matmul: y[r*k+s] = W[ids[r*k+s]] . x_row, where x_row is
-     * x[r] if x_shared, else x[r*k+s]. w is 3-D (one matrix per expert). */
-    void (*moe_matmul)(be_backend *b, const be_weight *w, const float *x, bool x_shared, int n, int k,
-                       const int32_t *ids, float *y);
-    /* Index of the largest of n values (lowest index on ties). */
-    int32_t (*argmax)(be_backend *b, const float *x, int64_t n);
-    /* In-place softmax of n values. */
-    void (*softmax)(be_backend *b, float *x, int64_t n);
+    /* ---- tensors (at load, after reserve) ---- */
+    /* An activation tensor of ne1 rows of ne0 elements (QT_F32 or QT_I32) from the arena. */
+    hn_status (*tensor_new)(be_backend *b, qt_type type, int64_t ne0, int64_t ne1, be_tensor **out, hn_err *err);
+    /* A weight made from host bytes (uploaded, referenced or repacked). flags: BE_W_*. */
+    hn_status (*weight_load)(be_backend *b, const be_weight_src *src, unsigned flags, be_tensor **out, hn_err *err);
+    /* Where the KV pool's bytes live (kv_config.storage). */
+    const kv_storage *(*kv_storage)(be_backend *b);
 
-    /* ---- version 2 ---- */
+    /* ---- a step ---- */
+    /* The step's plan (borrowed until the step's sync). */
+    void (*plan_set)(be_backend *b, const step_plan *p);
+    /* Queues the copy of t's first n_rows rows to host memory; *host is valid after sync, until the next step. */
+    void (*fetch)(be_backend *b, const be_tensor *t, int n_rows, const void **host);
+    /* Waits for every op queued since the last sync; the first error since then. */
+    hn_status (*sync)(be_backend *b, hn_err *err);
+
+    /* ---- compute (queued) ---- */
+    /* out[i] = dequantized row plan->token[i] of w for i < n. */
+    void (*get_rows)(be_backend *b, const be_tensor *w, int n, be_tensor *out);
+    /* y[n][N] = x[n][K] . W^T for the matrix `mat` of w (0 for dense weights). */
+    void (*matmul)(be_backend *b, const be_tensor *w, int mat, const be_tensor *x, int n, be_tensor *y);
     /* ys[i][n][N_i] = x[n][K] . W_i^T for n_w (<= BE_MULTI_MAX) dense weights sharing
      * K and the input (q/k/v, gate/up): one activation conversion, one dispatch. */
-    void (*matmul_multi)(be_backend *b, int n_w, const be_weight *const *ws, const float *x, int n, float *const *ys);
+    void (*matmul_multi)(be_backend *b, int n_w, const be_tensor *const *ws, const be_tensor *x, int n,
+                         be_tensor *const *ys);
+    /* y[r] = x[r] / rms(x[r]) * w (w may be NULL) for n rows of dim; y may be x. */
+    void (*rms_norm)(be_backend *b, const be_tensor *x, const be_tensor *w, int n, int dim, float eps, be_tensor *y);
+    /* Rotates the first n_rot dims of each of n_head heads of row i < n in
+     * place, at position plan->pos[i]. */
+    void (*rope)(be_backend *b, be_tensor *x, int n, int n_head, int head_dim, int n_rot, float freq_base,
+                 be_rope_mode mode);
+    /* y[i] = a[i] + b[i] for the first n elements (y may be a or b). */
+    void (*add)(be_backend *b, const be_tensor *a, const be_tensor *bb, be_tensor *y, size_t n);
+    /* x[r][j] += bias[j] for n rows of dim. */
+    void (*add_bias)(be_backend *b, be_tensor *x, const be_tensor *bias, int n, int dim);
+    /* y[i] = silu(gate[i]) * up[i] for the first n elements (y may be either). */
+    void (*swiglu)(be_backend *b, const be_tensor *gate, const be_tensor *up, be_tensor *y, size_t n);
+    /* Stores rows i < n of k and v ([n][n_head_kv * head_dim]) of one layer
+     * at their plan slots (slot -1: nothing), converting to the cache's types. */
+    void (*kv_store)(be_backend *b, kv_cache *kv, int layer, const be_tensor *k, const be_tensor *v, int n);
+    void (*attention)(be_backend *b, const be_attn_args *a);
+    /* MoE routing: for each of n rows of logits[n][n_expert], softmax, keep the
+     * top k experts (lowest id on ties) into ids[n*k] (QT_I32) and their
+     * weights normalised to sum 1 into weights[n*k]. */
+    void (*moe_route)(be_backend *b, const be_tensor *logits, int n, int n_expert, int k, be_tensor *ids,
+                      be_tensor *weights);
+    /* Grouped expert matmul: y[r*k+s] = W[ids[r*k+s]] . x_row, where x_row is
+     * x[r] if x_shared, else x[r*k+s]. w is 3-D (one matrix per expert). */
+    void (*moe_matmul)(be_backend *b, const be_tensor *w, const be_tensor *x, bool x_shared, int n, int k,
+                       const be_tensor *ids, be_tensor *y);
+    /* out[r] = sum_s w[r*k+s] * y[r*k+s] (rows of dim), for r < n: the routed experts' outputs weighted. */
+    void (*moe_combine)(be_backend *b, const be_tensor *y, const be_tensor *w, int n, int k, int dim,
+                        be_tensor *out);
+    /* out[i] = x[plan->out_rows[i]] (rows of dim) for i < plan->n_out. */
+    void (*gather_out)(be_backend *b, const be_tensor *x, int dim, be_tensor *out);
+    /* Row `row` of logits ([rows][n_vocab]): every token whose bit is clear in
+     * allowed (n_vocab bits, little-endian words; copied at the call) gets -inf. */
+    void (*mask_logits)(be_backend *b, be_tensor *logits, int row, const uint32_t *allowed, int64_t n_vocab);
 
-    /* ---- version 3 ---- */
-    /* Readies a matmul weight once at load (after reserve): the backend may
-     * repack it into a layout of its own, owned by the backend and freed with
-     * it, and record it in w->packed / w->layout (copies of *w made afterwards
-     * carry it along). Leaves w unpacked when the type has no layout (or
-     * packing is off). Fails only when out of memory. flags: BE_PREP_*. */
-    hn_status (*prepare_weight)(be_backend *b, be_weight *w, unsigned flags, hn_err *err);
+    /* ---- tuning (between steps) ---- */
+    /* Sets the matmul parameters for weights of type t (k == 0: every shape of
+     * the type; else weights of rows of k elements and n rows, for calls of at
+     * least min_rows >= 1 activation rows: a call uses the entry with the
+     * largest min_rows <= its rows). NULL removes. False: table full or bad arguments. */
+    bool (*set_mm_params)(be_backend *b, qt_type t, int64_t k, int64_t n, int min_rows, const be_mm_params *p);
+    /* Removes every per-shape entry. */
+    void (*clear_mm_params)(be_backend *b);
+    /* Reference mode: every op runs its scalar reference (for tests and validation). */
+    void (*set_reference)(be_backend *b, bool on);
 } be_ops;
 
 struct be_backend {
     const be_ops *ops;
     void *impl;
+    /* runs a plan's n_pad rows (replays captured graphs); else n_tokens */
+    bool pads;
 };
+
+/* Bytes an activation tensor takes in the arena (be_limits.arena_bytes sums these). */
+size_t be_tensor_bytes(qt_type type, int64_t ne0, int64_t ne1);
 
 /* Frees a backend (NULL is fine). */
 static inline void be_free(be_backend *b) {

@@ -52,6 +52,28 @@
 
 #define KV_DEFAULT_BLOCK 16
 
+/* Where the pool's bytes live: provided by the backend (be_ops.kv_storage),
+ * so that they are host memory on the CPU and device memory on a GPU. kv/
+ * reserves one virtual range for the whole cap at create (block b at
+ * base + b * block_bytes, always) and maps physical memory into it, in
+ * granule-aligned pieces, as slabs are needed, unmapping them as slabs empty.
+ * kv/ never dereferences base. */
+typedef struct kv_storage {
+    void *ctx;
+    size_t granule;  /* mapping granularity in bytes (a power of two) */
+    /* Reserves `bytes` of address space (maps nothing); *base its start. */
+    hn_status (*reserve)(void *ctx, size_t bytes, void **base, hn_err *err);
+    /* Backs [off, off + len) with zero-filled memory (granule-aligned). */
+    hn_status (*map)(void *ctx, void *base, size_t off, size_t len, hn_err *err);
+    /* Gives [off, off + len) back (granule-aligned); its contents are lost. */
+    void (*unmap)(void *ctx, void *base, size_t off, size_t len);
+    /* Releases the whole range (everything unmapped first). */
+    void (*release)(void *ctx, void *base, size_t bytes);
+} kv_storage;
+
+/* Host memory from core/alloc (hn_vm_*), with transparent huge pages: the CPU backend's storage. */
+const kv_storage *kv_host_storage(void);
+
 typedef struct kv_config {
     int n_layer;
     int n_head_kv;
@@ -61,6 +83,7 @@ typedef struct kv_config {
     qt_type type;        /* K element type: QT_F32, QT_F16 or QT_Q8_0 */
     qt_type v_type;      /* V element type: QT_F32 (0, the default), QT_F16, QT_Q8_0, QT_Q4_0, QT_Q4_1 */
     int32_t slab_blocks; /* blocks per slab; 0: as many as fit about 32 MiB (at least 1) */
+    const kv_storage *storage; /* NULL: kv_host_storage() */
 } kv_config;
 
 /* Engine-facing counters (blocks and bytes now, plus totals since creation). */
