@@ -132,6 +132,19 @@ static void golden_model(const char *dir_name, int max_steps) {
         json_t *pt = json_object_get(js, "prompt_tokens"), *gt = json_object_get(js, "greedy_tokens");
         if (!opened) {
             snprintf(rel, sizeof rel, "data/models/%s", mf);
+            if (!strncmp(mf, "qwen35", 6)) {
+                /* the hybrid family (Gated DeltaNet) is not built yet (issue 13): it
+                 * must be refused as unsupported, by name, not half-run */
+                model *hm = NULL;
+                hn_err he;
+                hn_status hs = model_load(test_data_path(path, sizeof path, rel), NULL, &hm, &he);
+                CHECKF(hs == HN_ERR_UNSUPPORTED && strstr(he.msg, "qwen35") && !hm,
+                       "%s: the hybrid architecture is refused as unsupported (%d: %s)", dir_name, (int)hs, he.msg);
+                printf("%s: not run (the qwen35 hybrid family is not supported yet)\n", dir_name);
+                model_free(hm);
+                json_decref(js);
+                return;
+            }
             opened = rig_open(&r, test_data_path(path, sizeof path, rel), 2, 64);
             CHECKF(opened, "%s: model loads", dir_name);
             if (opened && getenv("HONE_TEST_REF")) be_cpu_force_reference(r.m->be, true);

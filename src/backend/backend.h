@@ -137,6 +137,9 @@ typedef struct be_ops {
     void (*plan_set)(be_backend *b, const step_plan *p);
     /* Queues the copy of t's first n_rows rows to host memory; *host is valid after sync, until the next step. */
     void (*fetch)(be_backend *b, const be_tensor *t, int n_rows, const void **host);
+    /* Queues a copy of n host bytes into t at byte offset off (inputs computed
+     * on the host: tests, tools); the host bytes are copied at the call. */
+    void (*upload)(be_backend *b, be_tensor *t, size_t off, const void *host, size_t n);
     /* Waits for every op queued since the last sync; the first error since then. */
     hn_status (*sync)(be_backend *b, hn_err *err);
 

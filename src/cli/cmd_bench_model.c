@@ -25,7 +25,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: hone bench -m FILE [-p N] [-n N] [-t N] [--depth D] [-r REPS] [-b BATCH] [--csv] [--no-tune]\n"
+            "usage: hone bench -m FILE [-p N] [-n N] [-t N] [--depth D] [-r REPS] [-b BATCH] [--csv] [--no-tune] [--device NAME]\n"
             "\n"
             "Measures prompt processing (ppN) and token generation (tgN) speed like\n"
             "llama-bench: median tokens/s over REPS repetitions, as a markdown table.\n"
@@ -41,6 +41,7 @@ static void usage(FILE *f) {
             "  -ctv, --cache-type-v T   V cache type: f32, f16, q8_0, q4_0, q4_1 (default f16)\n"
             "  --csv              print `test,depth,threads,median,min,max` lines instead\n"
             "  --no-tune          built-in kernel parameters: neither tune nor use the tuning cache\n"
+            "  --device NAME      backend: auto (default: the best available), cpu, cuda\n"
             "                     (also HONE_NO_TUNE=1; by default the first start tunes, up to 30 s)\n");
 }
 
@@ -125,7 +126,7 @@ static const char *main_type(const gguf_ctx *g) {
 }
 
 int cmd_bench_model(int argc, char **argv) {
-    const char *path = NULL;
+    const char *path = NULL, *device = NULL;
     long n_prompt = 512, n_gen = 128, depth = 0, reps = 5, batch = 512, n_threads = 0;
     bool csv = false, no_tune = false;
     qt_type ctk = QT_F16, ctv = QT_F16;
@@ -151,6 +152,10 @@ int cmd_bench_model(int argc, char **argv) {
         const char *v = argv[++i];
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             path = v;
+            continue;
+        }
+        if (!strcmp(a, "--device")) {
+            device = v;
             continue;
         }
         if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) {
@@ -196,7 +201,7 @@ int cmd_bench_model(int argc, char **argv) {
     hn_err err = {0};
     bench_ctx c = {.rng = 0x9e3779b97f4a7c15ull};
     double *rates = hn_malloc(sizeof(double) * (size_t)reps);
-    model_params mp = {.n_threads = (int)n_threads, .max_batch = (int)batch};
+    model_params mp = {.n_threads = (int)n_threads, .max_batch = (int)batch, .device = device};
     if (!rates) goto done;
     if (model_load(path, &mp, &c.m, &err) != HN_OK) {
         fprintf(stderr, "hone bench: %s: %s\n", path, err.msg);

@@ -22,11 +22,12 @@ static void usage(FILE *f) {
             "  --tokens \"ID ...\"    token ids, separated by spaces or commas\n"
             "  -o, --output OUT     output file\n"
             "  -t, --threads N      threads (default: all CPUs)\n"
+            "  --device NAME        backend: auto (default), cpu, cuda\n"
             "  -h, --help           this help\n");
 }
 
 int cmd_logits(int argc, char **argv) {
-    const char *path = NULL, *tokens = NULL, *out = NULL;
+    const char *path = NULL, *tokens = NULL, *out = NULL, *device = NULL;
     int n_threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -43,6 +44,7 @@ int cmd_logits(int argc, char **argv) {
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) path = v;
         else if (!strcmp(a, "--tokens")) tokens = v;
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
+        else if (!strcmp(a, "--device")) device = v;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             char *end;
             long t = strtol(v, &end, 10);
@@ -97,7 +99,7 @@ int cmd_logits(int argc, char **argv) {
     kv_seq seq = {0};
     float *logits = NULL;
     int32_t *pos = NULL, *sid = NULL;
-    model_params mp = {.n_threads = n_threads, .max_batch = 256};
+    model_params mp = {.n_threads = n_threads, .max_batch = 256, .device = device};
     if (model_load(path, &mp, &m, &err) != HN_OK) {
         fprintf(stderr, "hone logits: %s: %s\n", path, err.msg);
         goto done;

@@ -113,6 +113,49 @@ void hn_pages_free(void *p, size_t n) {
     atomic_fetch_sub(&cur_bytes, n);
 }
 
+void *hn_vm_reserve(size_t n) {
+    const size_t huge = (size_t)2 << 20;
+    if (n == 0 || should_fail()) return NULL;
+    long ps = sysconf(_SC_PAGESIZE);
+    size_t page = ps > 0 ? (size_t)ps : 4096;
+    size_t len = (n + page - 1) / page * page;
+    unsigned char *base = mmap(NULL, len + huge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) return NULL;
+    unsigned char *p = (unsigned char *)(((uintptr_t)base + huge - 1) & ~(uintptr_t)(huge - 1));
+    if (p > base) munmap(base, (size_t)(p - base));
+    size_t tail = (size_t)(base + len + huge - (p + len));
+    if (tail) munmap(p + len, tail);
+    return p;
+}
+
+bool hn_vm_commit(void *p, size_t n) {
+    if (should_fail()) return false;
+    if (mprotect(p, n, PROT_READ | PROT_WRITE)) return false;
+#ifdef MADV_HUGEPAGE
+    madvise(p, n, MADV_HUGEPAGE);
+#endif
+    account(n, 0);
+    return true;
+}
+
+void hn_vm_decommit(void *p, size_t n) {
+    madvise(p, n, MADV_DONTNEED); /* the pages go back; a later commit reads zeros */
+    mprotect(p, n, PROT_NONE);
+    atomic_fetch_sub(&cur_bytes, n);
+}
+
+void hn_vm_release(void *p, size_t n) {
+    if (!p) return;
+    long ps = sysconf(_SC_PAGESIZE);
+    size_t page = ps > 0 ? (size_t)ps : 4096;
+    munmap(p, (n + page - 1) / page * page);
+}
+
+size_t hn_page_size(void) {
+    long ps = sysconf(_SC_PAGESIZE);
+    return ps > 0 ? (size_t)ps : 4096;
+}
+
 size_t hn_alloc_bytes(void) { return atomic_load(&cur_bytes); }
 size_t hn_alloc_peak(void) { return atomic_load(&peak_bytes); }
 void hn_alloc_fail_after(long n) { atomic_store(&fail_countdown, n < 0 ? -1 : n); }

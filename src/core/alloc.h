@@ -9,6 +9,7 @@
 #ifndef HN_ALLOC_H
 #define HN_ALLOC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +28,18 @@ void *hn_pages_alloc(size_t n);
  * misses while a kernel streams it); freed with hn_pages_free. */
 void *hn_pages_alloc_huge(size_t n);
 void hn_pages_free(void *p, size_t n);
+
+/* Address space without memory, for pools that grow and shrink in place (the
+ * KV pool): hn_vm_reserve maps n bytes (2 MiB aligned) inaccessible and
+ * uncounted; hn_vm_commit backs page-aligned [p, p + n) inside it with
+ * zero-filled memory (huge pages where the OS has them) and counts it;
+ * hn_vm_decommit gives those pages back (counted off); hn_vm_release unmaps
+ * the whole range. */
+void *hn_vm_reserve(size_t n);
+bool hn_vm_commit(void *p, size_t n);
+void hn_vm_decommit(void *p, size_t n);
+void hn_vm_release(void *p, size_t n);
+size_t hn_page_size(void);
 
 /* Bytes currently allocated through the hook (heap + pages), and the peak. */
 size_t hn_alloc_bytes(void);

@@ -32,12 +32,39 @@ static int32_t slab_size(const kv_cache *kv, int32_t s) {
     return left < kv->slab_blocks ? left : kv->slab_blocks;
 }
 
+/* Byte range of slab s inside the reserved range. */
+static size_t slab_off(const kv_cache *kv, int32_t s) { return (size_t)s * (size_t)kv->slab_blocks * kv->block_bytes; }
+
+/* Whether granule g (of the storage's mapping granularity) is touched by a mapped slab other than s. */
+static bool granule_shared(const kv_cache *kv, size_t g, int32_t s) {
+    size_t G = kv->storage->granule, sb = (size_t)kv->slab_blocks * kv->block_bytes;
+    int32_t lo = (int32_t)(g * G / sb), hi = (int32_t)(((g + 1) * G - 1) / sb);
+    for (int32_t o = lo; o <= hi && o < kv->n_slabs; o++)
+        if (o != s && kv->slab[o]) return true;
+    return false;
+}
+
+/* Maps (on) or unmaps the granules of slab s that no other mapped slab touches. */
+static bool slab_back(kv_cache *kv, int32_t s, bool on) {
+    const kv_storage *st = kv->storage;
+    size_t G = st->granule, off = slab_off(kv, s), end = off + (size_t)slab_size(kv, s) * kv->block_bytes;
+    size_t g0 = off / G, g1 = (end + G - 1) / G; /* granules [g0, g1) */
+    if (g1 > g0 && granule_shared(kv, g0, s)) g0++;
+    if (g1 > g0 && granule_shared(kv, g1 - 1, s)) g1--;
+    if (g1 <= g0) return true;
+    if (!on) {
+        st->unmap(st->ctx, kv->base, g0 * G, (g1 - g0) * G);
+        return true;
+    }
+    hn_err e;
+    return st->map(st->ctx, kv->base, g0 * G, (g1 - g0) * G, &e) == HN_OK;
+}
+
 static bool slab_map(kv_cache *kv, int32_t s) {
     int32_t nb = slab_size(kv, s);
     size_t bytes = (size_t)nb * kv->block_bytes;
-    unsigned char *p = hn_pages_alloc_huge(bytes);
-    if (!p) return false;
-    kv->slab[s] = p;
+    if (!slab_back(kv, s, true)) return false;
+    kv->slab[s] = (unsigned char *)kv->base + slab_off(kv, s);
     int32_t *stack = kv->free_ids + (size_t)s * (size_t)kv->slab_blocks;
     for (int32_t i = 0; i < nb; i++) {
         int32_t b = s * kv->slab_blocks + (nb - 1 - i); /* lowest id on top */
@@ -57,8 +84,8 @@ static bool slab_map(kv_cache *kv, int32_t s) {
 static void slab_unmap(kv_cache *kv, int32_t s) {
     int32_t nb = slab_size(kv, s);
     for (int32_t i = 0; i < nb; i++) kv->state[s * kv->slab_blocks + i] = KV_UNBACKED;
-    hn_pages_free(kv->slab[s], (size_t)nb * kv->block_bytes);
     kv->slab[s] = NULL;
+    slab_back(kv, s, false);
     kv->slab_nfree[s] = 0;
     kv->n_backed -= nb;
     kv->n_free -= nb;
@@ -163,6 +190,7 @@ hn_status kv_create(const kv_config *cfg, kv_cache **out, hn_err *err) {
     if (sb > nb) sb = nb;
     kv->slab_blocks = sb;
     kv->n_slabs = (nb + sb - 1) / sb;
+    kv->storage = cfg->storage ? cfg->storage : kv_host_storage();
     uint32_t hsize = 16;
     while (hsize < (uint32_t)nb * 2u) hsize <<= 1;
     kv->ht_mask = hsize - 1;
@@ -185,6 +213,13 @@ hn_status kv_create(const kv_config *cfg, kv_cache **out, hn_err *err) {
         !kv->hash || !kv->parent || !kv->btok || !kv->lru_prev || !kv->lru_next || !kv->ht_next || !kv->ht) {
         kv_free(kv);
         return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory for %d blocks of metadata", (int)nb);
+    }
+    kv->range_bytes = kv->block_bytes * n;
+    hn_status rst = kv->storage->reserve(kv->storage->ctx, kv->range_bytes, &kv->base, err);
+    if (rst) {
+        kv->base = NULL;
+        kv_free(kv);
+        return rst;
     }
     for (size_t i = 0; i < n; i++) kv->lru_prev[i] = kv->lru_next[i] = kv->ht_next[i] = -1;
     for (uint32_t i = 0; i < hsize; i++) kv->ht[i] = -1;
@@ -212,6 +247,7 @@ void kv_free(kv_cache *kv) {
     hn_free(kv->lru_next);
     hn_free(kv->ht_next);
     hn_free(kv->ht);
+    if (kv->base) kv->storage->release(kv->storage->ctx, kv->base, kv->range_bytes);
     hn_free(kv);
 }
 
@@ -518,33 +554,34 @@ hn_status kv_check(const kv_cache *kv, const kv_seq *const *seqs, int n_seqs, hn
     return st;
 }
 
-/* ---- element conversion ---- */
+/* ---- host storage ---- */
 
-void kv_store_row(kv_cache *kv, const kv_seq *s, int layer, int32_t pos, const float *k, const float *v) {
-    int bs = kv->cfg.block_size;
-    int32_t b = s->blocks[pos / bs];
-    size_t slot = (size_t)(pos % bs);
-    unsigned char *kd = kv_block_kraw(kv, b, layer) + slot * kv->k_row_bytes;
-    unsigned char *vd = kv_block_vraw(kv, b, layer) + slot * kv->v_row_bytes;
-    if (kv->cfg.type == QT_F32) memcpy(kd, k, kv->k_row_bytes);
-    else qt_traits(kv->cfg.type)->from_float(k, kd, (int64_t)kv->row_elems);
-    if (kv->cfg.v_type == QT_F32) memcpy(vd, v, kv->v_row_bytes);
-    else qt_traits(kv->cfg.v_type)->from_float(v, vd, (int64_t)kv->row_elems);
+static hn_status host_reserve(void *ctx, size_t bytes, void **base, hn_err *err) {
+    (void)ctx;
+    *base = hn_vm_reserve(bytes);
+    if (!*base) return hn_errf(err, HN_ERR_NOMEM, "kv: cannot reserve %zu bytes of address space", bytes);
+    return HN_OK;
 }
 
-static void rows_to_f32(qt_type t, int hd, const unsigned char *src, size_t stride, int n, float *dst) {
-    if (t == QT_F32) {
-        for (int i = 0; i < n; i++) memcpy(dst + (size_t)i * (size_t)hd, src + (size_t)i * stride, sizeof(float) * (size_t)hd);
-        return;
-    }
-    qt_to_float_fn f = qt_traits(t)->to_float;
-    for (int i = 0; i < n; i++) f(src + (size_t)i * stride, dst + (size_t)i * (size_t)hd, hd);
+static hn_status host_map(void *ctx, void *base, size_t off, size_t len, hn_err *err) {
+    (void)ctx;
+    if (!hn_vm_commit((unsigned char *)base + off, len))
+        return hn_errf(err, HN_ERR_NOMEM, "kv: cannot back %zu bytes", len);
+    return HN_OK;
 }
 
-void kv_k_to_f32(const kv_cache *kv, const unsigned char *src, size_t stride, int n, float *dst) {
-    rows_to_f32(kv->cfg.type, kv->cfg.head_dim, src, stride, n, dst);
+static void host_unmap(void *ctx, void *base, size_t off, size_t len) {
+    (void)ctx;
+    hn_vm_decommit((unsigned char *)base + off, len);
 }
 
-void kv_v_to_f32(const kv_cache *kv, const unsigned char *src, size_t stride, int n, float *dst) {
-    rows_to_f32(kv->cfg.v_type, kv->cfg.head_dim, src, stride, n, dst);
+static void host_release(void *ctx, void *base, size_t bytes) {
+    (void)ctx;
+    hn_vm_release(base, bytes);
+}
+
+const kv_storage *kv_host_storage(void) {
+    static kv_storage st = {.reserve = host_reserve, .map = host_map, .unmap = host_unmap, .release = host_release};
+    if (!st.granule) st.granule = hn_page_size();
+    return &st;
 }

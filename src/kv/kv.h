@@ -11,8 +11,8 @@
  * (q8_0 K with q4_0/q4_1 V is the "8-bit K, 4-bit V" mode); one head's part of
  * a row is contiguous (head_dim is a multiple of 32 for the block types).
  *
- * Elastic memory. Blocks live in slabs of `slab_blocks` blocks, each one
- * hn_pages_alloc mapping. A slab is mapped when the first of its blocks is
+ * Elastic memory. Blocks live in slabs of `slab_blocks` consecutive blocks,
+ * each backed (kv_storage.map) when needed inside the one reserved range. A slab is mapped when the first of its blocks is
  * needed and unmapped when its last block becomes free again (one empty slab
  * is kept as a spare), so memory follows what the sequences hold. n_blocks is
  * the cap: the most blocks the pool may ever map. Block ids are
@@ -34,9 +34,10 @@
  * (ref == 0, hashed, on the LRU list).
  *
  * A sequence (kv_seq) owns a block table: block ids in position order, so
- * position p lives in blocks[p / block_size], slot p % block_size. The
- * model writes and reads through kv_store_row and the kv_block_* accessors,
- * the one place that knows where a (block, layer, slot) lives.
+ * position p lives in blocks[p / block_size], slot p % block_size. The bytes
+ * belong to the backend (kv_storage): kv/ reserves one range and never reads
+ * or writes it; the backend stores and reads K/V (with the element
+ * conversions) through the kv_block_* address math below.
  *
  * Nothing here allocates heap memory once the cache and a kv_seq exist,
  * except mapping a slab. Not thread-safe: one engine thread owns the cache. */
@@ -108,7 +109,10 @@ typedef struct kv_cache {
     size_t layer_bytes;    /* K and V of one layer within a block */
     size_t block_bytes;
     int32_t slab_blocks, n_slabs;
-    unsigned char **slab;  /* [n_slabs], NULL while unmapped */
+    const kv_storage *storage;
+    void *base;            /* the reserved range: block b at base + b * block_bytes (backend memory) */
+    size_t range_bytes;    /* n_blocks * block_bytes */
+    unsigned char **slab;  /* [n_slabs] base + the slab's offset while mapped, NULL while not */
     /* private to kv.c from here on */
     int32_t *slab_nfree;   /* free blocks in each mapped slab */
     int32_t *slab_live;    /* used + cached blocks in each slab */
@@ -200,10 +204,12 @@ void kv_get_stats(const kv_cache *kv, kv_stats *out);
  * HN_ERR_INTERNAL with the first violation. For tests. */
 hn_status kv_check(const kv_cache *kv, const kv_seq *const *seqs, int n_seqs, hn_err *err);
 
-/* ---- location math: the only place that knows the layout ---- */
+/* ---- location math: the only place that knows the layout ----
+ * Backends compute addresses inside the pool with these (on a GPU, base is a
+ * device address and the results are device addresses). */
 
 static inline unsigned char *kv_block_ptr(const kv_cache *kv, int32_t block) {
-    return kv->slab[block / kv->slab_blocks] + (size_t)(block % kv->slab_blocks) * kv->block_bytes;
+    return (unsigned char *)kv->base + (size_t)block * kv->block_bytes;
 }
 /* Raw K rows of `layer` in `block`: block_size rows of k_row_bytes, slot-major. */
 static inline unsigned char *kv_block_kraw(const kv_cache *kv, int32_t block, int layer) {
@@ -212,28 +218,15 @@ static inline unsigned char *kv_block_kraw(const kv_cache *kv, int32_t block, in
 static inline unsigned char *kv_block_vraw(const kv_cache *kv, int32_t block, int layer) {
     return kv_block_kraw(kv, block, layer) + (size_t)kv->cfg.block_size * kv->k_row_bytes;
 }
-/* f32 caches only: keys of `layer` in `block` as block_size rows of row_elems floats. */
-static inline float *kv_block_k(const kv_cache *kv, int32_t block, int layer) {
-    return (float *)kv_block_kraw(kv, block, layer);
-}
-static inline float *kv_block_v(const kv_cache *kv, int32_t block, int layer) {
-    return (float *)kv_block_vraw(kv, block, layer);
-}
-/* f32 caches only: the key row of position pos of a sequence (pos must be covered by its blocks). */
+/* Host storage and f32 caches only (tests): the key row of position pos of a
+ * sequence (pos must be covered by its blocks). */
 static inline float *kv_k(const kv_cache *kv, const kv_seq *s, int layer, int32_t pos) {
     int bs = kv->cfg.block_size;
-    return kv_block_k(kv, s->blocks[pos / bs], layer) + (size_t)(pos % bs) * kv->row_elems;
+    return (float *)kv_block_kraw(kv, s->blocks[pos / bs], layer) + (size_t)(pos % bs) * kv->row_elems;
 }
 static inline float *kv_v(const kv_cache *kv, const kv_seq *s, int layer, int32_t pos) {
     int bs = kv->cfg.block_size;
-    return kv_block_v(kv, s->blocks[pos / bs], layer) + (size_t)(pos % bs) * kv->row_elems;
+    return (float *)kv_block_vraw(kv, s->blocks[pos / bs], layer) + (size_t)(pos % bs) * kv->row_elems;
 }
-/* Stores one position's K and V rows (row_elems floats each), converting to
- * the cache's element types. */
-void kv_store_row(kv_cache *kv, const kv_seq *s, int layer, int32_t pos, const float *k, const float *v);
-/* Converts n K (V) rows-parts of one kv head, each head_dim elements, stored
- * `stride` bytes apart starting at src, into n rows of head_dim floats. */
-void kv_k_to_f32(const kv_cache *kv, const unsigned char *src, size_t stride, int n, float *dst);
-void kv_v_to_f32(const kv_cache *kv, const unsigned char *src, size_t stride, int n, float *dst);
 
 #endif

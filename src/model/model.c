@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../backend/cpu/cpu.h"
+#include "../backend/registry.h"
 #include "../core/alloc.h"
 #include "../quant/quant.h"
 #include "model_int.h"
@@ -118,11 +118,12 @@ static hn_status read_hparams(const gguf_ctx *g, model_hparams *hp, bool *moe, h
 
 /* ---- weight binding ---- */
 
-/* Binds tensor `name` checking its dims against ne[0..n_dims). Missing and not
- * required: *w stays zeroed (data NULL). */
-static hn_status bind(const gguf_ctx *g, const char *name, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
-                      bool required, be_weight *w, hn_err *err) {
-    memset(w, 0, sizeof *w);
+/* Finds tensor `name` checking its dims against ne[0..n_dims) and describes
+ * it in *src. Missing and not required: src->data stays NULL. */
+static hn_status find(const gguf_ctx *g, const char *name, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
+                      bool required, be_weight_src *src, hn_err *err) {
+    memset(src, 0, sizeof *src);
+    src->name = name;
     const gguf_tensor *t = gguf_find_tensor(g, name);
     if (!t) {
         if (required) return hn_errf(err, HN_ERR_FORMAT, "model: missing tensor %s", name);
@@ -140,63 +141,72 @@ static hn_status bind(const gguf_ctx *g, const char *name, int n_dims, int64_t n
     if (!tr || !tr->to_float)
         return hn_errf(err, HN_ERR_UNSUPPORTED, "model: tensor %s has type %s, which hone cannot compute with", name,
                        qt_name(t->type));
-    w->type = t->type;
-    w->ne[0] = t->ne[0];
-    w->ne[1] = t->ne[1];
-    w->ne[2] = t->ne[2];
-    w->row_bytes = qt_row_size(t->type, t->ne[0]);
-    w->mat_bytes = w->row_bytes * (size_t)t->ne[1];
-    if (w->row_bytes == 0 || w->mat_bytes * (size_t)t->ne[2] > t->nbytes)
+    size_t row_bytes = qt_row_size(t->type, t->ne[0]);
+    if (row_bytes == 0 || row_bytes * (size_t)t->ne[1] * (size_t)t->ne[2] > t->nbytes)
         return hn_errf(err, HN_ERR_FORMAT, "model: tensor %s: rows of %lld do not fit type %s", name,
                        (long long)t->ne[0], qt_name(t->type));
-    w->data = t->data;
+    src->type = t->type;
+    src->ne[0] = t->ne[0];
+    src->ne[1] = t->ne[1];
+    src->ne[2] = t->ne[2];
+    src->data = t->data;
+    src->bytes = t->nbytes;
     return HN_OK;
+}
+
+/* Binds a matrix (or expert stack) as a backend weight that matmuls read. */
+static hn_status bind(model *m, const char *name, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2, bool required,
+                      be_tensor **w, hn_err *err) {
+    be_weight_src src;
+    *w = NULL;
+    hn_status st = find(m->g, name, n_dims, ne0, ne1, ne2, required, &src, err);
+    if (st || !src.data) return st;
+    return m->be->ops->weight_load(m->be, &src, BE_W_MATMUL | m->drop, w, err);
 }
 
 /* Binds an f32 vector of n elements (norm weights, biases). */
-static hn_status bind_vec(const gguf_ctx *g, const char *name, int64_t n, bool required, const float **out,
-                          hn_err *err) {
-    be_weight w;
+static hn_status bind_vec(model *m, const char *name, int64_t n, bool required, be_tensor **out, hn_err *err) {
+    be_weight_src src;
     *out = NULL;
-    hn_status st = bind(g, name, 1, n, 1, 1, required, &w, err);
-    if (st || !w.data) return st;
-    if (w.type != QT_F32)
+    hn_status st = find(m->g, name, 1, n, 1, 1, required, &src, err);
+    if (st || !src.data) return st;
+    if (src.type != QT_F32)
         return hn_errf(err, HN_ERR_UNSUPPORTED, "model: tensor %s is %s; hone expects f32 norms and biases", name,
-                       qt_name(w.type));
-    *out = w.data;
-    return HN_OK;
+                       qt_name(src.type));
+    return m->be->ops->weight_load(m->be, &src, 0, out, err);
 }
 
-static hn_status bind_layer(const gguf_ctx *g, const model_hparams *hp, int il, model_layer *L, hn_err *err) {
+static hn_status bind_layer(model *m, int il, model_layer *L, hn_err *err) {
+    const model_hparams *hp = &m->hp;
     char nm[96];
     const int64_t E = hp->n_embd, HD = hp->head_dim, NQ = (int64_t)hp->n_head * HD, NKV = (int64_t)hp->n_head_kv * HD;
     hn_status st;
 #define N(s) (snprintf(nm, sizeof nm, "blk.%d." s, il), nm)
-    if ((st = bind_vec(g, N("attn_norm.weight"), E, true, &L->attn_norm, err)) ||
-        (st = bind(g, N("attn_q.weight"), 2, E, NQ, 1, true, &L->wq, err)) ||
-        (st = bind(g, N("attn_k.weight"), 2, E, NKV, 1, true, &L->wk, err)) ||
-        (st = bind(g, N("attn_v.weight"), 2, E, NKV, 1, true, &L->wv, err)) ||
-        (st = bind(g, N("attn_output.weight"), 2, NQ, E, 1, true, &L->wo, err)) ||
-        (st = bind_vec(g, N("attn_q.bias"), NQ, hp->arch == MODEL_QWEN2, &L->bq, err)) ||
-        (st = bind_vec(g, N("attn_k.bias"), NKV, hp->arch == MODEL_QWEN2, &L->bk, err)) ||
-        (st = bind_vec(g, N("attn_v.bias"), NKV, hp->arch == MODEL_QWEN2, &L->bv, err)) ||
-        (st = bind_vec(g, N("ffn_norm.weight"), E, true, &L->ffn_norm, err)))
+    if ((st = bind_vec(m, N("attn_norm.weight"), E, true, &L->attn_norm, err)) ||
+        (st = bind(m, N("attn_q.weight"), 2, E, NQ, 1, true, &L->wq, err)) ||
+        (st = bind(m, N("attn_k.weight"), 2, E, NKV, 1, true, &L->wk, err)) ||
+        (st = bind(m, N("attn_v.weight"), 2, E, NKV, 1, true, &L->wv, err)) ||
+        (st = bind(m, N("attn_output.weight"), 2, NQ, E, 1, true, &L->wo, err)) ||
+        (st = bind_vec(m, N("attn_q.bias"), NQ, hp->arch == MODEL_QWEN2, &L->bq, err)) ||
+        (st = bind_vec(m, N("attn_k.bias"), NKV, hp->arch == MODEL_QWEN2, &L->bk, err)) ||
+        (st = bind_vec(m, N("attn_v.bias"), NKV, hp->arch == MODEL_QWEN2, &L->bv, err)) ||
+        (st = bind_vec(m, N("ffn_norm.weight"), E, true, &L->ffn_norm, err)))
         return st;
-    if (hp->qk_norm && ((st = bind_vec(g, N("attn_q_norm.weight"), HD, true, &L->q_norm, err)) ||
-                        (st = bind_vec(g, N("attn_k_norm.weight"), HD, true, &L->k_norm, err))))
+    if (hp->qk_norm && ((st = bind_vec(m, N("attn_q_norm.weight"), HD, true, &L->q_norm, err)) ||
+                        (st = bind_vec(m, N("attn_k_norm.weight"), HD, true, &L->k_norm, err))))
         return st;
     if (hp->n_expert > 0) {
         const int64_t X = hp->n_expert, F = hp->n_ff_exp;
-        if ((st = bind(g, N("ffn_gate_inp.weight"), 2, E, X, 1, true, &L->gate_inp, err)) ||
-            (st = bind(g, N("ffn_gate_exps.weight"), 3, E, F, X, true, &L->gate_exps, err)) ||
-            (st = bind(g, N("ffn_up_exps.weight"), 3, E, F, X, true, &L->up_exps, err)) ||
-            (st = bind(g, N("ffn_down_exps.weight"), 3, F, E, X, true, &L->down_exps, err)))
+        if ((st = bind(m, N("ffn_gate_inp.weight"), 2, E, X, 1, true, &L->gate_inp, err)) ||
+            (st = bind(m, N("ffn_gate_exps.weight"), 3, E, F, X, true, &L->gate_exps, err)) ||
+            (st = bind(m, N("ffn_up_exps.weight"), 3, E, F, X, true, &L->up_exps, err)) ||
+            (st = bind(m, N("ffn_down_exps.weight"), 3, F, E, X, true, &L->down_exps, err)))
             return st;
     } else {
         const int64_t F = hp->n_ff;
-        if ((st = bind(g, N("ffn_gate.weight"), 2, E, F, 1, true, &L->w_gate, err)) ||
-            (st = bind(g, N("ffn_up.weight"), 2, E, F, 1, true, &L->w_up, err)) ||
-            (st = bind(g, N("ffn_down.weight"), 2, F, E, 1, true, &L->w_down, err)))
+        if ((st = bind(m, N("ffn_gate.weight"), 2, E, F, 1, true, &L->w_gate, err)) ||
+            (st = bind(m, N("ffn_up.weight"), 2, E, F, 1, true, &L->w_up, err)) ||
+            (st = bind(m, N("ffn_down.weight"), 2, F, E, 1, true, &L->w_down, err)))
             return st;
     }
 #undef N
@@ -205,65 +215,43 @@ static hn_status bind_layer(const gguf_ctx *g, const model_hparams *hp, int il, 
 
 /* ---- scratch ---- */
 
-static hn_status alloc_scratch(model *m, hn_err *err) {
+/* The activation tensors: sized, then reserved in the backend's arena with
+ * the other limits, then made. */
+typedef struct scratch_part {
+    be_tensor **t;
+    qt_type type;
+    int64_t ne0, ne1;
+} scratch_part;
+
+static int scratch_parts(model *m, scratch_part *parts) {
     const model_hparams *hp = &m->hp;
-    size_t B = (size_t)m->params.max_batch, K = hp->n_expert > 0 ? (size_t)hp->n_expert_used : 1;
-    size_t E = (size_t)hp->n_embd, NQ = (size_t)hp->n_head * (size_t)hp->head_dim,
-           NKV = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
-    size_t FF = hp->n_expert > 0 ? K * (size_t)hp->n_ff_exp : (size_t)hp->n_ff;
-    struct {
-        void **p;
-        size_t bytes;
-    } parts[] = {
-        {(void **)&m->s.x, B * E * 4},
-        {(void **)&m->s.xb, B * E * 4},
-        {(void **)&m->s.xb2, B * E * 4},
-        {(void **)&m->s.q, B * NQ * 4},
-        {(void **)&m->s.k, B * NKV * 4},
-        {(void **)&m->s.v, B * NKV * 4},
-        {(void **)&m->s.att, B * NQ * 4},
-        {(void **)&m->s.hb, B * FF * 4},
-        {(void **)&m->s.hb2, B * FF * 4},
-        {(void **)&m->s.router, B * (size_t)(hp->n_expert > 0 ? hp->n_expert : 1) * 4},
-        {(void **)&m->s.exp_ids, B * K * 4},
-        {(void **)&m->s.exp_w, B * K * 4},
-        {(void **)&m->s.moe_out, hp->n_expert > 0 ? B * K * E * 4 : 4},
-        {(void **)&m->s.tok_seq, B * sizeof(kv_seq *)},
-        {(void **)&m->s.out_rows, B * 4},
-        {(void **)&m->s.seq_fill, (size_t)m->params.max_seqs * 4},
-    };
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) total += (parts[i].bytes + 63) & ~(size_t)63;
-    unsigned char *mem = hn_malloc(total + 64);
-    if (!mem) return hn_errf(err, HN_ERR_NOMEM, "model: cannot allocate %zu bytes of scratch", total);
-    m->scratch_mem = mem;
-    unsigned char *p = (unsigned char *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        *parts[i].p = p;
-        p += (parts[i].bytes + 63) & ~(size_t)63;
+    model_scratch *s = &m->s;
+    int64_t B = m->params.max_batch, K = hp->n_expert > 0 ? hp->n_expert_used : 1;
+    int64_t E = hp->n_embd, NQ = (int64_t)hp->n_head * hp->head_dim, NKV = (int64_t)hp->n_head_kv * hp->head_dim;
+    int64_t FF = hp->n_expert > 0 ? K * hp->n_ff_exp : hp->n_ff;
+    int n = 0;
+#define P(field, ty, a, b) parts[n++] = (scratch_part){&s->field, ty, a, b}
+    P(x, QT_F32, E, B);
+    P(xb, QT_F32, E, B);
+    P(xb2, QT_F32, E, B);
+    P(q, QT_F32, NQ, B);
+    P(k, QT_F32, NKV, B);
+    P(v, QT_F32, NKV, B);
+    P(att, QT_F32, NQ, B);
+    P(hb, QT_F32, FF, B);
+    P(hb2, QT_F32, FF, B);
+    P(logits, QT_F32, hp->n_vocab, m->params.max_logits);
+    if (hp->n_expert > 0) {
+        P(router, QT_F32, hp->n_expert, B);
+        P(exp_ids, QT_I32, K, B);
+        P(exp_w, QT_F32, K, B);
+        P(moe_out, QT_F32, E, B * K);
     }
-    return HN_OK;
+#undef P
+    return n;
 }
 
 /* ---- load / free ---- */
-
-/* Lets the backend repack every matmul weight (file_backed: the tensor data is
- * a read-only file mapping, whose pages the backend may give back once copied). */
-static hn_status prepare_weights(model *m, bool file_backed, hn_err *err) {
-    const be_ops *ops = m->be->ops;
-    const unsigned drop = file_backed ? BE_PREP_DROP_SOURCE : 0;
-    hn_status st;
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        model_layer *L = &m->layers[il];
-        be_weight *ws[] = {&L->wq,     &L->wk,        &L->wv,      &L->wo,       &L->w_gate,   &L->w_up,
-                           &L->w_down, &L->gate_inp, &L->gate_exps, &L->up_exps, &L->down_exps};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            if (ws[i]->data && (st = ops->prepare_weight(m->be, ws[i], drop, err))) return st;
-    }
-    /* a tied output matrix is also the embedding table, which get_rows reads:
-     * its pages may still go, a file mapping faults the few rows a step reads back in */
-    return ops->prepare_weight(m->be, &m->output, drop, err);
-}
 
 static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file_backed, model **out, hn_err *err) {
     *out = NULL;
@@ -271,9 +259,11 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
     if (!m) return hn_errf(err, HN_ERR_NOMEM, "model: out of memory");
     m->g = g;
     if (p) m->params = *p;
-    if (m->params.n_threads <= 0) m->params.n_threads = pool_cpu_count();
     if (m->params.max_batch <= 0) m->params.max_batch = 512;
     if (m->params.max_seqs <= 0) m->params.max_seqs = 64;
+    if (m->params.max_logits <= 0) m->params.max_logits = 64;
+    if (m->params.max_logits > m->params.max_batch) m->params.max_logits = m->params.max_batch;
+    m->drop = file_backed ? BE_W_DROP_SOURCE : 0;
     bool moe;
     model_hparams *hp = &m->hp;
     hn_status st = read_hparams(g, hp, &moe, err);
@@ -289,34 +279,54 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
         goto fail;
     }
     hp->n_vocab = (int32_t)te->ne[1];
-    if ((st = bind(g, "token_embd.weight", 2, hp->n_embd, hp->n_vocab, 1, true, &m->tok_embd, err)) ||
-        (st = bind_vec(g, "output_norm.weight", hp->n_embd, true, &m->output_norm, err)) ||
-        (st = bind(g, "output.weight", 2, hp->n_embd, hp->n_vocab, 1, false, &m->output, err)))
-        goto fail;
-    hp->tied_output = m->output.data == NULL;
-    if (hp->tied_output) m->output = m->tok_embd;
-    m->layers = hn_calloc((size_t)hp->n_layer, sizeof *m->layers);
-    if (!m->layers) {
-        st = hn_errf(err, HN_ERR_NOMEM, "model: out of memory");
-        goto fail;
+    if (m->params.backend) {
+        m->be = m->params.backend;
+    } else {
+        be_config bc = {.n_threads = m->params.n_threads};
+        if ((st = be_create(m->params.device, &bc, &m->be, err))) goto fail;
+        m->own_be = true;
     }
-    for (int il = 0; il < hp->n_layer; il++)
-        if ((st = bind_layer(g, hp, il, &m->layers[il], err))) goto fail;
-    if ((st = pool_create(m->params.n_threads, &m->pool, err)) || (st = be_cpu_create(m->pool, &m->be, err)) ||
-        (st = alloc_scratch(m, err)))
-        goto fail;
+    m->params.backend = NULL;
     int64_t max_k = hp->n_embd;
     int64_t widths[] = {(int64_t)hp->n_head * hp->head_dim, hp->n_ff, hp->n_ff_exp};
     for (int i = 0; i < 3; i++)
         if (widths[i] > max_k) max_k = widths[i];
+    scratch_part parts[16];
+    int n_parts = scratch_parts(m, parts);
+    size_t arena = 0;
+    for (int i = 0; i < n_parts; i++) arena += be_tensor_bytes(parts[i].type, parts[i].ne0, parts[i].ne1);
     be_limits lim = {
         .max_rows = m->params.max_batch * (hp->n_expert > 0 ? hp->n_expert_used : 1),
         .max_k = max_k,
         .max_head_dim = hp->head_dim,
         .max_group = hp->n_head / hp->n_head_kv,
         .max_experts = hp->n_expert,
+        .arena_bytes = arena,
     };
-    if ((st = m->be->ops->reserve(m->be, &lim, err)) || (st = prepare_weights(m, file_backed, err))) goto fail;
+    if ((st = m->be->ops->reserve(m->be, &lim, err))) goto fail;
+    for (int i = 0; i < n_parts; i++)
+        if ((st = m->be->ops->tensor_new(m->be, parts[i].type, parts[i].ne0, parts[i].ne1, parts[i].t, err))) goto fail;
+    /* weights: the embedding table for get_rows, and the output matrix (a
+     * second handle on the same bytes when tied: matmuls may repack it while
+     * get_rows keeps reading the file's rows) */
+    be_weight_src src;
+    be_tensor *out_w = NULL;
+    if ((st = find(g, "token_embd.weight", 2, hp->n_embd, hp->n_vocab, 1, true, &src, err)) ||
+        (st = m->be->ops->weight_load(m->be, &src, BE_W_ROWS, &m->tok_embd, err)) ||
+        (st = bind_vec(m, "output_norm.weight", hp->n_embd, true, &m->output_norm, err)) ||
+        (st = bind(m, "output.weight", 2, hp->n_embd, hp->n_vocab, 1, false, &out_w, err)))
+        goto fail;
+    m->layers = hn_calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) {
+        st = hn_errf(err, HN_ERR_NOMEM, "model: out of memory");
+        goto fail;
+    }
+    for (int il = 0; il < hp->n_layer; il++)
+        if ((st = bind_layer(m, il, &m->layers[il], err))) goto fail;
+    hp->tied_output = out_w == NULL;
+    /* the tied output last, as before: its file pages may go once packed (get_rows faults the rows it reads back in) */
+    if (hp->tied_output && (st = m->be->ops->weight_load(m->be, &src, BE_W_MATMUL | m->drop, &out_w, err))) goto fail;
+    m->output = out_w;
     *out = m;
     return HN_OK;
 fail:
@@ -344,9 +354,8 @@ hn_status model_load(const char *path, const model_params *p, model **out, hn_er
 
 void model_free(model *m) {
     if (!m) return;
-    be_free(m->be);
-    pool_free(m->pool);
-    hn_free(m->scratch_mem);
+    if (m->own_be) be_free(m->be);
+    plan_free(&m->plan);
     hn_free(m->layers);
     if (m->owned) gguf_close(m->owned);
     hn_free(m);
@@ -354,7 +363,7 @@ void model_free(model *m) {
 
 const model_hparams *model_hp(const model *m) { return &m->hp; }
 const gguf_ctx *model_gguf(const model *m) { return m->g; }
-int model_n_threads(const model *m) { return pool_n_threads(m->pool); }
+int model_n_threads(const model *m) { return be_n_threads(m->be); }
 be_backend *model_backend(const model *m) { return m->be; }
 
 kv_config model_kv_config(const model *m, int32_t n_blocks, int block_size) {
@@ -365,6 +374,7 @@ kv_config model_kv_config(const model *m, int32_t n_blocks, int block_size) {
         .block_size = block_size,
         .n_blocks = n_blocks,
         .type = QT_F32,
+        .storage = m->be->ops->kv_storage(m->be),
     };
     return c;
 }

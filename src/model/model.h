@@ -1,21 +1,26 @@
 /* model.h: a transformer loaded from GGUF, and its forward pass.
  *
- * model_load reads the hyper-parameters from `<arch>.*` metadata, binds every
- * weight tensor with a shape check against them (a file whose tensors do not
- * match its metadata fails with HN_ERR_FORMAT naming the tensor), starts a
- * thread pool and a CPU backend, and sizes all scratch for `max_batch` tokens.
- * Weights stay in their GGUF type, in the file mapping.
+ * model_load reads the hyper-parameters from `<arch>.*` metadata, creates the
+ * backend chosen by name (backend/registry.h; or uses one it is given), binds
+ * every weight tensor with a shape check against the metadata (a file whose
+ * tensors do not match fails with HN_ERR_FORMAT naming the tensor) as a
+ * backend weight, and makes every activation tensor, sized for `max_batch`
+ * tokens, in the backend's arena. Weights stay in their GGUF type.
  *
  * Architectures: llama (normal RoPE, optional QKV biases), qwen2 (QKV biases,
  * neox RoPE), qwen3 (per-head QK RMS-norm, neox RoPE), qwen3moe (qwen3
  * attention, top-k of softmax expert routing with normalised weights), with
  * tied (no output.weight) or untied output.
  *
- * The forward takes a ragged batch of tokens from several sequences (each
- * token names its sequence and position), writes each token's K/V into its
- * sequence's KV blocks, attends causally over that sequence's cache, and
- * writes logits for the tokens that want them. Single-sequence generation is
- * a batch of one token. Nothing allocates during a forward. */
+ * model_step computes one step over a finished plan (sched/plan.h): it stores
+ * each token's K/V at its plan slot, attends causally over its sequence's
+ * cache and leaves the logits of the wanted rows in the backend, fetched to
+ * the host at the step's one sync (model_logits). It touches no host data and
+ * reserves nothing. model_forward is the one-call form for tools and tests: it
+ * plans (reserving KV blocks), steps and finishes in steps of at most
+ * max_batch tokens and max_logits wanted rows, and copies the logits out.
+ * Single-sequence generation is a batch of one token. Nothing allocates
+ * during a forward. */
 #ifndef HN_MODEL_H
 #define HN_MODEL_H
 
@@ -26,6 +31,7 @@
 #include "../core/status.h"
 #include "../gguf/gguf.h"
 #include "../kv/kv.h"
+#include "../sched/plan.h"
 
 typedef enum { MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_QWEN3MOE } model_arch;
 
@@ -56,22 +62,13 @@ typedef struct model_params {
     int n_threads;   /* 0: all CPUs */
     int max_batch;   /* most tokens per forward step; 0: 512. Longer batches run in steps */
     int max_seqs;    /* most distinct sequences in one batch; 0: 64 */
+    int max_logits;  /* most logits rows per step; 0: 64 (at most max_batch) */
+    const char *device;  /* backend name (registry.h): "auto" (NULL), "cpu", "cuda" */
+    be_backend *backend; /* a backend to use instead (borrowed: outlives the model) */
 } model_params;
 
-/* A ragged batch. Token i is token[i] at position pos[i] of sequence
- * seqs[seq_id[i]]. Within a batch a sequence's positions must not skip ahead:
- * pos[i] <= that sequence's n_tokens plus its earlier tokens in this batch
- * (re-writing an earlier position is allowed). want_logits[i] asks for token
- * i's logits (want_logits NULL: the last token only). */
-typedef struct model_batch {
-    int32_t n_tokens;
-    const int32_t *token;
-    const int32_t *pos;
-    const int32_t *seq_id;
-    const bool *want_logits;
-    kv_seq *const *seqs;   /* block tables, indexed by seq_id */
-    int32_t n_seqs;
-} model_batch;
+/* A ragged batch (see step_batch in sched/plan.h). */
+typedef step_batch model_batch;
 
 typedef struct model model;
 
@@ -89,6 +86,22 @@ int model_n_threads(const model *m);
 be_backend *model_backend(const model *m);
 /* A KV cache configuration for this model with n_blocks blocks of block_size (0: default) positions. */
 kv_config model_kv_config(const model *m, int32_t n_blocks, int block_size);
+
+/* Computes one step over plan p (built by plan_build for this model's
+ * vocabulary, at most max_batch tokens and max_logits wanted rows, against
+ * kv): enqueues the forward on the backend and syncs. masks (NULL: none) has
+ * one allowed-token bitmask per wanted row (NULL: that row unmasked; see
+ * mask_logits in backend.h), applied to the logits before they are fetched.
+ * On success the wanted
+ * rows' logits are at model_logits() until the next step. Errors: the
+ * backend's (reported at sync), HN_ERR_INVALID for a plan over the limits or
+ * a KV cache made for another shape. */
+hn_status model_step(model *m, kv_cache *kv, const step_plan *p, const uint32_t *const *masks, hn_err *err);
+/* The last step's logits: n_out rows of n_vocab floats, in plan order (host memory). */
+const float *model_logits(const model *m);
+/* Limits a plan for this model must keep (max_batch tokens, max_logits wanted rows). */
+int32_t model_max_batch(const model *m);
+int32_t model_max_logits(const model *m);
 
 /* Runs the batch. Takes KV blocks from kv as sequences grow; writes the logits
  * of the tokens that want them, in batch order, as rows of n_vocab floats into

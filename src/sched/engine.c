@@ -105,7 +105,7 @@ struct eng_engine {
     kv_seq **b_seqs;
     ereq **b_req;            /* request of each batch sequence slot */
     uint64_t *b_hash;        /* next-block hashes of this step's prefill chunks */
-    float *logits;           /* max_running rows of n_vocab */
+    step_plan splan;         /* this step's plan (the backend reads it) */
     const kv_seq **chk;      /* debug_check */
 };
 
@@ -415,10 +415,13 @@ static void step(eng_engine *e) {
                 e->b_req[s]->started = true;
                 e->b_req[s]->st.t_queued_ms = t - e->b_req[s]->t_submit;
             }
-        model_batch b = {.n_tokens = n, .token = e->b_tok, .pos = e->b_pos, .seq_id = e->b_sid,
-                         .want_logits = e->b_want, .seqs = e->b_seqs, .n_seqs = n_seqs};
+        step_batch b = {.n_tokens = n, .token = e->b_tok, .pos = e->b_pos, .seq_id = e->b_sid,
+                        .want_logits = e->b_want, .seqs = e->b_seqs, .n_seqs = n_seqs};
         hn_err err;
-        hn_status st = model_forward(e->m, e->kv, &b, e->logits, e->p.max_running, &err);
+        hn_status st = plan_build(&e->splan, e->kv, &b, e->n_vocab, e->p.max_running, &err);
+        if (st == HN_OK) st = model_step(e->m, e->kv, &e->splan, NULL, &err);
+        if (st == HN_OK) plan_finish(&e->splan);
+        const float *logits = model_logits(e->m);
         e->steps++;
         if (st != HN_OK) {
             /* should not happen (blocks were reserved): fail the batch, keep the engine alive */
@@ -438,7 +441,8 @@ static void step(eng_engine *e) {
                 const char *msg = NULL;
                 bool go = true;
                 if (q->logit_row >= 0) {
-                    go = take_token(e, q, e->logits + (size_t)q->logit_row * (size_t)e->n_vocab, &fin, &fst, &msg);
+                    go = take_token(e, q, (float *)logits + (size_t)q->logit_row * (size_t)e->n_vocab, &fin, &fst,
+                                    &msg);
                     q->logit_row = -1;
                 }
                 if (!go) {
@@ -584,7 +588,8 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     pthread_cond_init(&e->cv, NULL);
     pthread_cond_init(&e->trim_cv, NULL);
     e->cap_batch = p.step_tokens + p.max_running;
-    model_params mp = {.n_threads = p.n_threads, .max_batch = e->cap_batch, .max_seqs = p.max_running};
+    model_params mp = {.n_threads = p.n_threads, .max_batch = e->cap_batch, .max_seqs = p.max_running,
+                       .max_logits = p.max_running, .device = p.device};
     hn_status st = model_load(p.model_path, &mp, &e->m, err);
     if (st) goto fail;
     if (p.on_load && (st = p.on_load(p.on_load_ctx, e->m, err))) goto fail;
@@ -619,12 +624,13 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     e->b_req = hn_malloc(sizeof(ereq *) * (size_t)R);
     e->b_hash = hn_malloc(sizeof(uint64_t) * (size_t)R);
     e->chk = hn_malloc(sizeof(kv_seq *) * (size_t)R);
-    e->logits = hn_malloc(sizeof(float) * (size_t)R * (size_t)e->n_vocab);
     if (!e->running || !e->b_tok || !e->b_pos || !e->b_sid || !e->b_want || !e->b_seqs || !e->b_req || !e->b_hash ||
-        !e->chk || !e->logits) {
+        !e->chk) {
         st = hn_errf(err, HN_ERR_NOMEM, "engine: out of memory");
         goto fail;
     }
+    const int32_t bs = e->kv->cfg.block_size;
+    if ((st = plan_init(&e->splan, B, R, (e->n_ctx + bs - 1) / bs + 1, err))) goto fail;
     e->next_id = 1;
     publish_stats(e);
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
@@ -660,7 +666,7 @@ void eng_free(eng_engine *e) {
     hn_free(e->b_req);
     hn_free(e->b_hash);
     hn_free(e->chk);
-    hn_free(e->logits);
+    plan_free(&e->splan);
     pthread_cond_destroy(&e->trim_cv);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);

@@ -31,6 +31,7 @@ typedef uint64_t eng_req_id;
 
 typedef struct eng_params {
     const char *model_path;
+    const char *device;       /* backend (backend/registry.h): "auto" (NULL), "cpu", "cuda" */
     int n_threads;            /* 0: all CPUs */
     int32_t n_ctx;            /* most positions per sequence; 0: the model's trained context */
     size_t kv_max_bytes;      /* cap on KV memory; 0: a default fraction of RAM */

@@ -13,9 +13,9 @@
  *
  * Decode-only plans (every sequence contributes one token) are padded to a
  * graph size (1, 2, 4, 8, ... max_tokens): rows [n_tokens, n_pad) are token 0
- * at position 0 of sequence 0 with slot -1 (stores nothing, attends to
- * nothing). A backend that replays captured graphs runs n_pad rows; the CPU
- * backend runs n_tokens. */
+ * at position 0 of sequence 0 with slot -1 (they store nothing; what they
+ * compute is never read). A backend that replays captured graphs runs n_pad
+ * rows; the CPU backend runs n_tokens. */
 #ifndef HN_PLAN_H
 #define HN_PLAN_H
 

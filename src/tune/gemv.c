@@ -93,7 +93,7 @@ static bool gemv_run(void *ctx, const int *cfg, float *out) {
     be_cpu_mm_params mp;
     tn_gemv_params(g, cfg, &mp);
     be_cpu_set_mm_params(g->be, g->type, &mp);
-    be_weight w = {.type = g->type,
+    be_tensor w = {.type = g->type,
                    .ne = {g->k, g->n, 1},
                    .row_bytes = g->row_bytes,
                    .mat_bytes = g->mat_bytes,
@@ -102,7 +102,8 @@ static bool gemv_run(void *ctx, const int *cfg, float *out) {
         w.packed = g->prot + (size_t)copy * g->pmat_bytes;
         w.layout = g->pk->layout;
     }
-    g->be->ops->matmul(g->be, &w, 0, g->x, g->rows, out);
+    be_tensor xt = be_cpu_host(QT_F32, g->x), yt = be_cpu_host(QT_F32, out);
+    g->be->ops->matmul(g->be, &w, 0, &xt, g->rows, &yt);
     return true;
 }
 

@@ -13,8 +13,25 @@
 #include "../backend.h"
 
 /* Creates a CPU backend running on pool p (borrowed: it must outlive the
- * backend). Call ops->reserve before the first op. */
+ * backend). Call ops->reserve before the first op. (be_create("cpu") in
+ * registry.h makes one with its own pool.) */
 hn_status be_cpu_create(pool *p, be_backend **out, hn_err *err);
+/* The pool the backend runs on. */
+pool *be_cpu_pool(be_backend *b);
+
+/* Repacks a weight in place (what weight_load does for BE_W_MATMUL): records
+ * the backend-owned copy in w->packed / w->layout, or leaves w unpacked when
+ * its type has no layout (or packing is off). Fails only when out of memory.
+ * flags: BE_W_DROP_SOURCE. For tests and benches of the CPU kernels. */
+hn_status be_cpu_prepare_weight(be_backend *b, be_tensor *w, unsigned flags, hn_err *err);
+
+/* A tensor handle over host memory, for tests and benches of the CPU backend
+ * (on the CPU a handle's data is a host pointer). */
+static inline be_tensor be_cpu_host(qt_type t, void *p) {
+    be_tensor x = {.type = t, .ne = {0, 0, 1}};
+    x.data = p;
+    return x;
+}
 
 /* Test hook: when set, matmuls ignore dot kernels and use the dequantize +
  * f32 path (the scalar reference every kernel is compared with). */
@@ -29,18 +46,18 @@ void be_cpu_force_reference(be_backend *b, bool on);
 /* Matmul parameters for one weight type, as the tuner chooses them (all 0:
  * the defaults). They change speed only, never results beyond float
  * summation order: every kernel choice is validated against its reference. */
-typedef struct be_cpu_mm_params {
-    int kernel;   /* 0: default (cpu_gemm_pick, else the best dot kernel); v >= 1: variant v-1 of
-                   * cpu_gemm_variants(type); v <= -1: dot variant -v-1 of cpu_dot_variants(type)
-                   * (one activation row per call); out of range: the default */
-    int chunks;   /* weight-row chunks per taking-part thread (0: default, 4 for decode, 8 past 64 rows) */
-    int threads;  /* threads that take part (0 or more than the pool has: all) */
-    int pack;     /* weights repacked at load (pack.h): 0: the default packed kernel; -1: ignore the
-                   * packed copy (the kernels above on the GGUF rows); v >= 1: variant v-1 of
-                   * cpu_pack_variants(type) when it reads the weight's layout (else the default) */
-    int tile;     /* activation rows per tile kept in cache while a chunk's weight rows stream past
-                   * (0: default, 64 with a gemm kernel, 16 with a dot kernel) */
-} be_cpu_mm_params;
+/* be_mm_params as the CPU backend reads them:
+ *   kernel: 0: default (cpu_gemm_pick, else the best dot kernel); v >= 1: variant v-1 of
+ *           cpu_gemm_variants(type); v <= -1: dot variant -v-1 of cpu_dot_variants(type)
+ *           (one activation row per call); out of range: the default
+ *   chunks: weight-row chunks per taking-part thread (0: default, 4 for decode, 8 past 64 rows)
+ *   threads: threads that take part (0 or more than the pool has: all)
+ *   pack:   weights repacked at load (pack.h): 0: the default packed kernel; -1: ignore the
+ *           packed copy (the kernels above on the GGUF rows); v >= 1: variant v-1 of
+ *           cpu_pack_variants(type) when it reads the weight's layout (else the default)
+ *   tile:   activation rows per tile kept in cache while a chunk's weight rows stream past
+ *           (0: default, 64 with a gemm kernel, 16 with a dot kernel) */
+typedef be_mm_params be_cpu_mm_params;
 
 /* Sets the parameters of matmuls over weights of type t from now on (NULL:
  * back to defaults). Not thread-safe against running ops: call between steps. */

@@ -218,30 +218,42 @@ static const cpu_attn_kernels *pick(const cpu_be *cb, int hd) {
 
 /* ---- KV store ---- */
 
-void cpu_op_kv_store(be_backend *b, kv_cache *kv, int layer, int n_tokens, const float *k, const float *v,
-                     const int32_t *pos, const kv_seq *const *seqs) {
-    cpu_be *cb = cpu_of(b);
+/* K/V element conversion, the one place it lives: rows of f32 into the
+ * cache's element types (the reference quantizers; f16 through the CPU's
+ * converter, which rounds as qt_f32_to_f16 does) and back */
+static void store_row(const cpu_be *cb, qt_type t, const float *x, unsigned char *d, size_t row, size_t bytes) {
+    if (t == QT_F32) memcpy(d, x, bytes);
+    else if (t == QT_F16) cb->to_f16(x, (uint16_t *)d, (int64_t)row);
+    else qt_traits(t)->from_float(x, d, (int64_t)row);
+}
+
+void cpu_kv_rows_to_f32(qt_type t, int hd, const unsigned char *src, size_t stride, int n, float *dst) {
+    if (t == QT_F32) {
+        for (int i = 0; i < n; i++) memcpy(dst + (size_t)i * (size_t)hd, src + (size_t)i * stride, sizeof(float) * (size_t)hd);
+        return;
+    }
+    qt_to_float_fn f = qt_traits(t)->to_float;
+    for (int i = 0; i < n; i++) f(src + (size_t)i * stride, dst + (size_t)i * (size_t)hd, hd);
+}
+
+void cpu_kv_store_rows(const cpu_be *cb, kv_cache *kv, int layer, int n, const float *k, const float *v,
+                       const int32_t *slot) {
     const size_t row = kv->row_elems;
     const int bs = kv->cfg.block_size;
-    const bool kh = kv->cfg.type == QT_F16, vh = kv->cfg.v_type == QT_F16;
-    for (int t = 0; t < n_tokens; t++) {
-        const float *kt = k + (size_t)t * row, *vt = v + (size_t)t * row;
-        if (!kh && !vh) {
-            kv_store_row(kv, seqs[t], layer, pos[t], kt, vt);
-            continue;
-        }
-        /* f16 rows converted here with the CPU's converter (kv_store_row's to the bit) */
-        int32_t blk = seqs[t]->blocks[pos[t] / bs];
-        size_t slot = (size_t)(pos[t] % bs);
-        unsigned char *kd = kv_block_kraw(kv, blk, layer) + slot * kv->k_row_bytes;
-        unsigned char *vd = kv_block_vraw(kv, blk, layer) + slot * kv->v_row_bytes;
-        if (kh) cb->to_f16(kt, (uint16_t *)kd, (int64_t)row);
-        else if (kv->cfg.type == QT_F32) memcpy(kd, kt, kv->k_row_bytes);
-        else qt_traits(kv->cfg.type)->from_float(kt, kd, (int64_t)row);
-        if (vh) cb->to_f16(vt, (uint16_t *)vd, (int64_t)row);
-        else if (kv->cfg.v_type == QT_F32) memcpy(vd, vt, kv->v_row_bytes);
-        else qt_traits(kv->cfg.v_type)->from_float(vt, vd, (int64_t)row);
+    for (int t = 0; t < n; t++) {
+        if (slot[t] < 0) continue;
+        int32_t blk = slot[t] / bs;
+        size_t sl = (size_t)(slot[t] % bs);
+        unsigned char *kd = kv_block_kraw(kv, blk, layer) + sl * kv->k_row_bytes;
+        unsigned char *vd = kv_block_vraw(kv, blk, layer) + sl * kv->v_row_bytes;
+        store_row(cb, kv->cfg.type, k + (size_t)t * row, kd, row, kv->k_row_bytes);
+        store_row(cb, kv->cfg.v_type, v + (size_t)t * row, vd, row, kv->v_row_bytes);
     }
+}
+
+void cpu_op_kv_store(be_backend *b, kv_cache *kv, int layer, const be_tensor *k, const be_tensor *v, int n) {
+    cpu_be *cb = cpu_of(b);
+    cpu_kv_store_rows(cb, kv, layer, n, k->data, v->data, cb->plan->slot);
 }
 
 /* ---- work split ---- */
@@ -270,7 +282,7 @@ typedef struct attn_work {
 
 typedef struct attn_call {
     cpu_be *cb;
-    const be_attn_args *a;
+    const cpu_attn_args *a;
     const cpu_attn_kernels *ks;
     const attn_tile *tiles;
     const attn_item *items;
@@ -326,17 +338,17 @@ hn_status cpu_attn_reserve(cpu_be *cb, hn_err *err) {
 
 /* ---- one item ---- */
 
-static inline int32_t lo_of(const be_attn_args *a, int32_t p) {
+static inline int32_t lo_of(const cpu_attn_args *a, int32_t p) {
     return a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
 }
 
 /* Prefetches (into L2) the K and V rows of positions c0..c1 of seq, in address order. */
-static void prefetch_rows(const kv_cache *kv, const kv_seq *seq, int layer, int32_t c0, int32_t c1) {
+static void prefetch_rows(const kv_cache *kv, const int32_t *blocks, int layer, int32_t c0, int32_t c1) {
     const int bs = kv->cfg.block_size;
     for (int32_t p = c0; p <= c1;) {
         int32_t b = p / bs, e = (b + 1) * bs - 1 < c1 ? (b + 1) * bs - 1 : c1;
-        const unsigned char *kr = kv_block_kraw(kv, seq->blocks[b], layer) + (size_t)(p % bs) * kv->k_row_bytes;
-        const unsigned char *vr = kv_block_vraw(kv, seq->blocks[b], layer) + (size_t)(p % bs) * kv->v_row_bytes;
+        const unsigned char *kr = kv_block_kraw(kv, blocks[b], layer) + (size_t)(p % bs) * kv->k_row_bytes;
+        const unsigned char *vr = kv_block_vraw(kv, blocks[b], layer) + (size_t)(p % bs) * kv->v_row_bytes;
         size_t kn = (size_t)(e - p + 1) * kv->k_row_bytes, vn = (size_t)(e - p + 1) * kv->v_row_bytes;
         for (size_t o = 0; o < kn; o += 64) __builtin_prefetch(kr + o, 0, 2);
         for (size_t o = 0; o < vn; o += 64) __builtin_prefetch(vr + o, 0, 2);
@@ -350,11 +362,11 @@ static void prefetch_rows(const kv_cache *kv, const kv_seq *seq, int layer, int3
  * normalize, divides each accumulator by its sum at the end. */
 static void run_heads(const attn_call *c, const attn_item *it, int kh0, int kh1, float *acc, size_t acc_tstride,
                       float *m, float *l, int mstride, int moff, bool normalize, float *scr) {
-    const be_attn_args *a = c->a;
+    const cpu_attn_args *a = c->a;
     const cpu_attn_kernels *ks = c->ks;
     const attn_tile *tl = &c->tiles[it->tile];
     const kv_cache *kv = a->kv;
-    const kv_seq *seq = a->seqs[tl->t0];
+    const int32_t *blocks = a->bt + (size_t)a->seq[tl->t0] * (size_t)a->bt_stride;
     const int hd = a->head_dim, H = a->n_head, group = a->n_head / a->n_head_kv, bs = kv->cfg.block_size;
     const int nt = tl->nt;
     const qt_type kt = kv->cfg.type, vt = kv->cfg.v_type;
@@ -385,14 +397,14 @@ static void run_heads(const attn_call *c, const attn_item *it, int kh0, int kh1,
         if (c1 - c0 + 1 > CPU_ATTN_SCORE_CAP) c1 = c0 + CPU_ATTN_SCORE_CAP - 1;
         const int32_t b0 = c0 / bs, nb = c1 / bs - b0 + 1;
         for (int j = 0; j < nb; j++) {
-            kb[j] = kv_block_kraw(kv, seq->blocks[b0 + j], a->layer);
-            vb[j] = kv_block_vraw(kv, seq->blocks[b0 + j], a->layer);
+            kb[j] = kv_block_kraw(kv, blocks[b0 + j], a->layer);
+            vb[j] = kv_block_vraw(kv, blocks[b0 + j], a->layer);
         }
         if (tile) { /* prefill: all the tile's query rows of one kv head at once */
             /* the next chunk's rows into cache in address order while this one computes
              * (the kv heads below walk it in column stripes, which the hardware
              * prefetchers do not follow) */
-            prefetch_rows(kv, seq, a->layer, c1 + 1, c1 + CPU_ATTN_SCORE_CAP < it->p1 ? c1 + CPU_ATTN_SCORE_CAP : it->p1);
+            prefetch_rows(kv, blocks, a->layer, c1 + 1, c1 + CPU_ATTN_SCORE_CAP < it->p1 ? c1 + CPU_ATTN_SCORE_CAP : it->p1);
             const int32_t u0 = tl->lo > c0 ? tl->lo : c0, u1 = tl->hi < c1 ? tl->hi : c1;
             const int R = nt * group, n = u1 - u0 + 1;
             if (u0 > u1) {
@@ -412,7 +424,7 @@ static void run_heads(const attn_call *c, const attn_item *it, int kh0, int kh1,
                 if (kt != QT_F32) {
                     for (int i = 0; i < n;) {
                         int sl = (u0 + i) % bs, cnt = bs - sl < n - i ? bs - sl : n - i;
-                        kv_k_to_f32(kv, kbh[(u0 - b0 * bs + i) / bs] + (size_t)sl * kv->k_row_bytes, kv->k_row_bytes, cnt,
+                        cpu_kv_rows_to_f32(kt, hd, kbh[(u0 - b0 * bs + i) / bs] + (size_t)sl * kv->k_row_bytes, kv->k_row_bytes, cnt,
                                     kd + (size_t)i * (size_t)hd);
                         i += cnt;
                     }
@@ -421,7 +433,7 @@ static void run_heads(const attn_call *c, const attn_item *it, int kh0, int kh1,
                 if (vt != QT_F32) {
                     for (int i = 0; i < n;) {
                         int sl = (u0 + i) % bs, cnt = bs - sl < n - i ? bs - sl : n - i;
-                        kv_v_to_f32(kv, vbh[(u0 - b0 * bs + i) / bs] + (size_t)sl * kv->v_row_bytes, kv->v_row_bytes, cnt,
+                        cpu_kv_rows_to_f32(vt, hd, vbh[(u0 - b0 * bs + i) / bs] + (size_t)sl * kv->v_row_bytes, kv->v_row_bytes, cnt,
                                     vd + (size_t)i * (size_t)hd);
                         i += cnt;
                     }
@@ -488,7 +500,7 @@ static void run_heads(const attn_call *c, const attn_item *it, int kh0, int kh1,
             if (!k_in) { /* this head's K rows of the chunk, as f32 */
                 for (int i = 0; i < np;) {
                     int sl = (c0 + i) % bs, n = bs - sl < np - i ? bs - sl : np - i;
-                    kv_k_to_f32(kv, kbh[(c0 % bs + i) / bs] + (size_t)sl * kv->k_row_bytes, kv->k_row_bytes, n,
+                    cpu_kv_rows_to_f32(kt, hd, kbh[(c0 % bs + i) / bs] + (size_t)sl * kv->k_row_bytes, kv->k_row_bytes, n,
                                 kd + (size_t)i * (size_t)hd);
                     i += n;
                 }
@@ -498,7 +510,7 @@ static void run_heads(const attn_call *c, const attn_item *it, int kh0, int kh1,
             if (!v_in) {
                 for (int i = 0; i < np;) {
                     int sl = (c0 + i) % bs, n = bs - sl < np - i ? bs - sl : np - i;
-                    kv_v_to_f32(kv, vbh[(c0 % bs + i) / bs] + (size_t)sl * kv->v_row_bytes, kv->v_row_bytes, n,
+                    cpu_kv_rows_to_f32(vt, hd, vbh[(c0 % bs + i) / bs] + (size_t)sl * kv->v_row_bytes, kv->v_row_bytes, n,
                                 vd + (size_t)i * (size_t)hd);
                     i += n;
                 }
@@ -536,7 +548,7 @@ static void run_heads(const attn_call *c, const attn_item *it, int kh0, int kh1,
 }
 
 static void run_item(const attn_call *c, const attn_item *it, float *scr) {
-    const be_attn_args *a = c->a;
+    const cpu_attn_args *a = c->a;
     const attn_tile *tl = &c->tiles[it->tile];
     const attn_work *w = c->cb->attn_work;
     const int H = a->n_head, hd = a->head_dim, group = a->n_head / a->n_head_kv, nt = tl->nt;
@@ -570,7 +582,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
 }
 
 /* out rows of a split tile = merge of its items' slots */
-static void merge_tile(const cpu_be *cb, const be_attn_args *a, const attn_tile *tl, const attn_item *items) {
+static void merge_tile(const cpu_be *cb, const cpu_attn_args *a, const attn_tile *tl, const attn_item *items) {
     const int H = a->n_head, hd = a->head_dim, nt = tl->nt;
     const size_t ts = (size_t)H * (size_t)hd;
     for (int tt = 0; tt < nt; tt++)
@@ -598,7 +610,7 @@ static void merge_tile(const cpu_be *cb, const be_attn_args *a, const attn_tile 
 }
 
 /* Attention of tokens [t0, t0+n) (n within the work arrays' capacity). */
-static void attn_range(cpu_be *cb, const be_attn_args *a, int t0, int n) {
+static void attn_range(cpu_be *cb, const cpu_attn_args *a, int t0, int n) {
     attn_work *w = cb->attn_work;
     const int H = a->n_head, group = a->n_head / a->n_head_kv, bs = a->kv->cfg.block_size;
     int tmax = CPU_ATTN_TILE_ROWS / group > 0 ? CPU_ATTN_TILE_ROWS / group : 1;
@@ -606,7 +618,7 @@ static void attn_range(cpu_be *cb, const be_attn_args *a, int t0, int n) {
     int n_tiles = 0;
     for (int t = t0; t < t0 + n;) {
         int e = t + 1;
-        while (e < t0 + n && e - t < tmax && a->seqs[e] == a->seqs[t] && a->pos[e] == a->pos[e - 1] + 1) e++;
+        while (e < t0 + n && e - t < tmax && a->seq[e] == a->seq[t] && a->pos[e] == a->pos[e - 1] + 1) e++;
         attn_tile *tl = &w->tiles[n_tiles++];
         tl->t0 = t;
         tl->nt = e - t;
@@ -651,9 +663,20 @@ static void attn_range(cpu_be *cb, const be_attn_args *a, int t0, int n) {
         if (w->tiles[i].nitems > 1) merge_tile(cb, a, &w->tiles[i], &w->items[w->tiles[i].item0]);
 }
 
-void cpu_op_attention(be_backend *b, const be_attn_args *a) {
-    cpu_be *cb = cpu_of(b);
+void cpu_attention(cpu_be *cb, const cpu_attn_args *a) {
     const attn_work *w = cb->attn_work;
     for (int t = 0; t < a->n_tokens; t += w->tile_cap)
         attn_range(cb, a, t, a->n_tokens - t < w->tile_cap ? a->n_tokens - t : w->tile_cap);
+}
+
+void cpu_op_attention(be_backend *b, const be_attn_args *ba) {
+    cpu_be *cb = cpu_of(b);
+    const step_plan *p = cb->plan;
+    cpu_attn_args a = {
+        .q = ba->q->data, .out = ba->out->data, .n_tokens = ba->n_tokens, .n_head = ba->n_head,
+        .n_head_kv = ba->n_head_kv, .head_dim = ba->head_dim, .scale = ba->scale, .window = ba->window,
+        .kv = ba->kv, .layer = ba->layer, .pos = p->pos, .seq = p->seq, .bt = p->block_table,
+        .bt_stride = p->bt_stride,
+    };
+    cpu_attention(cb, &a);
 }

@@ -1,5 +1,5 @@
 /* cpu_backend.c: the CPU backend's vtable and its small ops (norms, rope,
- * element-wise, routing, argmax/softmax). Matmuls live in
+ * element-wise, routing, the expert combine, the step, tensors). Matmuls live in
  * cpu_matmul.c, attention and the KV store in cpu_attn.c. Ops over many rows are split over
  * the pool; tiny ones (decode) run on the calling thread, where a dispatch
  * would cost more than the work. */
@@ -48,10 +48,11 @@ static void par_rows(cpu_be *cb, int n, rows_fn fn, void *ctx) {
 
 /* ---- embedding lookup ---- */
 
-static void op_get_rows(be_backend *b, const be_weight *w, const int32_t *ids, int n, float *out) {
-    (void)b;
+static void op_get_rows(be_backend *b, const be_tensor *w, int n, be_tensor *outt) {
+    const int32_t *ids = cpu_of(b)->plan->token;
     const qt_type_traits *tr = qt_traits(w->type);
     int64_t k = w->ne[0];
+    float *out = outt->data;
     for (int i = 0; i < n; i++) {
         const void *row = (const unsigned char *)w->data + (size_t)ids[i] * w->row_bytes;
         float *o = out + (size_t)i * (size_t)k;
@@ -90,8 +91,9 @@ static void norm_rows(void *ctx, int r0, int r1) {
     }
 }
 
-static void op_rms_norm(be_backend *b, const float *x, const float *w, int n, int dim, float eps, float *y) {
-    norm_ctx c = {x, w, y, dim, eps};
+static void op_rms_norm(be_backend *b, const be_tensor *x, const be_tensor *w, int n, int dim, float eps,
+                        be_tensor *y) {
+    norm_ctx c = {x->data, w ? w->data : NULL, y->data, dim, eps};
     par_rows(cpu_of(b), n, norm_rows, &c);
 }
 
@@ -137,26 +139,25 @@ static void rope_rows(void *ctx, int r0, int r1) {
     }
 }
 
-static void op_rope(be_backend *b, float *x, int n, int n_head, int head_dim, int n_rot, const int32_t *pos,
-                    float freq_base, be_rope_mode mode) {
-    rope_ctx c = {x, n_head, head_dim, n_rot, pos, freq_base, mode};
+static void op_rope(be_backend *b, be_tensor *x, int n, int n_head, int head_dim, int n_rot, float freq_base,
+                    be_rope_mode mode) {
+    rope_ctx c = {x->data, n_head, head_dim, n_rot, cpu_of(b)->plan->pos, freq_base, mode};
     par_rows(cpu_of(b), n, rope_rows, &c);
 }
 
 /* ---- element-wise ---- */
 
-static void op_add(be_backend *b, const float *a, const float *bb, float *y, size_t n) {
+static void op_add(be_backend *b, const be_tensor *at, const be_tensor *bt, be_tensor *yt, size_t n) {
     (void)b;
+    const float *a = at->data, *bb = bt->data;
+    float *y = yt->data;
     for (size_t i = 0; i < n; i++) y[i] = a[i] + bb[i];
 }
 
-static void op_mul(be_backend *b, const float *a, const float *bb, float *y, size_t n) {
+static void op_add_bias(be_backend *b, be_tensor *xt, const be_tensor *bt, int n, int dim) {
     (void)b;
-    for (size_t i = 0; i < n; i++) y[i] = a[i] * bb[i];
-}
-
-static void op_add_bias(be_backend *b, float *x, const float *bias, int n, int dim) {
-    (void)b;
+    float *x = xt->data;
+    const float *bias = bt->data;
     for (int r = 0; r < n; r++)
         for (int i = 0; i < dim; i++) x[(size_t)r * (size_t)dim + (size_t)i] += bias[i];
 }
@@ -177,12 +178,12 @@ static void swiglu_rows(void *ctx, int r0, int r1) {
     }
 }
 
-static void op_swiglu(be_backend *b, const float *gate, const float *up, float *y, size_t n) {
-    swiglu_ctx c = {gate, up, y, n};
+static void op_swiglu(be_backend *b, const be_tensor *gate, const be_tensor *up, be_tensor *y, size_t n) {
+    swiglu_ctx c = {gate->data, up->data, y->data, n};
     par_rows(cpu_of(b), (int)((n + 4095) / 4096), swiglu_rows, &c);
 }
 
-/* ---- routing, argmax, softmax ---- */
+/* ---- routing, the expert combine, the logits rows ---- */
 
 static void softmax_f32(float *x, int64_t n) {
     float mx = -INFINITY;
@@ -197,9 +198,12 @@ static void softmax_f32(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
 
-static void op_moe_route(be_backend *b, const float *logits, int n, int n_expert, int k, int32_t *ids,
-                         float *weights) {
+static void op_moe_route(be_backend *b, const be_tensor *lt, int n, int n_expert, int k, be_tensor *idt,
+                         be_tensor *wt) {
     float *p = cpu_of(b)->route;
+    const float *logits = lt->data;
+    int32_t *ids = idt->data;
+    float *weights = wt->data;
     for (int r = 0; r < n; r++) {
         memcpy(p, logits + (size_t)r * (size_t)n_expert, sizeof(float) * (size_t)n_expert);
         softmax_f32(p, n_expert);
@@ -217,27 +221,156 @@ static void op_moe_route(be_backend *b, const float *logits, int n, int n_expert
     }
 }
 
-static int32_t op_argmax(be_backend *b, const float *x, int64_t n) {
+static void op_moe_combine(be_backend *b, const be_tensor *yt, const be_tensor *wt, int n, int k, int dim,
+                           be_tensor *outt) {
     (void)b;
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return (int32_t)best;
+    const float *y = yt->data, *w = wt->data;
+    float *out = outt->data;
+    for (int r = 0; r < n; r++) {
+        float *o = out + (size_t)r * (size_t)dim;
+        memset(o, 0, sizeof(float) * (size_t)dim);
+        for (int s = 0; s < k; s++) {
+            const float *ys = y + ((size_t)r * (size_t)k + (size_t)s) * (size_t)dim;
+            float ws = w[r * k + s];
+            for (int i = 0; i < dim; i++) o[i] += ws * ys[i];
+        }
+    }
 }
 
-static void op_softmax(be_backend *b, float *x, int64_t n) {
-    (void)b;
-    softmax_f32(x, n);
+static void op_gather_out(be_backend *b, const be_tensor *xt, int dim, be_tensor *outt) {
+    const step_plan *p = cpu_of(b)->plan;
+    const float *x = xt->data;
+    float *out = outt->data;
+    for (int i = 0; i < p->n_out; i++) {
+        int32_t r = p->out_rows[i];
+        if (out != x || r != i) memmove(out + (size_t)i * (size_t)dim, x + (size_t)r * (size_t)dim, sizeof(float) * (size_t)dim);
+    }
 }
+
+static void op_mask_logits(be_backend *b, be_tensor *lt, int row, const uint32_t *allowed, int64_t n_vocab) {
+    (void)b;
+    float *l = (float *)lt->data + (size_t)row * (size_t)n_vocab;
+    for (int64_t i = 0; i < n_vocab; i++)
+        if (!(allowed[i >> 5] >> (i & 31) & 1u)) l[i] = -INFINITY;
+}
+
+/* ---- the step ---- */
+
+static void op_plan_set(be_backend *b, const step_plan *p) { cpu_of(b)->plan = p; }
+
+static void op_fetch(be_backend *b, const be_tensor *t, int n_rows, const void **host) {
+    (void)b;
+    (void)n_rows;
+    *host = t->data; /* host memory already */
+}
+
+static void op_upload(be_backend *b, be_tensor *t, size_t off, const void *host, size_t n) {
+    (void)b;
+    memcpy((unsigned char *)t->data + off, host, n);
+}
+
+static hn_status op_sync(be_backend *b, hn_err *err) {
+    (void)b;
+    (void)err;
+    return HN_OK; /* ops ran as they were called and cannot fail */
+}
+
+/* ---- tensors ---- */
+
+static hn_status track(cpu_be *cb, be_tensor *t, hn_err *err) {
+    if (cb->n_tensors == cb->cap_tensors) {
+        int cap = cb->cap_tensors ? 2 * cb->cap_tensors : 256;
+        void *np = hn_realloc(cb->tensors, sizeof *cb->tensors * (size_t)cap);
+        if (!np) {
+            hn_free(t);
+            return hn_errf(err, HN_ERR_NOMEM, "cpu backend: out of memory");
+        }
+        cb->tensors = np;
+        cb->cap_tensors = cap;
+    }
+    cb->tensors[cb->n_tensors++] = t;
+    return HN_OK;
+}
+
+static hn_status op_tensor_new(be_backend *b, qt_type type, int64_t ne0, int64_t ne1, be_tensor **out, hn_err *err) {
+    cpu_be *cb = cpu_of(b);
+    *out = NULL;
+    if ((type != QT_F32 && type != QT_I32) || ne0 < 1 || ne1 < 1)
+        return hn_errf(err, HN_ERR_INVALID, "cpu backend: bad activation tensor (%s, %lld x %lld)", qt_name(type),
+                       (long long)ne0, (long long)ne1);
+    size_t bytes = be_tensor_bytes(type, ne0, ne1);
+    if (bytes > cb->arena_cap - cb->arena_used)
+        return hn_errf(err, HN_ERR_RANGE, "cpu backend: activation arena full (%zu of %zu bytes used, %zu more asked)",
+                       cb->arena_used, cb->arena_cap, bytes);
+    be_tensor *t = hn_calloc(1, sizeof *t);
+    if (!t) return hn_errf(err, HN_ERR_NOMEM, "cpu backend: out of memory");
+    t->type = type;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->ne[2] = 1;
+    t->row_bytes = (size_t)ne0 * 4;
+    t->mat_bytes = t->row_bytes * (size_t)ne1;
+    t->data = cb->arena + cb->arena_used;
+    cb->arena_used += bytes;
+    hn_status st = track(cb, t, err);
+    if (!st) *out = t;
+    return st;
+}
+
+static hn_status op_weight_load(be_backend *b, const be_weight_src *src, unsigned flags, be_tensor **out,
+                                hn_err *err) {
+    cpu_be *cb = cpu_of(b);
+    *out = NULL;
+    size_t rb = qt_row_size(src->type, src->ne[0]);
+    if (!src->data || rb == 0 || src->ne[1] < 1 || src->ne[2] < 1 ||
+        rb * (size_t)src->ne[1] * (size_t)src->ne[2] > src->bytes)
+        return hn_errf(err, HN_ERR_INVALID, "cpu backend: weight %s does not fit its %zu bytes",
+                       src->name ? src->name : "?", src->bytes);
+    be_tensor *t = hn_calloc(1, sizeof *t);
+    if (!t) return hn_errf(err, HN_ERR_NOMEM, "cpu backend: out of memory");
+    t->type = src->type;
+    memcpy(t->ne, src->ne, sizeof t->ne);
+    t->row_bytes = rb;
+    t->mat_bytes = rb * (size_t)src->ne[1];
+    t->data = (void *)src->data; /* the CPU reads the mapping in place */
+    hn_status st = track(cb, t, err);
+    if (st) return st;
+    if ((flags & BE_W_MATMUL) && (st = be_cpu_prepare_weight(b, t, flags & BE_W_DROP_SOURCE, err))) return st;
+    *out = t;
+    return HN_OK;
+}
+
+static const kv_storage *op_kv_storage(be_backend *b) {
+    (void)b;
+    return kv_host_storage();
+}
+
+/* ---- tuning ---- */
+
+static bool op_set_mm_params(be_backend *b, qt_type t, int64_t k, int64_t n, int min_rows, const be_mm_params *p) {
+    if (k == 0) {
+        if ((unsigned)t >= QT_TYPE_COUNT) return false;
+        be_cpu_set_mm_params(b, t, p);
+        return true;
+    }
+    return be_cpu_set_mm_params_shape(b, t, k, n, min_rows, p);
+}
+
+static void op_set_reference(be_backend *b, bool on) { be_cpu_force_reference(b, on); }
 
 /* ---- lifecycle ---- */
 
 static void op_free(be_backend *b) {
     cpu_be *cb = cpu_of(b);
+    for (int i = 0; i < cb->n_tensors; i++) hn_free(cb->tensors[i]);
+    hn_free(cb->tensors);
+    if (cb->arena) hn_pages_free(cb->arena, cb->arena_cap);
     cpu_matmul_free(cb);
     cpu_packs_free(cb);
     cpu_attn_free(cb);
+    pool *own = cb->own_pool;
     hn_free(cb);
+    pool_free(own);
 }
 
 static hn_status op_reserve(be_backend *b, const be_limits *lim, hn_err *err) {
@@ -250,6 +383,16 @@ static hn_status op_reserve(be_backend *b, const be_limits *lim, hn_err *err) {
     if (st) return st;
     st = cpu_attn_reserve(cb, err);
     if (st) return st;
+    if (lim->arena_bytes > cb->arena_cap - cb->arena_used) {
+        if (cb->arena_used)
+            return hn_errf(err, HN_ERR_INVALID, "cpu backend: the arena grows only before its first tensor");
+        if (cb->arena) hn_pages_free(cb->arena, cb->arena_cap);
+        cb->arena_cap = 0;
+        cb->arena = hn_pages_alloc(lim->arena_bytes);
+        if (!cb->arena)
+            return hn_errf(err, HN_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes of activations", lim->arena_bytes);
+        cb->arena_cap = lim->arena_bytes;
+    }
     return HN_OK;
 }
 
@@ -258,22 +401,31 @@ static const be_ops cpu_ops = {
     .name = "cpu",
     .free = op_free,
     .reserve = op_reserve,
+    .tensor_new = op_tensor_new,
+    .weight_load = op_weight_load,
+    .kv_storage = op_kv_storage,
+    .plan_set = op_plan_set,
+    .fetch = op_fetch,
+    .upload = op_upload,
+    .sync = op_sync,
     .get_rows = op_get_rows,
     .matmul = cpu_op_matmul,
+    .matmul_multi = cpu_op_matmul_multi,
     .rms_norm = op_rms_norm,
     .rope = op_rope,
     .add = op_add,
-    .mul = op_mul,
     .add_bias = op_add_bias,
     .swiglu = op_swiglu,
     .kv_store = cpu_op_kv_store,
     .attention = cpu_op_attention,
     .moe_route = op_moe_route,
     .moe_matmul = cpu_op_moe_matmul,
-    .argmax = op_argmax,
-    .softmax = op_softmax,
-    .matmul_multi = cpu_op_matmul_multi,
-    .prepare_weight = cpu_op_prepare_weight,
+    .moe_combine = op_moe_combine,
+    .gather_out = op_gather_out,
+    .mask_logits = op_mask_logits,
+    .set_mm_params = op_set_mm_params,
+    .clear_mm_params = be_cpu_clear_mm_params_shape,
+    .set_reference = op_set_reference,
 };
 
 hn_status be_cpu_create(pool *p, be_backend **out, hn_err *err) {
@@ -297,3 +449,6 @@ void be_cpu_force_reference(be_backend *b, bool on) {
     cpu_of(b)->force_ref = on;
     cpu_attn_select(cpu_of(b));
 }
+
+pool *be_cpu_pool(be_backend *b) { return cpu_of(b)->pool; }
+

@@ -98,6 +98,21 @@ int cpu_attn_variants(const cpu_attn_kernels **out, int cap);
 /* Test hook: use the kernel set of that name (NULL: the default pick) where head_dim allows. */
 void cpu_attn_force(be_backend *b, const char *name);
 
+/* Attention as the kernels see it: host pointers and the plan's arrays.
+ * Token t is at position pos[t] of plan sequence seq[t], whose blocks are
+ * bt[seq[t] * bt_stride ..]. */
+typedef struct cpu_attn_args {
+    const float *q;
+    float *out;
+    int n_tokens, n_head, n_head_kv, head_dim;
+    float scale;
+    int32_t window;
+    const kv_cache *kv;
+    int layer;
+    const int32_t *pos, *seq, *bt;
+    int32_t bt_stride;
+} cpu_attn_args;
+
 /* parameters for one weight shape from min_rows activation rows on (be_cpu_set_mm_params_shape) */
 typedef struct cpu_mm_shape {
     qt_type type;
@@ -142,6 +157,14 @@ typedef struct cpu_be {
     int attn_force;       /* HONE_ATTN_KERNEL / tests: index into ak, -1: pick by head_dim */
     cpu_attn_to_f16_fn to_f16; /* kv_store's f32 -> f16 rows */
     float *route;         /* max_experts floats */
+    /* the step */
+    const step_plan *plan; /* plan_set's */
+    /* the activation arena (reserve) and the tensor handles made from it and by weight_load */
+    unsigned char *arena;
+    size_t arena_cap, arena_used;
+    be_tensor **tensors;
+    int n_tensors, cap_tensors;
+    pool *own_pool;       /* made by the registry (freed with the backend), or NULL */
 } cpu_be;
 
 static inline cpu_be *cpu_of(be_backend *b) { return (cpu_be *)b->impl; }
@@ -160,15 +183,21 @@ static inline float cpu_dot_f32(const float *a, const float *b, int64_t n) {
 /* ops implemented in cpu_matmul.c and cpu_attn.c */
 hn_status cpu_matmul_reserve(cpu_be *cb, hn_err *err);
 void cpu_matmul_free(cpu_be *cb);
-void cpu_op_matmul(be_backend *b, const be_weight *w, int mat, const float *x, int n, float *y);
-void cpu_op_matmul_multi(be_backend *b, int n_w, const be_weight *const *ws, const float *x, int n, float *const *ys);
-void cpu_op_moe_matmul(be_backend *b, const be_weight *w, const float *x, bool x_shared, int n, int k,
-                       const int32_t *ids, float *y);
+void cpu_op_matmul(be_backend *b, const be_tensor *w, int mat, const be_tensor *x, int n, be_tensor *y);
+void cpu_op_matmul_multi(be_backend *b, int n_w, const be_tensor *const *ws, const be_tensor *x, int n,
+                         be_tensor *const *ys);
+void cpu_op_moe_matmul(be_backend *b, const be_tensor *w, const be_tensor *x, bool x_shared, int n, int k,
+                       const be_tensor *ids, be_tensor *y);
 void cpu_op_attention(be_backend *b, const be_attn_args *a);
-hn_status cpu_op_prepare_weight(be_backend *b, be_weight *w, unsigned flags, hn_err *err);
+void cpu_op_kv_store(be_backend *b, kv_cache *kv, int layer, const be_tensor *k, const be_tensor *v, int n);
 void cpu_packs_free(cpu_be *cb);
-void cpu_op_kv_store(be_backend *b, kv_cache *kv, int layer, int n_tokens, const float *k, const float *v,
-                     const int32_t *pos, const kv_seq *const *seqs);
+/* attention over host arrays (the op's body; tests call it with their own block tables) */
+void cpu_attention(cpu_be *cb, const cpu_attn_args *a);
+/* the K/V element conversions: n rows at their slots (slot -1: skipped), and
+ * n head rows (hd elements of type t, stride bytes apart) to f32 */
+void cpu_kv_store_rows(const cpu_be *cb, kv_cache *kv, int layer, int n, const float *k, const float *v,
+                       const int32_t *slot);
+void cpu_kv_rows_to_f32(qt_type t, int hd, const unsigned char *src, size_t stride, int n, float *dst);
 /* attention setup: kernel choice (at create and on force_reference), scratch (at reserve), free */
 void cpu_attn_select(cpu_be *cb);
 hn_status cpu_attn_reserve(cpu_be *cb, hn_err *err);

@@ -14,7 +14,7 @@
  * Without a dot kernel for the type, each weight row is dequantized with the
  * reference to_float into a per-thread buffer and dotted in f32.
  *
- * Weights repacked at load (cpu_op_prepare_weight, pack.h) run their packed
+ * Weights repacked at load (be_cpu_prepare_weight, pack.h) run their packed
  * kernel instead: chunks are whole groups of R rows, one call per group and
  * tile of up to 8 activation rows writes R outputs per activation row; rows
  * past the last full group run the kernels above on the GGUF rows. */
@@ -38,7 +38,7 @@
 #define MM_MIN_PARALLEL (1 << 17)
 
 typedef struct mm_group {
-    const be_weight *w;
+    const be_tensor *w;
     const cpu_dot_kernel *kern; /* NULL: dequantize + f32 */
     const cpu_gemm_kernel *gemm; /* multi-row kernel reading kern's act_type, or NULL */
     const cpu_pack_kernel *pk;   /* packed kernel over w->packed (reads kern's act_type), or NULL */
@@ -140,7 +140,7 @@ static void mm_convert(void *ctx, int ith, int nth) {
 /* Weight rows [j0, j1) of a group (whole groups of its packed kernel). */
 static void mm_rows_packed(const mm_task *t, const mm_group *gr, int64_t j0, int64_t j1) {
     const cpu_pack_kernel *pk = gr->pk;
-    const be_weight *w = gr->w;
+    const be_tensor *w = gr->w;
     const int64_t k = t->k, n_out = w->ne[1], R = pk->rows;
     const size_t gb = pk->group_bytes(k);
     const unsigned char *pw = (const unsigned char *)w->packed + (size_t)gr->mat * (size_t)(n_out / R) * gb;
@@ -179,7 +179,7 @@ static void mm_dots(void *ctx, int ith, int nth) {
         while (g + 1 < t->n_groups && t->groups[g + 1].first_chunk <= c) g++;
         while (g > 0 && t->groups[g].first_chunk > c) g--;
         const mm_group *gr = &t->groups[g];
-        const be_weight *w = gr->w;
+        const be_tensor *w = gr->w;
         const int64_t n_out = w->ne[1];
         int64_t j0 = (int64_t)(c - gr->first_chunk) * gr->chunk_rows;
         int64_t j1 = j0 + gr->chunk_rows < n_out ? j0 + gr->chunk_rows : n_out;
@@ -245,7 +245,7 @@ static void mm_dots(void *ctx, int ith, int nth) {
 /* The parameters of a matmul of weight w with n activation rows: the shape's
  * entry with the largest min_rows <= n (single-matrix weights only), else the
  * type's (NULL: none). */
-static const be_cpu_mm_params *mm_params(const cpu_be *cb, const be_weight *w, int n) {
+static const be_cpu_mm_params *mm_params(const cpu_be *cb, const be_tensor *w, int n) {
     const cpu_mm_shape *best = NULL;
     for (int i = 0; i < cb->n_mm_shape && w->ne[2] <= 1; i++) {
         const cpu_mm_shape *e = &cb->mm_shape[i];
@@ -258,7 +258,7 @@ static const be_cpu_mm_params *mm_params(const cpu_be *cb, const be_weight *w, i
 }
 
 /* The kernel a weight's matmul uses (NULL: the dequantize + f32 reference path). */
-static const cpu_dot_kernel *mm_kernel(const cpu_be *cb, const be_weight *w, const be_cpu_mm_params *mp) {
+static const cpu_dot_kernel *mm_kernel(const cpu_be *cb, const be_tensor *w, const be_cpu_mm_params *mp) {
     if (cb->force_ref) return NULL;
     int choice = mp ? mp->kernel : 0;
     if (choice < 0) {
@@ -271,7 +271,7 @@ static const cpu_dot_kernel *mm_kernel(const cpu_be *cb, const be_weight *w, con
 
 /* The multi-row kernel for a weight whose dot kernel is kern, for n activation
  * rows (NULL: none; the dot kernel runs): the type's tuned choice, else cpu_gemm_pick. */
-static const cpu_gemm_kernel *mm_gemm(const cpu_be *cb, const be_weight *w, const cpu_dot_kernel *kern, int n,
+static const cpu_gemm_kernel *mm_gemm(const cpu_be *cb, const be_tensor *w, const cpu_dot_kernel *kern, int n,
                                       const be_cpu_mm_params *mp) {
     if (!kern || cb->no_gemm) return NULL;
     int choice = mp ? mp->kernel : 0;
@@ -289,7 +289,7 @@ static const cpu_gemm_kernel *mm_gemm(const cpu_be *cb, const be_weight *w, cons
 /* The packed kernel for a weight whose dot kernel is kern (NULL: run the GGUF
  * rows): the type's tuned variant when it reads the weight's layout, else the
  * fastest that does. */
-static const cpu_pack_kernel *mm_pack(const be_weight *w, const cpu_dot_kernel *kern, const be_cpu_mm_params *mp) {
+static const cpu_pack_kernel *mm_pack(const be_tensor *w, const cpu_dot_kernel *kern, const be_cpu_mm_params *mp) {
     if (!w->packed || !kern || (int)w->type >= QT_TYPE_COUNT) return NULL;
     int choice = mp ? mp->pack : 0;
     if (choice < 0) return NULL;
@@ -304,7 +304,7 @@ static const cpu_pack_kernel *mm_pack(const be_weight *w, const cpu_dot_kernel *
 }
 
 /* A group of weight w over n activation rows with the kernels of its parameters. */
-static mm_group mm_group_for(const cpu_be *cb, const be_weight *w, int n) {
+static mm_group mm_group_for(const cpu_be *cb, const be_tensor *w, int n) {
     const be_cpu_mm_params *mp = mm_params(cb, w, n);
     const cpu_dot_kernel *kern = mm_kernel(cb, w, mp);
     mm_group g = {.w = w, .kern = kern, .gemm = mm_gemm(cb, w, kern, n, mp), .pk = mm_pack(w, kern, mp), .mp = mp,
@@ -431,17 +431,19 @@ static void mm_run(cpu_be *cb, const float *x, int n_x, mm_group *groups, int n_
         pool_run_shared(cb->pool, mm_dots, &t);
 }
 
-void cpu_op_matmul(be_backend *b, const be_weight *w, int mat, const float *x, int n, float *y) {
+void cpu_op_matmul(be_backend *b, const be_tensor *w, int mat, const be_tensor *xt, int n, be_tensor *yt) {
     cpu_be *cb = cpu_of(b);
     mm_group g = mm_group_for(cb, w, n);
     g.mat = mat;
     g.in = g.out = cb->ident;
-    g.y = y;
-    mm_run(cb, x, n, &g, 1);
+    g.y = yt->data;
+    mm_run(cb, xt->data, n, &g, 1);
 }
 
-void cpu_op_matmul_multi(be_backend *b, int n_w, const be_weight *const *ws, const float *x, int n, float *const *ys) {
+void cpu_op_matmul_multi(be_backend *b, int n_w, const be_tensor *const *ws, const be_tensor *xt, int n,
+                         be_tensor *const *yts) {
     cpu_be *cb = cpu_of(b);
+    const float *x = xt->data;
     mm_group g[BE_MULTI_MAX];
     int at = 0;
     while (at < n_w) {
@@ -457,7 +459,7 @@ void cpu_op_matmul_multi(be_backend *b, int n_w, const be_weight *const *ws, con
                 pp = gm.pk->prep;
             }
             gm.in = gm.out = cb->ident;
-            gm.y = ys[at + m];
+            gm.y = yts[at + m]->data;
             g[m++] = gm;
         }
         mm_run(cb, x, n, g, m);
@@ -465,9 +467,12 @@ void cpu_op_matmul_multi(be_backend *b, int n_w, const be_weight *const *ws, con
     }
 }
 
-void cpu_op_moe_matmul(be_backend *b, const be_weight *w, const float *x, bool x_shared, int n, int k,
-                       const int32_t *ids, float *y) {
+void cpu_op_moe_matmul(be_backend *b, const be_tensor *w, const be_tensor *xt, bool x_shared, int n, int k,
+                       const be_tensor *idt, be_tensor *yt) {
     cpu_be *cb = cpu_of(b);
+    const float *x = xt->data;
+    const int32_t *ids = idt->data;
+    float *y = yt->data;
     int n_exp = (int)w->ne[2];
     int total = n * k;
     /* counting sort of the (row, slot) items by expert */
@@ -498,11 +503,11 @@ void cpu_op_moe_matmul(be_backend *b, const be_weight *w, const float *x, bool x
 
 typedef struct {
     const cpu_pack_kernel *pk;
-    const be_weight *w;
+    const be_tensor *w;
     unsigned char *dst;
     int64_t n_groups; /* per matrix */
     int64_t total;    /* n_groups x matrices */
-    bool drop;        /* give source pages back as they are packed (BE_PREP_DROP_SOURCE) */
+    bool drop;        /* give source pages back as they are packed (BE_W_DROP_SOURCE) */
     _Atomic int64_t next;
 } pack_task;
 
@@ -512,7 +517,7 @@ static void pack_worker(void *ctx, int ith, int nth) {
     (void)ith;
     (void)nth;
     pack_task *t = ctx;
-    const be_weight *w = t->w;
+    const be_tensor *w = t->w;
     const int64_t k = w->ne[0], R = t->pk->rows;
     const size_t gb = t->pk->group_bytes(k);
     for (;;) {
@@ -540,7 +545,7 @@ static void drop_pages(const void *p, size_t n) {
     if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
-hn_status cpu_op_prepare_weight(be_backend *b, be_weight *w, unsigned flags, hn_err *err) {
+hn_status be_cpu_prepare_weight(be_backend *b, be_tensor *w, unsigned flags, hn_err *err) {
     cpu_be *cb = cpu_of(b);
     if (cb->no_pack || w->packed || !w->data || w->ne[0] <= 0 || w->ne[1] <= 0 || w->ne[2] <= 0) return HN_OK;
     const cpu_pack_kernel *pk = cpu_pack_best(w->type, w->ne[0]);
@@ -557,14 +562,14 @@ hn_status cpu_op_prepare_weight(be_backend *b, be_weight *w, unsigned flags, hn_
     unsigned char *dst = hn_pages_alloc_huge(bytes);
     if (!dst) return hn_errf(err, HN_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes for a repacked weight", bytes);
     pack_task t = {.pk = pk, .w = w, .dst = dst, .n_groups = ng, .total = ng * w->ne[2],
-                   .drop = (flags & BE_PREP_DROP_SOURCE) != 0};
+                   .drop = (flags & BE_W_DROP_SOURCE) != 0};
     atomic_store(&t.next, 0);
     if (cb->nth == 1 || t.total < 64)
         pack_worker(&t, 0, 1);
     else
         pool_run_shared(cb->pool, pack_worker, &t);
     cb->packs[cb->n_packs++] = (struct cpu_packed){dst, bytes};
-    if (flags & BE_PREP_DROP_SOURCE)
+    if (flags & BE_W_DROP_SOURCE)
         for (int64_t m = 0; m < w->ne[2]; m++)
             drop_pages((const unsigned char *)w->data + (size_t)m * w->mat_bytes, (size_t)(ng * pk->rows) * w->row_bytes);
     w->packed = dst;

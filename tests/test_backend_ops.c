@@ -1,0 +1,539 @@
+/* test_backend_ops.c: every op of every registered backend against a naive
+ * scalar reference written here in double precision, at several shapes,
+ * types and batch sizes (ggml's test-backend-ops is the model). Data reaches
+ * a backend only through its own ops (weight_load, tensor_new, upload, the
+ * plan, fetch + sync), so the file tests a GPU backend the day it is
+ * registered; a backend that is compiled in but cannot run here (no device)
+ * is reported and skipped. Each backend also runs in its reference mode
+ * (set_reference), and the CPU with 1 and 2 threads.
+ *
+ * Ops: matmul (every weight type the CPU computes with; GEMV and GEMM row
+ * counts; expert stacks), matmul_multi, moe_route, moe_matmul (shared and
+ * per-slot inputs), moe_combine, get_rows, rms_norm, rope (normal, neox),
+ * add, add_bias, swiglu, kv_store + attention (GQA, causal, windows, several
+ * sequences, block boundaries, f32/f16/q8_0 K and f32/f16/q8_0/q4_1 V),
+ * gather_out, mask_logits. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "backend/registry.h"
+#include "kv/kv.h"
+#include "quant/quant.h"
+#include "sched/plan.h"
+#include "test.h"
+
+static uint32_t rng = 1;
+static float frand(void) {
+    rng = rng * 1664525u + 1013904223u;
+    return (float)((rng >> 8) & 0xffff) / 65536.0f - 0.5f;
+}
+
+typedef struct {
+    be_backend *b;
+    const char *name;
+    bool ref;
+    step_plan plan;
+} rig;
+
+static bool rig_open(rig *r, const char *name, int nth, bool ref) {
+    hn_err e;
+    memset(r, 0, sizeof *r);
+    be_config cfg = {.n_threads = nth};
+    if (be_create(name, &cfg, &r->b, &e)) {
+        fprintf(stderr, "backend %s: %s\n", name, e.msg);
+        return false;
+    }
+    r->name = name;
+    r->ref = ref;
+    r->b->ops->set_reference(r->b, ref);
+    be_limits l = {.max_rows = 128, .max_k = 512, .max_head_dim = 64, .max_group = 4, .max_experts = 8,
+                   .arena_bytes = (size_t)64 << 20};
+    if (r->b->ops->reserve(r->b, &l, &e)) fprintf(stderr, "reserve: %s\n", e.msg);
+    plan_init(&r->plan, 128, 8, 64, &e);
+    return true;
+}
+
+static void rig_close(rig *r) {
+    be_free(r->b);
+    plan_free(&r->plan);
+}
+
+/* an activation tensor holding host values */
+static be_tensor *act(rig *r, qt_type t, int64_t ne0, int64_t ne1, const void *host) {
+    be_tensor *x;
+    hn_err e;
+    if (r->b->ops->tensor_new(r->b, t, ne0, ne1, &x, &e)) {
+        fprintf(stderr, "tensor_new: %s\n", e.msg);
+        exit(1);
+    }
+    if (host) r->b->ops->upload(r->b, x, 0, host, (size_t)ne0 * (size_t)ne1 * 4);
+    return x;
+}
+
+static be_tensor *weight(rig *r, qt_type t, int64_t k, int64_t n, int64_t mats, const void *data, unsigned flags) {
+    be_weight_src src = {.name = "test", .type = t, .ne = {k, n, mats}, .data = data,
+                         .bytes = qt_row_size(t, k) * (size_t)n * (size_t)mats};
+    be_tensor *w;
+    hn_err e;
+    if (r->b->ops->weight_load(r->b, &src, flags, &w, &e)) {
+        fprintf(stderr, "weight_load: %s\n", e.msg);
+        exit(1);
+    }
+    return w;
+}
+
+/* rows [0, n_rows) of t back on the host, after a sync */
+static const float *back(rig *r, const be_tensor *t, int n_rows) {
+    const void *h = NULL;
+    hn_err e;
+    r->b->ops->fetch(r->b, t, n_rows, &h);
+    hn_status st = r->b->ops->sync(r->b, &e);
+    CHECKF(st == HN_OK, "%s: sync: %s", r->name, e.msg);
+    return h;
+}
+
+/* a hand-made plan: n tokens at the given positions (sequence 0, no KV) */
+static void plan_positions(rig *r, int n, const int32_t *pos, const int32_t *tok) {
+    step_plan *p = &r->plan;
+    p->n_tokens = p->n_pad = n;
+    p->n_seqs = 1;
+    p->n_out = 0;
+    for (int i = 0; i < n; i++) {
+        p->pos[i] = pos ? pos[i] : i;
+        p->token[i] = tok ? tok[i] : 0;
+        p->seq[i] = 0;
+        p->slot[i] = -1;
+    }
+    r->b->ops->plan_set(r->b, p);
+}
+
+/* ---- matmul ---- */
+
+static void make_weights(qt_type t, int K, int rows, unsigned char *w, float *wf) {
+    const qt_type_traits *tr = qt_traits(t);
+    size_t rb = qt_row_size(t, K);
+    float *row = malloc(sizeof(float) * (size_t)K);
+    for (int j = 0; j < rows; j++) {
+        for (int i = 0; i < K; i++) row[i] = frand();
+        if (t == QT_F32) memcpy(w + rb * (size_t)j, row, rb);
+        else tr->from_float(row, w + rb * (size_t)j, K);
+        if (t == QT_F32) memcpy(wf + (size_t)j * (size_t)K, row, rb);
+        else tr->to_float(w + rb * (size_t)j, wf + (size_t)j * (size_t)K, K);
+    }
+    free(row);
+}
+
+static void test_matmul(rig *r, qt_type t, int K, int N, int n, int n_mat) {
+    size_t rb = qt_row_size(t, K);
+    unsigned char *w = malloc(rb * (size_t)N * (size_t)n_mat);
+    float *wf = malloc(sizeof(float) * (size_t)K * (size_t)N * (size_t)n_mat);
+    make_weights(t, K, N * n_mat, w, wf);
+    float *x = malloc(sizeof(float) * (size_t)K * (size_t)n);
+    for (int i = 0; i < K * n; i++) x[i] = frand() * 2;
+    be_tensor *W = weight(r, t, K, N, n_mat, w, BE_W_MATMUL);
+    be_tensor *X = act(r, QT_F32, K, n, x), *Y = act(r, QT_F32, N, n, NULL);
+    int mat = n_mat - 1;
+    r->b->ops->matmul(r->b, W, mat, X, n, Y);
+    const float *y = back(r, Y, n);
+    double err = 0, scale = 0;
+    for (int q = 0; q < n; q++)
+        for (int j = 0; j < N; j++) {
+            double s = 0, a = 0;
+            const float *wr = wf + ((size_t)mat * (size_t)N + (size_t)j) * (size_t)K;
+            for (int i = 0; i < K; i++) {
+                s += (double)wr[i] * x[(size_t)q * (size_t)K + (size_t)i];
+                a += fabs((double)wr[i] * x[(size_t)q * (size_t)K + (size_t)i]);
+            }
+            double d = fabs(y[(size_t)q * (size_t)N + (size_t)j] - s);
+            if (!(d <= err)) err = d;
+            if (a > scale) scale = a;
+        }
+    /* the reference path is f32 throughout; kernels may quantize activations to 8 bits */
+    double tol = (r->ref ? 1e-5 : 2e-2) * scale;
+    CHECKF(err <= tol, "%s%s: %s %dx%d n=%d mats=%d: matmul error %g (scale %g)", r->name, r->ref ? " ref" : "",
+           qt_name(t), N, K, n, n_mat, err, scale);
+
+    /* grouped expert matmul equals one matmul per routed (row, slot) */
+    if (n_mat > 1) {
+        int k = 2;
+        int32_t ids[256];
+        for (int i = 0; i < n * k; i++) ids[i] = (int32_t)((i * 5 + i / 3) % n_mat);
+        be_tensor *I = act(r, QT_I32, k, n, ids), *YM = act(r, QT_F32, N, n * k, NULL), *Y1 = act(r, QT_F32, N, 1, NULL);
+        float *ym = malloc(sizeof(float) * (size_t)N * (size_t)n * (size_t)k);
+        r->b->ops->moe_matmul(r->b, W, X, true, n, k, I, YM);
+        memcpy(ym, back(r, YM, n * k), sizeof(float) * (size_t)N * (size_t)n * (size_t)k);
+        int ok = 1;
+        be_tensor *X1 = act(r, QT_F32, K, 1, NULL);
+        for (int i = 0; i < n * k; i++) {
+            r->b->ops->upload(r->b, X1, 0, x + (size_t)(i / k) * (size_t)K, sizeof(float) * (size_t)K);
+            r->b->ops->matmul(r->b, W, ids[i], X1, 1, Y1);
+            const float *y1 = back(r, Y1, 1);
+            for (int j = 0; j < N; j++) ok &= ym[(size_t)i * (size_t)N + (size_t)j] == y1[j];
+        }
+        CHECKF(ok, "%s: %s moe_matmul (shared x) equals per-slot matmuls", r->name, qt_name(t));
+        if (n >= 2) {
+            int nn = n / 2;
+            r->b->ops->moe_matmul(r->b, W, X, false, nn, k, I, YM);
+            memcpy(ym, back(r, YM, nn * k), sizeof(float) * (size_t)N * (size_t)nn * (size_t)k);
+            ok = 1;
+            for (int i = 0; i < nn * k; i++) {
+                r->b->ops->upload(r->b, X1, 0, x + (size_t)i * (size_t)K, sizeof(float) * (size_t)K);
+                r->b->ops->matmul(r->b, W, ids[i], X1, 1, Y1);
+                const float *y1 = back(r, Y1, 1);
+                for (int j = 0; j < N; j++) ok &= ym[(size_t)i * (size_t)N + (size_t)j] == y1[j];
+            }
+            CHECKF(ok, "%s: %s moe_matmul (per-slot x) equals per-slot matmuls", r->name, qt_name(t));
+        }
+        free(ym);
+    }
+    free(w);
+    free(wf);
+    free(x);
+}
+
+/* matmul_multi equals separate matmuls (weights sharing an act type, and not) */
+static void test_multi(rig *r, int n) {
+    static const qt_type ts[4] = {QT_Q4_K, QT_Q6_K, QT_Q8_0, QT_F16};
+    const int K = 256;
+    int N[4] = {40, 24, 64, 8};
+    be_tensor *W[4], *Y[4], *YS[4];
+    float *x = malloc(sizeof(float) * (size_t)K * (size_t)n);
+    unsigned char *w[4];
+    for (int q = 0; q < 4; q++) {
+        size_t rb = qt_row_size(ts[q], K);
+        w[q] = malloc(rb * (size_t)N[q]);
+        float *wf = malloc(sizeof(float) * (size_t)K * (size_t)N[q]);
+        make_weights(ts[q], K, N[q], w[q], wf);
+        free(wf);
+        W[q] = weight(r, ts[q], K, N[q], 1, w[q], BE_W_MATMUL);
+        Y[q] = act(r, QT_F32, N[q], n, NULL);
+        YS[q] = act(r, QT_F32, N[q], n, NULL);
+    }
+    for (int i = 0; i < K * n; i++) x[i] = frand();
+    be_tensor *X = act(r, QT_F32, K, n, x);
+    r->b->ops->matmul_multi(r->b, 4, (const be_tensor *const *)W, X, n, Y);
+    int ok = 1;
+    for (int q = 0; q < 4; q++) {
+        r->b->ops->matmul(r->b, W[q], 0, X, n, YS[q]);
+        float *a = malloc(sizeof(float) * (size_t)N[q] * (size_t)n);
+        memcpy(a, back(r, Y[q], n), sizeof(float) * (size_t)N[q] * (size_t)n);
+        ok &= !memcmp(a, back(r, YS[q], n), sizeof(float) * (size_t)N[q] * (size_t)n);
+        free(a);
+        free(w[q]);
+    }
+    CHECKF(ok, "%s: matmul_multi equals separate matmuls (n=%d)", r->name, n);
+    free(x);
+}
+
+/* ---- attention ---- */
+
+/* Two sequences (13 and 6 positions) stored through kv_store by a plan, then
+ * every position of both attends (interleaved), against double precision
+ * over the stored (rounded) K/V. */
+static void test_attention(rig *r, int window, qt_type kt, qt_type vt) {
+    hn_err e;
+    const int L = 2, HKV = 2, G = 3, H = HKV * G, HD = 32, BS = 4, NKV = HKV * HD;
+    kv_config c = {.n_layer = L, .n_head_kv = HKV, .head_dim = HD, .block_size = BS, .n_blocks = 32, .type = kt,
+                   .v_type = vt, .storage = r->b->ops->kv_storage(r->b)};
+    kv_cache *kv;
+    CHECK(kv_create(&c, &kv, &e) == HN_OK);
+    kv_seq s[2];
+    int len[2] = {13, 6};
+    /* the tokens: every position of both sequences, interleaved */
+    int n = 0;
+    int32_t pos[32], sid[32], tok[32];
+    for (int p = 0; p < 13; p++)
+        for (int q = 0; q < 2; q++)
+            if (p < len[q]) {
+                pos[n] = p;
+                sid[n] = q;
+                tok[n] = 0;
+                n++;
+            }
+    for (int q = 0; q < 2; q++) kv_seq_init(&s[q], kv, 64, &e);
+    kv_seq *sp[2] = {&s[0], &s[1]};
+    step_batch sb = {.n_tokens = n, .token = tok, .pos = pos, .seq_id = sid, .seqs = sp, .n_seqs = 2};
+    CHECK(plan_build(&r->plan, kv, &sb, 1, 64, &e) == HN_OK);
+    r->b->ops->plan_set(r->b, &r->plan);
+    /* K/V rows per token (as stored: rounded through the cache types) */
+    float *kh = malloc(sizeof(float) * (size_t)n * NKV), *vh = malloc(sizeof(float) * (size_t)n * NKV);
+    float *kr = malloc(sizeof(float) * (size_t)n * NKV), *vr = malloc(sizeof(float) * (size_t)n * NKV);
+    unsigned char tmp[4 * 64 * 4];
+    for (int i = 0; i < n * NKV; i++) {
+        kh[i] = frand() * 3;
+        vh[i] = frand();
+    }
+    for (int t = 0; t < n; t++) {
+        qt_traits(kt)->from_float(kh + (size_t)t * NKV, tmp, NKV);
+        qt_traits(kt)->to_float(tmp, kr + (size_t)t * NKV, NKV);
+        qt_traits(vt)->from_float(vh + (size_t)t * NKV, tmp, NKV);
+        qt_traits(vt)->to_float(tmp, vr + (size_t)t * NKV, NKV);
+    }
+    int layer = 1;
+    be_tensor *K = act(r, QT_F32, NKV, n, kh), *V = act(r, QT_F32, NKV, n, vh);
+    r->b->ops->kv_store(r->b, kv, layer, K, V, n);
+    float *qv = malloc(sizeof(float) * (size_t)n * H * HD);
+    for (int i = 0; i < n * H * HD; i++) qv[i] = frand() * 2;
+    be_tensor *Q = act(r, QT_F32, H * HD, n, qv), *O = act(r, QT_F32, H * HD, n, NULL);
+    be_attn_args a = {.q = Q, .out = O, .n_tokens = n, .n_head = H, .n_head_kv = HKV, .head_dim = HD,
+                      .scale = 1.0f / sqrtf((float)HD), .window = window, .kv = kv, .layer = layer};
+    r->b->ops->attention(r->b, &a);
+    const float *out = back(r, O, n);
+    plan_finish(&r->plan);
+    double err = 0;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < H; h++) {
+            const float *qh = qv + ((size_t)t * H + h) * HD;
+            int kvh = h / G, lo = window > 0 && pos[t] - window + 1 > 0 ? pos[t] - window + 1 : 0;
+            double sc[32], mx = -1e300, sum = 0;
+            int src[32]; /* the token that wrote position p of this sequence */
+            for (int u = 0; u < n; u++)
+                if (sid[u] == sid[t]) src[pos[u]] = u;
+            for (int p = lo; p <= pos[t]; p++) {
+                const float *k = kr + (size_t)src[p] * NKV + kvh * HD;
+                double d = 0;
+                for (int i = 0; i < HD; i++) d += (double)qh[i] * k[i];
+                sc[p] = d / sqrt((double)HD);
+                if (sc[p] > mx) mx = sc[p];
+            }
+            for (int p = lo; p <= pos[t]; p++) sum += exp(sc[p] - mx);
+            for (int i = 0; i < HD; i++) {
+                double o = 0;
+                for (int p = lo; p <= pos[t]; p++) o += exp(sc[p] - mx) / sum * vr[(size_t)src[p] * NKV + kvh * HD + i];
+                double d = fabs(o - out[((size_t)t * H + h) * HD + i]);
+                if (!(d <= err)) err = d;
+            }
+        }
+    CHECKF(err < 1e-4, "%s%s: attention K %s V %s window %d: max error %g", r->name, r->ref ? " ref" : "", qt_name(kt),
+           qt_name(vt), window, err);
+    free(qv);
+    free(kh);
+    free(vh);
+    free(kr);
+    free(vr);
+    kv_seq_free(&s[0], kv);
+    kv_seq_free(&s[1], kv);
+    kv_free(kv);
+}
+
+/* ---- small ops ---- */
+
+static void test_rope(rig *r, int n) {
+    const int H = 2, HD = 8, NR = 6;
+    float *x0 = malloc(sizeof(float) * (size_t)n * H * HD);
+    int32_t pos[128];
+    for (int i = 0; i < n; i++) pos[i] = i * 37;
+    plan_positions(r, n, pos, NULL);
+    for (int mode = 0; mode < 2; mode++) {
+        for (int i = 0; i < n * H * HD; i++) x0[i] = frand();
+        be_tensor *X = act(r, QT_F32, H * HD, n, x0);
+        r->b->ops->rope(r->b, X, n, H, HD, NR, 10000.0f, mode ? BE_ROPE_NEOX : BE_ROPE_NORM);
+        const float *x = back(r, X, n);
+        double err = 0;
+        for (int t = 0; t < n; t++)
+            for (int h = 0; h < H; h++) {
+                const float *a = x0 + ((size_t)t * H + h) * HD;
+                const float *b = x + ((size_t)t * H + h) * HD;
+                for (int i = 0; i < NR / 2; i++) {
+                    double th = pos[t] * pow(10000.0, -2.0 * i / NR);
+                    int i0 = mode ? i : 2 * i, i1 = mode ? i + NR / 2 : 2 * i + 1;
+                    double r0 = a[i0] * cos(th) - a[i1] * sin(th), r1 = a[i0] * sin(th) + a[i1] * cos(th);
+                    err = fmax(err, fmax(fabs(r0 - b[i0]), fabs(r1 - b[i1])));
+                }
+                for (int i = NR; i < HD; i++) err = fmax(err, fabs(a[i] - b[i]));
+            }
+        /* positions up to 37 * 127: float angles lose ~1e-3 there */
+        CHECKF(err < (n > 16 ? 5e-3 : 1e-4), "%s: rope %s n=%d: error %g", r->name, mode ? "neox" : "normal", n, err);
+    }
+    free(x0);
+}
+
+static void test_elementwise(rig *r, int rows) {
+    const int D = 16;
+    size_t N = (size_t)rows * D;
+    float *v0 = malloc(sizeof(float) * N), *w = malloc(sizeof(float) * D), *g = malloc(sizeof(float) * N),
+          *u = malloc(sizeof(float) * N);
+    for (size_t i = 0; i < N; i++) v0[i] = frand() * 4;
+    for (int i = 0; i < D; i++) w[i] = 1 + frand();
+    /* rms_norm, in place, with and without a weight */
+    be_tensor *Wt = weight(r, QT_F32, D, 1, 1, w, 0);
+    for (int with_w = 0; with_w < 2; with_w++) {
+        be_tensor *V = act(r, QT_F32, D, rows, v0);
+        r->b->ops->rms_norm(r->b, V, with_w ? Wt : NULL, rows, D, 1e-6f, V);
+        const float *v = back(r, V, rows);
+        double err = 0;
+        for (int q = 0; q < rows; q++) {
+            double ss = 0;
+            for (int i = 0; i < D; i++) ss += (double)v0[q * D + i] * v0[q * D + i];
+            double sc = 1 / sqrt(ss / D + 1e-6);
+            for (int i = 0; i < D; i++) err = fmax(err, fabs(v0[q * D + i] * sc * (with_w ? w[i] : 1) - v[q * D + i]));
+        }
+        CHECKF(err < 1e-5, "%s: rms_norm rows=%d weight=%d error %g", r->name, rows, with_w, err);
+    }
+    /* swiglu, add, add_bias */
+    for (size_t i = 0; i < N; i++) {
+        g[i] = frand() * 8;
+        u[i] = frand();
+    }
+    be_tensor *G = act(r, QT_F32, D, rows, g), *U = act(r, QT_F32, D, rows, u), *Y = act(r, QT_F32, D, rows, NULL);
+    r->b->ops->swiglu(r->b, G, U, Y, N);
+    const float *y = back(r, Y, rows);
+    double err = 0;
+    for (size_t i = 0; i < N; i++) err = fmax(err, fabs(g[i] / (1 + exp(-g[i])) * u[i] - y[i]));
+    CHECKF(err < 1e-6, "%s: swiglu error %g", r->name, err);
+    r->b->ops->add(r->b, G, U, Y, N);
+    y = back(r, Y, rows);
+    int ok = 1;
+    for (size_t i = 0; i < N; i++) ok &= y[i] == g[i] + u[i];
+    CHECKF(ok, "%s: add", r->name);
+    be_tensor *B = weight(r, QT_F32, D, 1, 1, u, 0);
+    r->b->ops->add_bias(r->b, G, B, rows, D);
+    y = back(r, G, rows);
+    ok = 1;
+    for (size_t i = 0; i < N; i++) ok &= y[i] == g[i] + u[i % D];
+    CHECKF(ok, "%s: add_bias", r->name);
+    free(v0);
+    free(w);
+    free(g);
+    free(u);
+}
+
+/* routing (top-k of softmax, renormalised, ties to the lower id) and the weighted combine */
+static void test_moe_small(rig *r) {
+    float lg[2 * 5] = {0.1f, 2.0f, -1.0f, 2.0f, 0.5f, 3, 1, 1, 1, 3};
+    be_tensor *L = act(r, QT_F32, 5, 2, lg), *I = act(r, QT_I32, 2, 2, NULL), *W = act(r, QT_F32, 2, 2, NULL);
+    r->b->ops->moe_route(r->b, L, 2, 5, 2, I, W);
+    int32_t ids[4];
+    float wt[4];
+    memcpy(ids, back(r, I, 2), sizeof ids);
+    memcpy(wt, back(r, W, 2), sizeof wt);
+    CHECKF(ids[0] == 1 && ids[1] == 3 && fabsf(wt[0] - 0.5f) < 1e-6f && fabsf(wt[1] - 0.5f) < 1e-6f,
+           "%s: route row 0: %d %d %g %g", r->name, ids[0], ids[1], wt[0], wt[1]);
+    CHECK(ids[2] == 0 && ids[3] == 4 && fabsf(wt[2] + wt[3] - 1) < 1e-6f);
+    /* combine: out[r] = sum_s w[r*k+s] y[r*k+s] */
+    const int n = 5, k = 3, D = 24;
+    float y[5 * 3 * 24], w[5 * 3];
+    for (int i = 0; i < n * k * D; i++) y[i] = frand();
+    for (int i = 0; i < n * k; i++) w[i] = frand() + 0.5f;
+    be_tensor *Y = act(r, QT_F32, D, n * k, y), *WW = act(r, QT_F32, k, n, w), *O = act(r, QT_F32, D, n, NULL);
+    r->b->ops->moe_combine(r->b, Y, WW, n, k, D, O);
+    const float *o = back(r, O, n);
+    double err = 0;
+    for (int q = 0; q < n; q++)
+        for (int i = 0; i < D; i++) {
+            double s = 0;
+            for (int j = 0; j < k; j++) s += (double)w[q * k + j] * y[((size_t)q * k + j) * D + i];
+            err = fmax(err, fabs(s - o[q * D + i]));
+        }
+    CHECKF(err < 1e-5, "%s: moe_combine error %g", r->name, err);
+}
+
+/* get_rows of the plan's tokens from a q8_0 and an f32 table; gather_out; mask_logits */
+static void test_rows(rig *r) {
+    const int K = 64, V = 7;
+    size_t rb = qt_row_size(QT_Q8_0, K);
+    unsigned char tab[7 * 68];
+    float ftab[7 * 64], want[64];
+    for (int j = 0; j < V; j++) {
+        for (int i = 0; i < K; i++) ftab[j * K + i] = frand();
+        qt_traits(QT_Q8_0)->from_float(ftab + j * K, tab + rb * (size_t)j, K);
+    }
+    int32_t tok[5] = {3, 1, 6, 0, 3};
+    plan_positions(r, 5, NULL, tok);
+    be_tensor *T = weight(r, QT_Q8_0, K, V, 1, tab, BE_W_ROWS), *TF = weight(r, QT_F32, K, V, 1, ftab, BE_W_ROWS);
+    be_tensor *O = act(r, QT_F32, K, 5, NULL);
+    r->b->ops->get_rows(r->b, T, 5, O);
+    const float *got = back(r, O, 5);
+    int ok = 1;
+    for (int i = 0; i < 5; i++) {
+        qt_traits(QT_Q8_0)->to_float(tab + rb * (size_t)tok[i], want, K);
+        ok &= !memcmp(got + i * K, want, sizeof want);
+    }
+    CHECKF(ok, "%s: get_rows q8_0", r->name);
+    r->b->ops->get_rows(r->b, TF, 5, O);
+    got = back(r, O, 5);
+    ok = 1;
+    for (int i = 0; i < 5; i++) ok &= !memcmp(got + i * K, ftab + tok[i] * K, sizeof(float) * K);
+    CHECKF(ok, "%s: get_rows f32", r->name);
+    /* gather_out: rows 1, 2, 4 of 5 */
+    r->plan.n_out = 3;
+    r->plan.out_rows[0] = 1;
+    r->plan.out_rows[1] = 2;
+    r->plan.out_rows[2] = 4;
+    float x[5 * 64];
+    for (int i = 0; i < 5 * K; i++) x[i] = frand();
+    be_tensor *X = act(r, QT_F32, K, 5, x), *G = act(r, QT_F32, K, 3, NULL);
+    r->b->ops->gather_out(r->b, X, K, G);
+    got = back(r, G, 3);
+    CHECKF(!memcmp(got, x + K, sizeof(float) * K) && !memcmp(got + K, x + 2 * K, sizeof(float) * K) &&
+               !memcmp(got + 2 * K, x + 4 * K, sizeof(float) * K),
+           "%s: gather_out", r->name);
+    /* mask_logits: row 1 of 2 rows of 70 logits, every third token allowed */
+    const int NV = 70;
+    float lg[2 * 70];
+    uint32_t allowed[3] = {0};
+    for (int i = 0; i < 2 * NV; i++) lg[i] = frand();
+    for (int i = 0; i < NV; i += 3) allowed[i >> 5] |= 1u << (i & 31);
+    be_tensor *LG = act(r, QT_F32, NV, 2, lg);
+    r->b->ops->mask_logits(r->b, LG, 1, allowed, NV);
+    got = back(r, LG, 2);
+    ok = !memcmp(got, lg, sizeof(float) * NV);
+    for (int i = 0; i < NV; i++) ok &= i % 3 == 0 ? got[NV + i] == lg[NV + i] : isinf(got[NV + i]) && got[NV + i] < 0;
+    CHECKF(ok, "%s: mask_logits", r->name);
+}
+
+static void run_backend(const char *name, int nth, bool ref) {
+    rig r;
+    if (!rig_open(&r, name, nth, ref)) {
+        CHECKF(false, "backend %s (available) could not be created", name);
+        return;
+    }
+    static const qt_type types[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q4_K,
+                                    QT_Q5_K, QT_Q6_K, QT_Q3_K, QT_Q2_K, QT_IQ4_NL, QT_IQ4_XS};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        test_matmul(&r, types[i], 512, 96, 1, 1);
+        test_matmul(&r, types[i], 256, 64, 37, 1);
+        test_matmul(&r, types[i], 256, 48, 6, 3);
+        if (!ref) test_matmul(&r, types[i], 256, 40, 8, 1);
+    }
+    test_multi(&r, 1);
+    test_multi(&r, 3);
+    static const qt_type kts[] = {QT_F32, QT_F16, QT_Q8_0}, vts[] = {QT_F32, QT_F16, QT_Q8_0, QT_Q4_1};
+    for (int w = 0; w < 3; w++) {
+        int window = w == 0 ? 0 : w == 1 ? 5 : 3;
+        for (size_t a = 0; a < 3; a++)
+            for (size_t b = 0; b < 4; b++) test_attention(&r, window, kts[a], vts[b]);
+    }
+    test_rope(&r, 9);
+    test_rope(&r, 128);
+    test_elementwise(&r, 3);
+    test_elementwise(&r, 100);
+    test_moe_small(&r);
+    test_rows(&r);
+    rig_close(&r);
+}
+
+int main(void) {
+    const char *names[8];
+    int n = be_registered(names, 8);
+    CHECK(n >= 1);
+    for (int i = 0; i < n; i++) {
+        const char *why = NULL;
+        if (!be_available(names[i], &why)) {
+            printf("backend %s: skipped (%s)\n", names[i], why ? why : "not available");
+            continue;
+        }
+        int nth_max = strcmp(names[i], "cpu") ? 1 : 2;
+        for (int nth = 1; nth <= nth_max; nth++) {
+            run_backend(names[i], nth, false);
+            run_backend(names[i], nth, true);
+        }
+        printf("backend %s: tested\n", names[i]);
+    }
+    /* a name that is not registered fails cleanly */
+    be_backend *b;
+    hn_err e;
+    CHECK(be_create("nosuch", NULL, &b, &e) == HN_ERR_INVALID && b == NULL);
+    TEST_DONE();
+}
