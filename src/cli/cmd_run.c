@@ -258,9 +258,9 @@ int cmd_run(int argc, char **argv) {
     struct sigaction old_int;
     bool sig_installed = false;
 
-    /* One request: one running sequence, the whole prompt in steps of 256
-     * tokens (as model_forward's own steps were before, so the numbers are
-     * the same), no prefix cache to keep. */
+    /* One request: one running sequence, the prompt in steps of 256 tokens
+     * (the steps run's own loop took: on a CPU each step streams the weights
+     * once, and nothing else waits on this one), no prefix cache to keep. */
     run_load ld = {.tune = !no_tune};
     eng_params ep = eng_default_params();
     ep.model_path = path;
