@@ -1,11 +1,23 @@
 /* test_cli_run.c: `hone run` and `hone logits` end to end on shared models
- * (needs HONE_BIN, the path of the built binary; `make test` sets it). */
+ * (needs HONE_BIN, the path of the built binary; `make test` sets it).
+ * `hone run` is a client of the engine; its tokens (greedy and sampled, a
+ * prompt longer than one prefill step, the demo model) must equal what a
+ * hand-run model_forward loop with the same sampler gives, which is what it
+ * computed when it had its own loop. Ctrl-C ends it cleanly (exit 130). */
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
+#include "kv/kv.h"
+#include "model/model.h"
+#include "sample/sample.h"
 #include "test.h"
 
 /* Runs a shell command; captures stdout into out; returns the exit status. */
@@ -18,6 +30,127 @@ static int run(const char *cmd, char *out, size_t cap) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* The old `hone run` loop by hand: the prompt in one model_forward (steps of
+ * 256 tokens), then sample, accept, decode one token at a time, with the
+ * prompt first in the penalty history and no stop at end of generation.
+ * Returns the tokens made (gen) or -1. */
+static int forward_run(const char *path, const int32_t *prompt, int n, int gen, const smp_params *sp, int32_t *out) {
+    hn_err e = {0};
+    model *m = NULL;
+    model_params mp = {.n_threads = 2, .max_batch = 256};
+    if (model_load(path, &mp, &m, &e) != HN_OK) {
+        fprintf(stderr, "forward_run: %s\n", e.msg);
+        return -1;
+    }
+    int nv = model_hp(m)->n_vocab, made = -1;
+    kv_config kc = model_kv_config(m, (n + gen + 15) / 16, 16);
+    kv_cache *kv = NULL;
+    kv_seq s = {0};
+    smp_sampler *smp = smp_new(sp, nv);
+    float *lg = hn_malloc(sizeof(float) * (size_t)nv);
+    int32_t *pos = hn_malloc(sizeof(int32_t) * (size_t)n), *sid = hn_calloc((size_t)n, sizeof(int32_t));
+    if (!smp || !lg || !pos || !sid || kv_create(&kc, &kv, &e) != HN_OK || kv_seq_init(&s, kv, n + gen, &e) != HN_OK)
+        goto out;
+    for (int i = 0; i < n; i++) {
+        pos[i] = i;
+        smp_accept(smp, prompt[i]);
+    }
+    kv_seq *seqs[1] = {&s};
+    model_batch b = {.n_tokens = n, .token = prompt, .pos = pos, .seq_id = sid, .seqs = seqs, .n_seqs = 1};
+    if (model_forward(m, kv, &b, lg, 1, &e) != HN_OK) goto out;
+    for (made = 0; made < gen; made++) {
+        int32_t t = smp_sample(smp, lg), p = n + made;
+        smp_accept(smp, t);
+        out[made] = t;
+        if (made + 1 == gen) {
+            made++;
+            break;
+        }
+        model_batch d = {.n_tokens = 1, .token = &t, .pos = &p, .seq_id = sid, .seqs = seqs, .n_seqs = 1};
+        if (model_forward(m, kv, &d, lg, 1, &e) != HN_OK) {
+            made = -1;
+            break;
+        }
+    }
+out:
+    if (made < 0 && e.msg[0]) fprintf(stderr, "forward_run: %s\n", e.msg);
+    hn_free(pos);
+    hn_free(sid);
+    hn_free(lg);
+    smp_free(smp);
+    if (kv) kv_seq_free(&s, kv);
+    kv_free(kv);
+    model_free(m);
+    return made;
+}
+
+static void ids_text(const int32_t *t, int n, char *buf, size_t cap) {
+    size_t o = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && o + 12 < cap; i++) o += (size_t)snprintf(buf + o, cap - o, i ? " %d" : "%d", t[i]);
+}
+
+/* `hone run --print-ids --ignore-eos` on PROMPT with SAMPLING ("--temp 0" or
+ * more options) equals forward_run with sp. */
+static void run_equals_forward(const char *bin, const char *path, const int32_t *prompt, int n, int gen,
+                               const char *sampling, const smp_params *sp, const char *what) {
+    static char cmd[16384], pr[8192], out[8192], want[8192];
+    static int32_t ref[512];
+    ids_text(prompt, n, pr, sizeof pr);
+    int got = forward_run(path, prompt, n, gen, sp, ref);
+    CHECKF(got == gen, "%s: forward_run made %d of %d", what, got, gen);
+    ids_text(ref, got > 0 ? got : 0, want, sizeof want);
+    snprintf(cmd, sizeof cmd, "HONE_NO_TUNE=1 '%s' run -m '%s' --tokens '%s' -n %d %s --ignore-eos --print-ids -t 2 2>/dev/null",
+             bin, path, pr, gen, sampling);
+    CHECK(run(cmd, out, sizeof out) == 0);
+    size_t ol = strlen(out);
+    while (ol && (out[ol - 1] == '\n' || out[ol - 1] == ' ')) out[--ol] = 0;
+    CHECKF(!strcmp(out, want), "%s: hone run '%s', forward '%s'", what, out, want);
+}
+
+/* Ctrl-C while generating: the engine request is cancelled, the text so far
+ * ends with a newline, stderr says so, exit 130. */
+static void test_interrupt(const char *bin, const char *path) {
+    char tout[128], terr[128];
+    snprintf(tout, sizeof tout, "/tmp/hone-test-int-%d.out", (int)getpid());
+    snprintf(terr, sizeof terr, "/tmp/hone-test-int-%d.err", (int)getpid());
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fo = open(tout, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(terr, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fo < 0 || fe < 0) _exit(99);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        signal(SIGINT, SIG_DFL);
+        setenv("HONE_NO_TUNE", "1", 1);
+        execl(bin, bin, "run", "-m", path, "-p", "def main():", "-n", "20000", "--ignore-eos", "-t", "2", (char *)NULL);
+        _exit(98);
+    }
+    CHECK(pid > 0);
+    if (pid <= 0) return;
+    /* wait (up to 120 s) for the first streamed text, then interrupt */
+    struct stat st;
+    for (int i = 0; i < 1200 && !(stat(tout, &st) == 0 && st.st_size > 0); i++) usleep(100000);
+    CHECK(stat(tout, &st) == 0 && st.st_size > 0);
+    kill(pid, SIGINT);
+    int ws = 0;
+    pid_t w;
+    for (int i = 0; i < 300 && (w = waitpid(pid, &ws, WNOHANG)) == 0; i++) usleep(100000);
+    if (w == 0) { /* did not end within 30 s: a defect; do not leave it running */
+        kill(pid, SIGKILL);
+        waitpid(pid, &ws, 0);
+        CHECKF(0, "hone run did not end within 30 s of SIGINT");
+    }
+    CHECKF(WIFEXITED(ws) && WEXITSTATUS(ws) == 130, "exit status %d after SIGINT", ws);
+    size_t n = 0;
+    char *o = test_slurp(tout, &n), *e = test_slurp(terr, NULL);
+    CHECK(o && n > 0 && o[n - 1] == '\n');
+    CHECKF(e && strstr(e, "interrupted") && strstr(e, "tok/s"), "stderr: %s", e ? e : "");
+    free(o);
+    free(e);
+    unlink(tout);
+    unlink(terr);
+}
+
 int main(void) {
     const char *bin = getenv("HONE_BIN");
     CHECKF(bin && *bin, "HONE_BIN is not set");
@@ -26,7 +159,7 @@ int main(void) {
     test_data_path(real, sizeof real, "data/models/qwen3-real-q8_0.gguf");
     test_data_path(q3, sizeof q3, "data/models/qwen3-2k-f32.gguf");
 
-    /* greedy ids from a token prompt equal llama.cpp's greedy tokens (qwen3-2k-f32 p2: 32 must match) */
+    /* greedy ids from a token prompt equal llama.cpp's greedy tokens (qwen3-2k-f32 p2: all 32 must match) */
     test_data_path(ref, sizeof ref, "data/ref/qwen3-2k-f32/p2.json");
     FILE *f = fopen(ref, "r");
     char js[65536];
@@ -36,7 +169,9 @@ int main(void) {
     /* pull the two arrays out with a tiny scan (no JSON library needed for this) */
     char prompt[2048] = "", greedy[2048] = "";
     const char *pt = strstr(js, "\"prompt_tokens\""), *gt = strstr(js, "\"greedy_tokens\"");
-    CHECK(pt && gt);
+    const char *mm = strstr(js, "\"greedy_must_match\"");
+    int must = mm ? atoi(strchr(mm, ':') + 1) : 0;
+    CHECK(pt && gt && must >= 8);
     if (pt && gt) {
         char *dst[2] = {prompt, greedy};
         const char *src[2] = {strchr(pt, '['), strchr(gt, '[')};
@@ -49,18 +184,42 @@ int main(void) {
                     dst[k][o++] = ' ';
                     count++;
                 }
-                if (k == 1 && count == 8) break; /* first 8 greedy tokens */
+                if (k == 1 && count == must) break; /* the first greedy_must_match tokens */
             }
             while (o && dst[k][o - 1] == ' ') o--;
             dst[k][o] = 0;
         }
     }
-    snprintf(cmd, sizeof cmd, "'%s' run -m '%s' --tokens '%s' -n 8 --temp 0 --print-ids -t 2 2>/dev/null", bin, q3,
-             prompt);
+    snprintf(cmd, sizeof cmd, "'%s' run -m '%s' --tokens '%s' -n %d --temp 0 --print-ids -t 2 2>/dev/null", bin, q3,
+             prompt, must);
     CHECK(run(cmd, out, sizeof out) == 0);
     size_t ol = strlen(out);
     while (ol && (out[ol - 1] == '\n' || out[ol - 1] == ' ')) out[--ol] = 0;
     CHECKF(!strcmp(out, greedy), "greedy ids '%s', llama.cpp '%s'", out, greedy);
+
+    /* the engine client computes what the model's own loop does: greedy on a
+     * prompt of two prefill steps (300 tokens), and sampled with every
+     * sampler option, the prompt counted by the repeat penalty */
+    char q8[1024], lq4[1024];
+    test_data_path(q8, sizeof q8, "data/models/qwen3-2k-q8_0.gguf");
+    test_data_path(lq4, sizeof lq4, "data/models/llama-2k-q4_k_m.gguf");
+    static int32_t longp[300];
+    for (int i = 0; i < 300; i++) longp[i] = (int32_t)((i * 7919 + 13) % 2048);
+    const int32_t rep[12] = {1, 17, 17, 5, 17, 300, 5, 5, 17, 300, 9, 17};
+    smp_params greedy_sp = smp_default_params(), hot = smp_default_params();
+    greedy_sp.temp = 0;
+    greedy_sp.repeat_penalty = 1;
+    hot.temp = 0.9f;
+    hot.top_k = 20;
+    hot.top_p = 0.9f;
+    hot.min_p = 0.01f;
+    hot.repeat_penalty = 1.3f;
+    hot.seed = 7;
+    const char *hot_args = "--temp 0.9 --top-k 20 --top-p 0.9 --min-p 0.01 --repeat-penalty 1.3 --seed 7";
+    run_equals_forward(bin, q8, longp, 300, 40, "--temp 0", &greedy_sp, "qwen3-2k-q8_0 greedy, 300-token prompt");
+    run_equals_forward(bin, lq4, longp, 300, 40, "--temp 0", &greedy_sp, "llama-2k-q4_k_m greedy, 300-token prompt");
+    run_equals_forward(bin, q8, rep, 12, 48, hot_args, &hot, "qwen3-2k-q8_0 sampled");
+    run_equals_forward(bin, lq4, rep, 12, 48, hot_args, &hot, "llama-2k-q4_k_m sampled");
 
     /* text in, text out, speed on stderr */
     snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -p 'Hello, my name is' -n 6 --temp 0.7 --seed 1 2>&1 >/dev/null", bin, real);
@@ -101,8 +260,16 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "XDG_CACHE_HOME='%s' '%s' run -n 4 -p 'Once upon' 2>&1 >/dev/null", cache, bin);
     CHECK(run(cmd, out, sizeof out) == 0 && strstr(out, "wrote the demo model"));
     CHECK(run(cmd, out, sizeof out) == 0 && strstr(out, "running the demo model") && !strstr(out, "wrote"));
+    char demo[512];
+    snprintf(demo, sizeof demo, "%s/hone/demo.gguf", cache);
+    run_equals_forward(bin, demo, rep, 12, 40, "--temp 0", &greedy_sp, "demo model greedy");
+    run_equals_forward(bin, demo, rep, 12, 40, hot_args, &hot, "demo model sampled");
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
     CHECK(system(cmd) == 0);
+
+    /* Ctrl-C */
+    char agent[1024];
+    test_interrupt(bin, test_data_path(agent, sizeof agent, "data/models/qwen3-agent-q8_0.gguf"));
 
     /* help and errors */
     snprintf(cmd, sizeof cmd, "'%s' run --help", bin);
@@ -113,6 +280,10 @@ int main(void) {
     CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "nonexistent"));
     snprintf(cmd, sizeof cmd, "'%s' run -m '%s' --tokens '1 999999' 2>&1", bin, q3);
     CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "999999"));
+    snprintf(cmd, sizeof cmd, "'%s' run -m '%s' --tokens '1 2 3' -n 4094 2>&1", bin, q3);
+    CHECKF(run(cmd, out, sizeof out) == 1 && strstr(out, "exceed the model's context of 4096"), "%s", out);
+    snprintf(cmd, sizeof cmd, "'%s' run -m '%s' --tokens '' 2>&1", bin, q3);
+    CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "no tokens"));
     snprintf(cmd, sizeof cmd, "'%s' run -m '%s' --bogus 2>/dev/null", bin, q3);
     CHECK(run(cmd, out, sizeof out) == 2);
     snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -n abc 2>/dev/null", bin, q3);

@@ -1,5 +1,7 @@
 /* test_engine.c: the engine of sched/engine.h on a small shared model:
  *   - greedy generation equals a hand-run decode with model_forward;
+ *   - penalize_prompt puts the prompt in the penalty history (as a hand-run
+ *     decode whose sampler accepted the prompt), and changes the tokens;
  *   - submit errors; exactly one DONE per request; finish reasons;
  *   - a follow-up turn served from the prefix cache (prompt and reply kept)
  *     generates the same tokens as with the cache off, computing only the
@@ -123,8 +125,8 @@ static void make_tokens(int32_t *t, int n, uint64_t seed, int32_t n_vocab) {
     }
 }
 
-/* Greedy decode by hand with the model API. */
-static void reference(const int32_t *prompt, int n, int gen, int32_t *out) {
+/* Decode by hand with the model API: greedy (smp NULL) or with smp. */
+static void reference_with(const int32_t *prompt, int n, int gen, smp_sampler *smp, int32_t *out) {
     model *m;
     model_params mp = {.n_threads = 2, .max_batch = 256};
     if (model_load(model_path, &mp, &m, &e)) return;
@@ -145,6 +147,7 @@ static void reference(const int32_t *prompt, int n, int gen, int32_t *out) {
         int32_t best = 0;
         for (int i = 1; i < nv; i++)
             if (lg[i] > lg[best]) best = i;
+        if (smp) smp_accept(smp, best = smp_sample(smp, lg));
         out[g] = best;
         tok[0] = best;
         pos[0] = n + g;
@@ -155,6 +158,8 @@ static void reference(const int32_t *prompt, int n, int gen, int32_t *out) {
     kv_free(kv);
     model_free(m);
 }
+
+static void reference(const int32_t *prompt, int n, int gen, int32_t *out) { reference_with(prompt, n, gen, NULL, out); }
 
 static int32_t n_vocab;
 
@@ -193,6 +198,43 @@ static void test_basic(void) {
     CHECK(s.blocks_used == 0 && s.check_failures == 0 && s.generated_tokens == 16);
     coll_destroy(&c);
     coll_destroy(&d);
+    eng_free(g);
+}
+
+/* penalize_prompt: the prompt starts the penalty history (hone run). */
+static void test_penalize_prompt(void) {
+    eng_engine *g = engine(16, 0, false, 64, 4);
+    if (!g) {
+        CHECK(0);
+        return;
+    }
+    /* a long prompt with a window covering it: the continuation is bound to
+     * share tokens with it */
+    enum { NP = 256, NG = 16 };
+    static int32_t prompt[NP];
+    int32_t want[2][NG];
+    make_tokens(prompt, NP, 11, n_vocab);
+    smp_params sp = smp_default_params();
+    sp.temp = 0;
+    sp.repeat_penalty = 3.0f;
+    sp.penalty_last_n = NP + NG;
+    for (int pen = 0; pen < 2; pen++) {
+        smp_sampler *smp = smp_new(&sp, n_vocab);
+        for (int i = 0; pen && i < NP; i++) smp_accept(smp, prompt[i]);
+        reference_with(prompt, NP, NG, smp, want[pen]);
+        smp_free(smp);
+        coll c;
+        coll_init(&c, g);
+        eng_request r = {.prompt = prompt, .n_prompt = NP, .sampling = sp, .max_tokens = NG, .ignore_eog = true,
+                         .penalize_prompt = pen, .on_event = on_event, .ctx = &c};
+        eng_req_id id;
+        CHECK(eng_submit(g, &r, &id, &e) == HN_OK);
+        CHECK(coll_wait(&c, 60));
+        CHECKF(c.n == NG && !memcmp(c.toks, want[pen], sizeof want[pen]),
+               "penalize_prompt %d: engine tokens equal a hand-run decode with the same sampler", pen);
+        coll_destroy(&c);
+    }
+    CHECKF(memcmp(want[0], want[1], sizeof want[0]), "penalizing the prompt changes the tokens of this prompt");
     eng_free(g);
 }
 
@@ -504,6 +546,7 @@ int main(void) {
     n_vocab = model_hp(m)->n_vocab;
     model_free(m);
     test_basic();
+    test_penalize_prompt();
     test_prefix_turns();
     test_shared_start();
     test_preempt();

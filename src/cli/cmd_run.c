@@ -1,11 +1,21 @@
 /* cmd_run.c: `hone run`: generate a continuation of a prompt.
  *
- * Loads the model (or, with no -m, the demo model hone writes into its cache
- * directory), tokenizes the prompt, prefills it in one forward, then samples
- * and decodes one token at a time, streaming the text through the
- * tokenizer's streaming detokenizer, until -n tokens or an end-of-generation
- * token. Prompt and generation speeds go to stderr at the end. */
+ * A one-request client of the engine (sched/engine.h), like the server: it
+ * creates an engine on the model (or, with no -m, the demo model hone writes
+ * into its cache directory), tokenizes the prompt, submits one request and
+ * streams the tokens through the tokenizer's streaming detokenizer as they
+ * arrive, until -n tokens or an end-of-generation token. Prompt and
+ * generation speeds (from the request's counters) go to stderr at the end.
+ *
+ * The engine's event callback runs on the engine thread; it only appends the
+ * token to a buffer sized for the whole reply (no allocation, no I/O) and
+ * signals the main thread, which owns all output: a slow terminal or pipe
+ * then never stalls the engine, and the detokenizer, Ctrl-C and errors are
+ * handled in one place. Ctrl-C cancels the request (the text so far is
+ * flushed, exit 130); a second Ctrl-C kills as before. */
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,10 +23,9 @@
 #include <time.h>
 
 #include "../core/alloc.h"
-#include "../kv/kv.h"
 #include "../model/demo.h"
 #include "../model/model.h"
-#include "../sample/sample.h"
+#include "../sched/engine.h"
 #include "../tokenizer/tokenizer.h"
 #include "../tune/apply.h"
 #include "cli.h"
@@ -45,12 +54,6 @@ static void usage(FILE *f) {
             "  --no-tune               built-in kernel parameters: neither tune nor use the tuning cache\n"
             "                          (also HONE_NO_TUNE=1; by default the first start tunes, up to 30 s)\n"
             "  -h, --help              this help\n");
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Parses "ID ID ..." (spaces or commas) into a new array; returns the count or -1. */
@@ -124,6 +127,61 @@ static int need_arg(int i, int argc, const char *a) {
     return 0;
 }
 
+
+/* model load (on the loading thread, before the engine starts): the tuned
+ * kernel parameters unless --no-tune (a failure only warns), and the thread
+ * count for the speed line */
+typedef struct run_load {
+    bool tune;
+    int n_threads;
+} run_load;
+
+static hn_status run_on_load(void *ctx, struct model *m, hn_err *err) {
+    (void)err;
+    run_load *l = ctx;
+    l->n_threads = model_n_threads(m);
+    hn_err e = {0};
+    if (l->tune && tn_load_tune(model_backend(m), model_gguf(m), model_n_threads(m), "hone run", &e) != HN_OK)
+        fprintf(stderr, "hone run: kernel tuning skipped: %s\n", e.msg);
+    return HN_OK;
+}
+
+/* The events of the one request, from the engine thread to the main thread.
+ * tok holds every token of the reply (at most max_tokens arrive). */
+typedef struct run_queue {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t *tok;
+    int32_t cap, n;
+    bool done;
+    eng_finish finish;
+    eng_req_stats stats;
+    char error[256];
+} run_queue;
+
+static void run_on_event(void *ctx, const eng_event *ev) {
+    run_queue *q = ctx;
+    pthread_mutex_lock(&q->mu);
+    if (ev->type == ENG_EV_TOKEN) {
+        if (q->n < q->cap) q->tok[q->n++] = ev->token;
+    } else {
+        q->done = true;
+        q->finish = ev->finish;
+        q->stats = ev->stats;
+        if (ev->finish == ENG_FINISH_ERROR)
+            snprintf(q->error, sizeof q->error, "%s", ev->error ? ev->error : "generation failed");
+    }
+    pthread_cond_signal(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
+static volatile sig_atomic_t g_interrupted;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    g_interrupted = 1;
+}
+
 int cmd_run(int argc, char **argv) {
     const char *path = NULL, *prompt = NULL, *tokens = NULL;
     long n_gen = 64;
@@ -192,21 +250,32 @@ int cmd_run(int argc, char **argv) {
 
     int rc = 1;
     hn_err err = {0};
-    model *m = NULL;
-    tok_vocab *voc = NULL;
-    kv_cache *kv = NULL;
-    kv_seq seq = {0};
-    smp_sampler *smp = NULL;
+    eng_engine *e = NULL;
     int32_t *ids = NULL;
-    float *logits = NULL;
-    model_params mp = {.n_threads = n_threads, .max_batch = 256};
-    if (model_load(path, &mp, &m, &err) != HN_OK || tok_load(model_gguf(m), &voc, &err) != HN_OK) {
+    run_queue q = {.done = false};
+    pthread_mutex_init(&q.mu, NULL);
+    pthread_cond_init(&q.cv, NULL);
+    struct sigaction old_int;
+    bool sig_installed = false;
+
+    /* One request: one running sequence, the prompt in steps of 256 tokens
+     * (the steps run's own loop took: on a CPU each step streams the weights
+     * once, and nothing else waits on this one), no prefix cache to keep. */
+    run_load ld = {.tune = !no_tune};
+    eng_params ep = eng_default_params();
+    ep.model_path = path;
+    ep.n_threads = n_threads;
+    ep.max_running = 1;
+    ep.step_tokens = 256;
+    ep.prefix_cache = false;
+    ep.cache_idle_ms = -1;
+    ep.on_load = run_on_load;
+    ep.on_load_ctx = &ld;
+    if (eng_create(&ep, &e, &err) != HN_OK) {
         fprintf(stderr, "hone run: %s: %s\n", path, err.msg);
         goto done;
     }
-    if (!no_tune && tn_load_tune(model_backend(m), model_gguf(m), model_n_threads(m), "hone run", &err) != HN_OK)
-        fprintf(stderr, "hone run: kernel tuning skipped: %s\n", err.msg);
-    const model_hparams *hp = model_hp(m);
+    const tok_vocab *voc = eng_vocab(e);
     int64_t n_prompt;
     if (tokens) {
         n_prompt = parse_ids(tokens, &ids);
@@ -228,92 +297,100 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "hone run: the prompt has no tokens\n");
         goto done;
     }
-    for (int64_t i = 0; i < n_prompt; i++)
-        if (ids[i] >= hp->n_vocab) {
-            fprintf(stderr, "hone run: token id %d is outside the vocabulary (%d)\n", ids[i], hp->n_vocab);
-            goto done;
-        }
-    int64_t n_ctx = n_prompt + n_gen;
-    if (n_ctx > hp->n_ctx_train) {
+    if (n_prompt + n_gen > eng_n_ctx(e)) {
         fprintf(stderr, "hone run: %lld prompt + %ld new tokens exceed the model's context of %d\n",
-                (long long)n_prompt, n_gen, hp->n_ctx_train);
+                (long long)n_prompt, n_gen, (int)eng_n_ctx(e));
         goto done;
     }
-    kv_config kc = model_kv_config(m, (int32_t)((n_ctx + 15) / 16), 16);
-    if (kv_create(&kc, &kv, &err) != HN_OK || kv_seq_init(&seq, kv, (int32_t)n_ctx, &err) != HN_OK) {
+    /* -n 0 still evaluates the prompt (its speed is the point): one token is
+     * generated and not shown */
+    q.cap = n_gen > 0 ? (int32_t)n_gen : 1;
+    q.tok = hn_malloc(sizeof *q.tok * (size_t)q.cap);
+    if (!q.tok) {
+        fprintf(stderr, "hone run: out of memory\n");
+        goto done;
+    }
+    eng_request r = {.prompt = ids, .n_prompt = (int32_t)n_prompt, .sampling = sp, .max_tokens = q.cap,
+                     .ignore_eog = ignore_eos, .penalize_prompt = true, .on_event = run_on_event, .ctx = &q};
+    eng_req_id id;
+    if (eng_submit(e, &r, &id, &err) != HN_OK) {
         fprintf(stderr, "hone run: %s\n", err.msg);
         goto done;
     }
-    smp = smp_new(&sp, hp->n_vocab);
-    logits = hn_malloc(sizeof(float) * (size_t)hp->n_vocab);
-    int32_t *pos = hn_malloc(sizeof(int32_t) * (size_t)n_prompt), *sid = hn_calloc((size_t)n_prompt, sizeof(int32_t));
-    if (!smp || !logits || !pos || !sid) {
-        fprintf(stderr, "hone run: bad sampler parameters or out of memory\n");
-        hn_free(pos);
-        hn_free(sid);
-        goto done;
-    }
-    for (int64_t i = 0; i < n_prompt; i++) {
-        pos[i] = (int32_t)i;
-        smp_accept(smp, ids[i]);
-    }
-    kv_seq *seqs[1] = {&seq};
-    model_batch b = {.n_tokens = (int32_t)n_prompt, .token = ids, .pos = pos, .seq_id = sid, .seqs = seqs, .n_seqs = 1};
-    double t0 = now_s();
-    hn_status st = model_forward(m, kv, &b, logits, 1, &err);
-    double t1 = now_s();
-    hn_free(pos);
-    hn_free(sid);
-    if (st != HN_OK) {
-        fprintf(stderr, "hone run: %s\n", err.msg);
-        goto done;
-    }
+    /* Ctrl-C cancels the request (unless SIGINT is ignored, as in a background job) */
+    struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESTART | SA_RESETHAND};
+    sigemptyset(&sa.sa_mask);
+    g_interrupted = 0;
+    if (sigaction(SIGINT, NULL, &old_int) == 0 && old_int.sa_handler != SIG_IGN)
+        sig_installed = sigaction(SIGINT, &sa, NULL) == 0;
 
-    /* decode loop: sample, print, feed back */
+    /* print tokens as they arrive until DONE */
     tok_stream ts = {.first = true}; /* a continuation keeps its first leading space */
     char piece[512];
-    long n_done = 0;
-    int32_t zero = 0;
-    for (; n_done < n_gen; n_done++) {
-        int32_t t = smp_sample(smp, logits);
-        if (t < 0 || (!ignore_eos && tok_is_eog(voc, t))) break;
-        smp_accept(smp, t);
-        if (print_ids) {
-            printf(n_done ? " %d" : "%d", t);
-        } else {
-            size_t k = tok_stream_push(voc, &ts, t, piece, sizeof piece);
-            fwrite(piece, 1, k, stdout);
+    int32_t n_shown = 0, n_seen = 0;
+    bool cancelled = false;
+    for (;;) {
+        pthread_mutex_lock(&q.mu);
+        while (q.n == n_seen && !q.done) {
+            if (g_interrupted && !cancelled) break;
+            struct timespec dl;
+            clock_gettime(CLOCK_REALTIME, &dl);
+            dl.tv_nsec += 100 * 1000000L; /* a Ctrl-C is noticed within 0.1 s */
+            dl.tv_sec += dl.tv_nsec / 1000000000L;
+            dl.tv_nsec %= 1000000000L;
+            pthread_cond_timedwait(&q.cv, &q.mu, &dl);
         }
-        fflush(stdout);
-        if (n_done + 1 == n_gen) {
-            n_done++;
-            break;
+        int32_t n = q.n;
+        bool fin = q.done;
+        pthread_mutex_unlock(&q.mu);
+        if (g_interrupted && !cancelled) {
+            eng_cancel(e, id);
+            cancelled = true;
         }
-        int32_t p = (int32_t)(n_prompt + n_done);
-        model_batch d = {.n_tokens = 1, .token = &t, .pos = &p, .seq_id = &zero, .seqs = seqs, .n_seqs = 1};
-        if (model_forward(m, kv, &d, logits, 1, &err) != HN_OK) {
-            fprintf(stderr, "\nhone run: %s\n", err.msg);
-            goto done;
+        for (; n_seen < n; n_seen++) {
+            if (n_gen == 0) continue;
+            int32_t t = q.tok[n_seen];
+            if (print_ids) {
+                printf(n_shown ? " %d" : "%d", t);
+            } else {
+                size_t k = tok_stream_push(voc, &ts, t, piece, sizeof piece);
+                fwrite(piece, 1, k, stdout);
+            }
+            n_shown++;
+            fflush(stdout);
         }
+        if (fin && n_seen == n) break;
     }
-    double t2 = now_s();
     if (!print_ids) {
         size_t k = tok_stream_flush(&ts, piece, sizeof piece);
         fwrite(piece, 1, k, stdout);
     }
     printf("\n");
     fflush(stdout);
-    fprintf(stderr, "hone run: %d threads; prompt %lld tokens in %.3f s (%.1f tok/s); generated %ld tokens in %.3f s (%.1f tok/s)\n",
-            model_n_threads(m), (long long)n_prompt, t1 - t0, (double)n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9),
-            n_done, t2 - t1, n_done > 0 ? (double)(n_done > 1 ? n_done - 1 : 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0);
+    if (q.finish == ENG_FINISH_ERROR) {
+        fprintf(stderr, "hone run: %s\n", q.error);
+        goto done;
+    }
+    /* prompt: from the first step on it to the first token; generation: the rest */
+    const eng_req_stats *s = &q.stats;
+    double tp = (s->t_first_ms - s->t_queued_ms) / 1e3, tg = (s->t_total_ms - s->t_first_ms) / 1e3;
+    if (tp < 0) tp = 0;
+    if (tg < 0 || n_gen == 0) tg = 0;
+    fprintf(stderr, "hone run: %d threads; prompt %lld tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s (%.1f tok/s)\n",
+            ld.n_threads, (long long)n_prompt, tp, (double)n_prompt / (tp > 0 ? tp : 1e-9), (int)n_shown, tg,
+            n_shown > 0 ? (double)(n_shown > 1 ? n_shown - 1 : 1) / (tg > 0 ? tg : 1e-9) : 0.0);
+    if (q.finish == ENG_FINISH_CANCELLED) {
+        fprintf(stderr, "hone run: interrupted\n");
+        rc = 130;
+        goto done;
+    }
     rc = 0;
 done:
-    hn_free(logits);
+    eng_free(e); /* after the request's DONE (or before any submit): the callback is not called again */
+    if (sig_installed) sigaction(SIGINT, &old_int, NULL);
+    hn_free(q.tok);
     hn_free(ids);
-    smp_free(smp);
-    if (kv) kv_seq_free(&seq, kv);
-    kv_free(kv);
-    tok_free(voc);
-    model_free(m);
+    pthread_cond_destroy(&q.cv);
+    pthread_mutex_destroy(&q.mu);
     return rc;
 }

@@ -96,6 +96,7 @@ typedef struct eng_request {
     smp_params sampling;
     int32_t max_tokens;        /* <= 0: until the context is full */
     bool ignore_eog;
+    bool penalize_prompt;      /* the prompt's tokens start the penalty history (as hone run has always done) */
     /* Optional constraint (grammar): mask runs before each sample, accept
      * after each sampled token; both on the engine thread, with mask_ctx. */
     smp_mask_fn mask;
