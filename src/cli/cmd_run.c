@@ -52,6 +52,7 @@ static void usage(FILE *f) {
             "  --print-ids             print the generated token ids instead of text\n"
             "  --ignore-eos            do not stop at end-of-generation tokens (benchmarks)\n"
             "  --no-tune               built-in kernel parameters: neither tune nor use the tuning cache\n"
+            "  --device NAME           backend: auto (default: the best available), cpu, cuda\n"
             "                          (also HONE_NO_TUNE=1; by default the first start tunes, up to 30 s)\n"
             "  -h, --help              this help\n");
 }
@@ -183,7 +184,7 @@ static void on_sigint(int sig) {
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *path = NULL, *prompt = NULL, *tokens = NULL;
+    const char *path = NULL, *prompt = NULL, *tokens = NULL, *device = NULL;
     long n_gen = 64;
     int n_threads = 0;
     bool print_ids = false, ignore_eos = false, no_tune = false;
@@ -213,6 +214,7 @@ int cmd_run(int argc, char **argv) {
         const char *v = argv[++i];
         errno = 0;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) path = v;
+        else if (!strcmp(a, "--device")) device = v;
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "--tokens")) tokens = v;
         else if (!strcmp(a, "-n")) n_gen = strtol(v, &end, 10);
@@ -264,6 +266,7 @@ int cmd_run(int argc, char **argv) {
     run_load ld = {.tune = !no_tune};
     eng_params ep = eng_default_params();
     ep.model_path = path;
+    ep.device = device;
     ep.n_threads = n_threads;
     ep.max_running = 1;
     ep.step_tokens = 256;
