@@ -5,7 +5,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "../core/alloc.h"
 #include "model_int.h"
 
 /* The forward of one planned step (n rows: the plan's tokens, or its padded
@@ -104,70 +103,3 @@ const float *model_logits(const model *m) { return m->logits_host; }
 int32_t model_max_batch(const model *m) { return m->params.max_batch; }
 int32_t model_max_logits(const model *m) { return m->params.max_logits; }
 
-/* The wrapper's plan, grown when a sequence outgrows its block table (the
- * first forwards of a longer sequence; not in a steady token loop). */
-static hn_status ensure_plan(model *m, const kv_cache *kv, const model_batch *b, hn_err *err) {
-    int32_t need = 1, bs = kv->cfg.block_size;
-    for (int32_t s = 0; s < b->n_seqs; s++) {
-        if (!b->seqs || !b->seqs[s]) continue;
-        int32_t top = b->seqs[s]->n_tokens;
-        for (int32_t i = 0; i < b->n_tokens; i++)
-            if (b->seq_id[i] == s && b->pos[i] + 1 > top) top = b->pos[i] + 1;
-        int32_t nb = (top + bs - 1) / bs;
-        if (b->seqs[s]->n_blocks > nb) nb = b->seqs[s]->n_blocks;
-        if (nb > need) need = nb;
-    }
-    if (m->plan.token && m->plan.cap_blocks >= need) return HN_OK;
-    int32_t cap = m->plan.cap_blocks * 2 > need ? m->plan.cap_blocks * 2 : need;
-    plan_free(&m->plan);
-    return plan_init(&m->plan, m->params.max_batch, m->params.max_seqs, cap, err);
-}
-
-hn_status model_forward(model *m, kv_cache *kv, const model_batch *b, float *logits, int32_t logits_cap,
-                        hn_err *err) {
-    if (b->n_tokens < 0 || (b->n_tokens > 0 && (!b->token || !b->pos || !b->seq_id || !b->seqs)))
-        return hn_errf(err, HN_ERR_INVALID, "forward: incomplete batch");
-    if (b->n_seqs < 1 || b->n_seqs > m->params.max_seqs)
-        return hn_errf(err, HN_ERR_INVALID, "forward: %d sequences in a batch (at most %d)", (int)b->n_seqs,
-                       m->params.max_seqs);
-    int32_t n_want = 0;
-    for (int32_t i = 0; i < b->n_tokens; i++) n_want += !b->want_logits ? i == b->n_tokens - 1 : b->want_logits[i];
-    if (n_want > logits_cap)
-        return hn_errf(err, HN_ERR_INVALID, "forward: %d logits rows wanted, room for %d", (int)n_want, (int)logits_cap);
-    hn_status st = ensure_plan(m, kv, b, err);
-    if (st) return st;
-    /* the whole batch first, so that a bad token anywhere fails before anything is computed */
-    const int V = m->hp.n_vocab;
-    for (int32_t i = 0; i < b->n_tokens; i++)
-        if (b->token[i] < 0 || b->token[i] >= V)
-            return hn_errf(err, HN_ERR_INVALID, "forward: token id %d out of range (vocabulary %d)", (int)b->token[i], V);
-    int32_t n_logits = 0;
-    for (int32_t t0 = 0; t0 < b->n_tokens;) {
-        /* a step: at most max_batch tokens and max_logits wanted rows */
-        int32_t n = 0, outs = 0;
-        while (t0 + n < b->n_tokens && n < m->params.max_batch) {
-            int32_t gi = t0 + n;
-            bool want = b->want_logits ? b->want_logits[gi] : gi == b->n_tokens - 1;
-            if (want && outs == m->params.max_logits) break;
-            outs += want;
-            n++;
-        }
-        model_batch sb = *b;
-        sb.n_tokens = n;
-        sb.token = b->token + t0;
-        sb.pos = b->pos + t0;
-        sb.seq_id = b->seq_id + t0;
-        /* without want_logits only the batch's last token wants logits: a step
-         * that does not hold it wants none */
-        sb.want_logits = b->want_logits ? b->want_logits + t0 : NULL;
-        if ((st = plan_build(&m->plan, kv, &sb, V, m->params.max_logits, err))) return st;
-        if (!b->want_logits && t0 + n != b->n_tokens) m->plan.n_out = 0;
-        if ((st = model_step(m, kv, &m->plan, NULL, err))) return st;
-        plan_finish(&m->plan);
-        if (m->plan.n_out)
-            memcpy(logits + (size_t)n_logits * (size_t)V, m->logits_host, sizeof(float) * (size_t)m->plan.n_out * (size_t)V);
-        n_logits += m->plan.n_out;
-        t0 += n;
-    }
-    return HN_OK;
-}
