@@ -10,8 +10,10 @@
 #include <time.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_int.h"
 #include "core/alloc.h"
 #include "kv/kv.h"
+#include "sched/plan.h"
 
 static double now_ms(void) {
     struct timespec ts;
@@ -40,6 +42,12 @@ int main(int argc, char **argv) {
     }
     float *q = malloc(sizeof(float) * CHUNK * H * HD), *out = malloc(sizeof(float) * CHUNK * H * HD);
     float *row = malloc(sizeof(float) * HKV * HD);
+    step_plan plan;
+    if (plan_init(&plan, CHUNK, NSEQ, (4096 + CHUNK) / 16 + 1, &e)) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+    }
+    be_tensor Q = be_cpu_host(QT_F32, q), O = be_cpu_host(QT_F32, out);
     for (int i = 0; i < CHUNK * H * HD; i++) q[i] = sinf((float)i * 0.37f);
     printf("%-5s %5s %6s  %12s  %14s  %s\n", "kv", "block", "ctx", "decode x4 ms", "prefill128 ms", "mean waste/seq");
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
@@ -54,14 +62,15 @@ int main(int argc, char **argv) {
                     return 1;
                 }
                 kv_seq s[NSEQ];
-                const kv_seq *sp[CHUNK];
-                int32_t pos[CHUNK];
+                kv_seq *sp[NSEQ];
+                int32_t pos[CHUNK], sid[CHUNK], tok[CHUNK] = {0};
                 for (int j = 0; j < NSEQ; j++) {
                     kv_seq_init(&s[j], kv, ctx + CHUNK, &e);
                     kv_seq_reserve(kv, &s[j], ctx, &e);
                     for (int t = 0; t < ctx; t++) {
                         for (int i = 0; i < HKV * HD; i++) row[i] = cosf((float)(i + t * 3 + j) * 0.11f);
-                        kv_store_row(kv, &s[j], 0, t, row, row);
+                        int32_t slot = s[j].blocks[t / bs] * bs + t % bs;
+                        cpu_kv_store_rows(cpu_of(be), kv, 0, 1, row, row, &slot);
                     }
                     s[j].n_tokens = ctx;
                 }
@@ -69,25 +78,40 @@ int main(int argc, char **argv) {
                 for (int j = 0; j < NSEQ; j++) {
                     sp[j] = &s[j];
                     pos[j] = ctx - 1;
+                    sid[j] = j;
                 }
-                be_attn_args a = {.q = q, .out = out, .n_tokens = NSEQ, .n_head = H, .n_head_kv = HKV, .head_dim = HD,
-                                  .scale = 1.0f / sqrtf(HD), .kv = kv, .layer = 0, .pos = pos, .seqs = sp};
+                step_batch sb = {.n_tokens = NSEQ, .token = tok, .pos = pos, .seq_id = sid, .seqs = sp, .n_seqs = NSEQ};
+                if (plan_build(&plan, kv, &sb, 1, 1, &e)) {
+                    fprintf(stderr, "%s\n", e.msg);
+                    return 1;
+                }
+                be->ops->plan_set(be, &plan);
+                be_attn_args a = {.q = &Q, .out = &O, .n_tokens = NSEQ, .n_head = H, .n_head_kv = HKV, .head_dim = HD,
+                                  .scale = 1.0f / sqrtf(HD), .kv = kv, .layer = 0};
                 double best_d = 1e30, best_p = 1e30;
                 for (int r = 0; r < 5; r++) {
                     double t0 = now_ms();
                     be->ops->attention(be, &a);
+                    be->ops->sync(be, &e);
                     double t1 = now_ms() - t0;
                     if (t1 < best_d) best_d = t1;
                 }
                 /* prefill: the last CHUNK positions of one sequence */
                 for (int t = 0; t < CHUNK; t++) {
-                    sp[t] = &s[0];
+                    sid[t] = 0;
                     pos[t] = ctx - CHUNK + t;
                 }
+                sb = (step_batch){.n_tokens = CHUNK, .token = tok, .pos = pos, .seq_id = sid, .seqs = sp, .n_seqs = 1};
+                if (plan_build(&plan, kv, &sb, 1, 1, &e)) {
+                    fprintf(stderr, "%s\n", e.msg);
+                    return 1;
+                }
+                be->ops->plan_set(be, &plan);
                 a.n_tokens = CHUNK;
                 for (int r = 0; r < 3; r++) {
                     double t0 = now_ms();
                     be->ops->attention(be, &a);
+                    be->ops->sync(be, &e);
                     double t1 = now_ms() - t0;
                     if (t1 < best_p) best_p = t1;
                 }
@@ -96,6 +120,7 @@ int main(int argc, char **argv) {
                 for (int j = 0; j < NSEQ; j++) kv_seq_free(&s[j], kv);
                 kv_free(kv);
             }
+    plan_free(&plan);
     be_free(be);
     pool_free(p);
     free(q);

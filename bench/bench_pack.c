@@ -120,12 +120,12 @@ static void bench_model(qt_type t, int n) {
     static const int64_t shapes[][2] = {{1024, 2048}, {1024, 1024}, {1024, 1024}, {2048, 1024},
                                         {1024, 3072}, {1024, 3072}, {3072, 1024}};
     enum { NL = 28, NS = 7 };
-    be_weight ws[NL * NS + 1];
+    be_tensor ws[NL * NS + 1];
     size_t total = 0;
     for (int i = 0; i <= NL * NS; i++) {
         int64_t K = i == NL * NS ? 1024 : shapes[i % NS][0], N = i == NL * NS ? 151936 : shapes[i % NS][1];
         size_t rb = qt_row_size(t, K);
-        ws[i] = (be_weight){.type = t, .ne = {K, N, 1}, .row_bytes = rb, .mat_bytes = rb * (size_t)N};
+        ws[i] = (be_tensor){.type = t, .ne = {K, N, 1}, .row_bytes = rb, .mat_bytes = rb * (size_t)N};
         total += rb * (size_t)N;
     }
     unsigned char *mem = hn_pages_alloc(total);
@@ -148,14 +148,16 @@ static void bench_model(qt_type t, int n) {
         be_limits lim = {.max_rows = n, .max_k = 3072, .max_head_dim = 128, .max_group = 2};
         b[v]->ops->reserve(b[v], &lim, &e);
     }
-    be_weight pw[NL * NS + 1];
+    be_tensor pw[NL * NS + 1];
     memcpy(pw, ws, sizeof ws);
-    for (int i = 0; i <= NL * NS; i++) b[0]->ops->prepare_weight(b[0], &pw[i], 0, &e);
+    for (int i = 0; i <= NL * NS; i++) be_cpu_prepare_weight(b[0], &pw[i], 0, &e);
+    be_tensor X = be_cpu_host(QT_F32, xf), Y = be_cpu_host(QT_F32, y);
     double best[2] = {1e9, 1e9};
     for (int rep = 0; rep < 10; rep++)
         for (int v = 0; v < 2; v++) {
             double t0 = wall_now();
-            for (int i = 0; i <= NL * NS; i++) b[v]->ops->matmul(b[v], v ? &ws[i] : &pw[i], 0, xf, n, y);
+            for (int i = 0; i <= NL * NS; i++) b[v]->ops->matmul(b[v], v ? &ws[i] : &pw[i], 0, &X, n, &Y);
+            b[v]->ops->sync(b[v], &e);
             double dt = wall_now() - t0;
             if (dt < best[v]) best[v] = dt;
         }

@@ -34,9 +34,70 @@
 #include "core/pool.h"
 #include "kv/kv.h"
 #include "quant/quant.h"
+#include "sched/plan.h"
 #include "test.h"
 
 static uint32_t rng = 7;
+
+/* the step plan the ops read (made by hand: the K/V are stored by the tests) */
+static step_plan plan;
+
+/* Fills the plan with n tokens, token i at position pos[i] of sequence
+ * seqs[seq[i]] (slot from its block table), and hands it to the backend. */
+static bool plan_tokens(be_backend *b, const kv_cache *kv, int n, const int32_t *pos, const int32_t *seq,
+                        const kv_seq *const *seqs, int n_seqs) {
+    const int bs = kv->cfg.block_size;
+    int32_t stride = 1;
+    for (int q = 0; q < n_seqs; q++)
+        if (seqs[q]->n_blocks > stride) stride = seqs[q]->n_blocks;
+    if (n > plan.cap_tokens || n_seqs > plan.cap_seqs || stride > plan.cap_blocks) {
+        CHECKF(0, "plan: %d tokens, %d sequences, %d blocks over its capacity", n, n_seqs, (int)stride);
+        return false;
+    }
+    plan.n_tokens = plan.n_pad = n;
+    plan.n_seqs = n_seqs;
+    plan.n_out = 0;
+    plan.bt_stride = stride;
+    plan.block_size = bs;
+    for (int q = 0; q < n_seqs; q++) {
+        int32_t len = seqs[q]->n_tokens;
+        for (int32_t j = 0; j < stride; j++)
+            plan.block_table[(size_t)q * stride + j] = j < seqs[q]->n_blocks ? seqs[q]->blocks[j] : -1;
+        for (int i = 0; i < n; i++)
+            if (seq[i] == q && pos[i] + 1 > len) len = pos[i] + 1;
+        plan.seq_len[q] = len;
+        plan.seqs[q] = NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        plan.token[i] = 0;
+        plan.pos[i] = pos[i];
+        plan.seq[i] = seq[i];
+        plan.slot[i] = seqs[seq[i]]->blocks[pos[i] / bs] * bs + pos[i] % bs;
+    }
+    b->ops->plan_set(b, &plan);
+    return true;
+}
+
+/* Stores one position's K and V rows with the quant module's reference
+ * quantizers at the cache's kv_block_* addresses (what the KV store must
+ * write, f16 included). */
+static void ref_store_row(kv_cache *kv, const kv_seq *s, int layer, int32_t pos, const float *k, const float *v) {
+    int bs = kv->cfg.block_size;
+    int32_t blk = s->blocks[pos / bs];
+    size_t slot = (size_t)(pos % bs);
+    unsigned char *kd = kv_block_kraw(kv, blk, layer) + slot * kv->k_row_bytes;
+    unsigned char *vd = kv_block_vraw(kv, blk, layer) + slot * kv->v_row_bytes;
+    if (kv->cfg.type == QT_F32) memcpy(kd, k, kv->k_row_bytes);
+    else qt_traits(kv->cfg.type)->from_float(k, kd, (int64_t)kv->row_elems);
+    if (kv->cfg.v_type == QT_F32) memcpy(vd, v, kv->v_row_bytes);
+    else qt_traits(kv->cfg.v_type)->from_float(v, vd, (int64_t)kv->row_elems);
+}
+
+static void sync_ok(be_backend *b) {
+    hn_err e;
+    hn_status st = b->ops->sync(b, &e);
+    CHECKF(st == HN_OK, "sync: %s", e.msg);
+}
 static float frand(void) {
     rng = rng * 1664525u + 1013904223u;
     return (float)((rng >> 8) & 0xffff) / 65536.0f - 0.5f;
@@ -64,7 +125,7 @@ static void run_case(be_backend *b, int hd, int group, bool ref) {
             kk[(size_t)p * HKV * hd + i] = k[i];
             vv[(size_t)p * HKV * hd + i] = v[i];
         }
-        for (int c = 0; c < 2; c++) kv_store_row(kv[c], &s[c], 0, p, k, v);
+        for (int c = 0; c < 2; c++) ref_store_row(kv[c], &s[c], 0, p, k, v);
     }
     /* three query tokens: early, at a chunk edge, last */
     int32_t pos[3] = {5, 31, LEN - 1};
@@ -73,10 +134,14 @@ static void run_case(be_backend *b, int hd, int group, bool ref) {
     be_cpu_force_reference(b, ref);
     for (int c = 0; c < 2; c++) {
         out[c] = malloc(sizeof(float) * 3 * (size_t)H * hd);
-        const kv_seq *seqs[3] = {&s[c], &s[c], &s[c]};
-        be_attn_args a = {.q = q, .out = out[c], .n_tokens = 3, .n_head = H, .n_head_kv = HKV, .head_dim = hd,
-                          .scale = 1.0f / sqrtf((float)hd), .kv = kv[c], .layer = 0, .pos = pos, .seqs = seqs};
+        const kv_seq *seqs[1] = {&s[c]};
+        const int32_t sq[3] = {0, 0, 0};
+        plan_tokens(b, kv[c], 3, pos, sq, seqs, 1);
+        be_tensor Q = be_cpu_host(QT_F32, q), O = be_cpu_host(QT_F32, out[c]);
+        be_attn_args a = {.q = &Q, .out = &O, .n_tokens = 3, .n_head = H, .n_head_kv = HKV, .head_dim = hd,
+                          .scale = 1.0f / sqrtf((float)hd), .kv = kv[c], .layer = 0};
         b->ops->attention(b, &a);
+        sync_ok(b);
     }
     be_cpu_force_reference(b, false);
     CHECKF(!memcmp(out[0], out[1], sizeof(float) * 3 * (size_t)H * hd), "hd %d group %d%s: f16 cache differs from f32",
@@ -300,8 +365,9 @@ static double ref_err(const op_rig *r, const float *q, const float *out, int H, 
         for (int p = lo; p <= pos; p++) {
             int32_t blk = r->s[sq].blocks[p / bs];
             size_t slot = (size_t)(p % bs);
-            kv_v_to_f32(r->kv, kv_block_vraw(r->kv, blk, 0) + slot * r->kv->v_row_bytes + kvh * r->kv->v_head_bytes, 0, 1,
-                        v + (size_t)(p - lo) * hd);
+            cpu_kv_rows_to_f32(r->kv->cfg.v_type, hd,
+                               kv_block_vraw(r->kv, blk, 0) + slot * r->kv->v_row_bytes + kvh * r->kv->v_head_bytes, 0, 1,
+                               v + (size_t)(p - lo) * hd);
         }
         for (int g = 0; g < G; g++) {
             const float *qh = q + (size_t)(kvh * G + g) * hd;
@@ -309,8 +375,9 @@ static double ref_err(const op_rig *r, const float *q, const float *out, int H, 
             for (int p = lo; p <= pos; p++) {
                 int32_t blk = r->s[sq].blocks[p / bs];
                 size_t slot = (size_t)(p % bs);
-                kv_k_to_f32(r->kv, kv_block_kraw(r->kv, blk, 0) + slot * r->kv->k_row_bytes + kvh * r->kv->k_head_bytes, 0,
-                            1, k);
+                cpu_kv_rows_to_f32(r->kv->cfg.type, hd,
+                                   kv_block_kraw(r->kv, blk, 0) + slot * r->kv->k_row_bytes + kvh * r->kv->k_head_bytes,
+                                   0, 1, k);
                 double d = 0;
                 for (int i = 0; i < hd; i++) d += (double)qh[i] * k[i];
                 sc[p - lo] = d / sqrt((double)hd);
@@ -350,28 +417,35 @@ static void op_case(be_backend *b, qt_type kt, qt_type vt, int hd, int G, int wi
                 v[i] = frand() * 2;
             }
             const kv_seq *sp = &r.s[sq];
-            b->ops->kv_store(b, r.kv, 0, 1, k, v, &p, &sp);
+            const int32_t s0 = 0;
+            plan_tokens(b, r.kv, 1, &p, &s0, &sp, 1);
+            be_tensor K = be_cpu_host(QT_F32, k), V = be_cpu_host(QT_F32, v);
+            b->ops->kv_store(b, r.kv, 0, &K, &V, 1);
+            sync_ok(b);
         }
     }
     /* prefill batch: the last 37 positions of the long sequence, interleaved with the last 9 of the short one */
     enum { NA = 37, NBT = 9, N = NA + NBT };
-    int32_t pos[N];
-    const kv_seq *seqs[N];
-    int sqs[N], n = 0;
+    int32_t pos[N], sqs[N];
+    const kv_seq *seqs[2] = {&r.s[0], &r.s[1]};
+    int n = 0;
     for (int i = 0; i < NA; i++) {
         if (i % 12 == 5 && n - i < NBT) { /* a short-sequence token in between (runs of up to 12 tile) */
-            pos[n] = r.len[1] - NBT + (n - i), seqs[n] = &r.s[1], sqs[n] = 1, n++;
+            pos[n] = r.len[1] - NBT + (n - i), sqs[n] = 1, n++;
         }
-        pos[n] = r.len[0] - NA + i, seqs[n] = &r.s[0], sqs[n] = 0, n++;
+        pos[n] = r.len[0] - NA + i, sqs[n] = 0, n++;
     }
-    while (n < N) pos[n] = r.len[1] - NBT + (n - NA), seqs[n] = &r.s[1], sqs[n] = 1, n++;
+    while (n < N) pos[n] = r.len[1] - NBT + (n - NA), sqs[n] = 1, n++;
     float *q = malloc(sizeof(float) * N * (size_t)H * hd), *out = malloc(sizeof(float) * N * (size_t)H * hd);
     float *out1 = malloc(sizeof(float) * (size_t)H * hd);
     for (int i = 0; i < N * H * hd; i++) q[i] = frand() * 2;
     cpu_attn_force(b, kname);
-    be_attn_args a = {.q = q, .out = out, .n_tokens = N, .n_head = H, .n_head_kv = HKV, .head_dim = hd,
-                      .scale = 1.0f / sqrtf((float)hd), .window = window, .kv = r.kv, .layer = 0, .pos = pos, .seqs = seqs};
+    plan_tokens(b, r.kv, N, pos, sqs, seqs, 2);
+    be_tensor Q = be_cpu_host(QT_F32, q), O = be_cpu_host(QT_F32, out);
+    be_attn_args a = {.q = &Q, .out = &O, .n_tokens = N, .n_head = H, .n_head_kv = HKV, .head_dim = hd,
+                      .scale = 1.0f / sqrtf((float)hd), .window = window, .kv = r.kv, .layer = 0};
     b->ops->attention(b, &a);
+    sync_ok(b);
     double err = 0;
     for (int t = 0; t < N; t++) {
         double d = ref_err(&r, q + (size_t)t * H * hd, out + (size_t)t * H * hd, H, sqs[t], pos[t], window);
@@ -381,10 +455,13 @@ static void op_case(be_backend *b, qt_type kt, qt_type vt, int hd, int G, int wi
     int last = 0;
     for (int t = 0; t < N; t++)
         if (sqs[t] == 0) last = t;
+    plan_tokens(b, r.kv, 1, &pos[last], &sqs[last], seqs, 2);
+    be_tensor Q1 = be_cpu_host(QT_F32, q + (size_t)last * H * hd), O1 = be_cpu_host(QT_F32, out1);
     be_attn_args d1 = a;
-    d1.q = q + (size_t)last * H * hd, d1.out = out1, d1.n_tokens = 1, d1.pos = &pos[last], d1.seqs = &seqs[last];
+    d1.q = &Q1, d1.out = &O1, d1.n_tokens = 1;
     b->ops->attention(b, &d1);
-    double errd = ref_err(&r, d1.q, out1, H, 0, pos[last], window), diff = 0;
+    sync_ok(b);
+    double errd = ref_err(&r, Q1.data, out1, H, 0, pos[last], window), diff = 0;
     for (int i = 0; i < H * hd; i++) {
         double dd = fabs(out1[i] - out[(size_t)last * H * hd + i]);
         if (dd > diff) diff = dd;
@@ -405,7 +482,7 @@ static void op_case(be_backend *b, qt_type kt, qt_type vt, int hd, int G, int wi
     free(out1);
 }
 
-/* the op's KV store writes exactly what kv_store_row writes */
+/* the op's KV store writes exactly what the reference quantizers write (ref_store_row) */
 static void store_case(be_backend *b, qt_type kt, qt_type vt) {
     hn_err e;
     kv_config cfg = {.n_layer = 2, .n_head_kv = 2, .head_dim = 64, .block_size = 16, .n_blocks = 4, .type = kt, .v_type = vt};
@@ -419,14 +496,18 @@ static void store_case(be_backend *b, qt_type kt, qt_type vt) {
     float k[5 * 128], v[5 * 128];
     for (int i = 0; i < 5 * 128; i++) k[i] = frand() * 5, v[i] = frand() * 3;
     int32_t pos[5] = {0, 17, 18, 31, 39};
-    const kv_seq *sp[5] = {&s[0], &s[0], &s[0], &s[0], &s[0]};
-    b->ops->kv_store(b, kv[0], 1, 5, k, v, pos, sp);
-    for (int t = 0; t < 5; t++) kv_store_row(kv[1], &s[1], 1, pos[t], k + t * 128, v + t * 128);
+    const kv_seq *sp[1] = {&s[0]};
+    const int32_t sq[5] = {0, 0, 0, 0, 0};
+    plan_tokens(b, kv[0], 5, pos, sq, sp, 1);
+    be_tensor K = be_cpu_host(QT_F32, k), V = be_cpu_host(QT_F32, v);
+    b->ops->kv_store(b, kv[0], 1, &K, &V, 5);
+    sync_ok(b);
+    for (int t = 0; t < 5; t++) ref_store_row(kv[1], &s[1], 1, pos[t], k + t * 128, v + t * 128);
     bool same = true;
     for (int j = 0; j < 3; j++)
         same = same && !memcmp(kv_block_kraw(kv[0], s[0].blocks[j], 1), kv_block_kraw(kv[1], s[1].blocks[j], 1),
                                kv[0]->layer_bytes);
-    CHECKF(same, "kv_store %s/%s differs from kv_store_row", qt_traits(kt)->name, qt_traits(vt)->name);
+    CHECKF(same, "kv_store %s/%s differs from the reference quantizers", qt_traits(kt)->name, qt_traits(vt)->name);
     for (int c = 0; c < 2; c++) {
         kv_seq_free(&s[c], kv[c]);
         kv_free(kv[c]);
@@ -438,6 +519,7 @@ int main(void) {
     pool *p;
     be_backend *b;
     CHECK(pool_create(2, &p, &e) == HN_OK);
+    CHECK(plan_init(&plan, 64, 2, 256, &e) == HN_OK);
     CHECK(be_cpu_create(p, &b, &e) == HN_OK);
     be_limits l = {.max_rows = 8, .max_k = 256, .max_head_dim = 128, .max_group = 3};
     CHECK(b->ops->reserve(b, &l, &e) == HN_OK);
@@ -472,6 +554,7 @@ int main(void) {
         op_case(b, QT_F16, QT_F32, 32, 1, 17, 100, kn);
     }
     be_free(b);
+    plan_free(&plan);
     pool_free(p);
     TEST_DONE();
 }

@@ -8,7 +8,9 @@
 #include <stdint.h>
 #include <unistd.h>
 
+#include "backend/cpu/cpu_int.h"
 #include "core/alloc.h"
+#include "core/pool.h"
 #include "kv/kv.h"
 #include "quant/quant.h"
 #include "test.h"
@@ -116,8 +118,18 @@ static void test_basics(void) {
     kv_free(kv);
 }
 
-/* Rows stored in each element type read back within that type's error. */
+/* Rows stored in each element type read back within that type's error
+ * (stored and read through the CPU backend's K/V conversions, the one place
+ * that converts, at the kv_block_* addresses). */
 static void test_types(void) {
+    pool *pl = NULL;
+    be_backend *b = NULL;
+    if (pool_create(1, &pl, &e) != HN_OK || be_cpu_create(pl, &b, &e) != HN_OK) {
+        CHECKF(0, "cpu backend: %s", e.msg);
+        pool_free(pl);
+        return;
+    }
+    const cpu_be *cb = cpu_of(b);
     struct {
         qt_type k, v;
         float tol_k, tol_v; /* relative to max |x| */
@@ -145,7 +157,8 @@ static void test_types(void) {
                     k[i] = sinf((float)(i * 7 + p * 13 + layer)) * 3.0f;
                     v[i] = cosf((float)(i * 5 + p * 11 + layer)) * 2.0f;
                 }
-                kv_store_row(kv, &s, layer, p, k, v);
+                int32_t slot = s.blocks[p / kv->cfg.block_size] * kv->cfg.block_size + p % kv->cfg.block_size;
+                cpu_kv_store_rows(cb, kv, layer, 1, k, v, &slot);
             }
         for (int layer = 0; layer < 2; layer++)
             for (int p = 0; p < 20; p++) {
@@ -155,12 +168,12 @@ static void test_types(void) {
                                               (size_t)(p % bs) * kv->k_row_bytes + (size_t)h * kv->k_head_bytes;
                     const unsigned char *vr = kv_block_vraw(kv, s.blocks[p / bs], layer) +
                                               (size_t)(p % bs) * kv->v_row_bytes + (size_t)h * kv->v_head_bytes;
-                    kv_k_to_f32(kv, kr, kv->k_row_bytes, 1, out);
+                    cpu_kv_rows_to_f32(kv->cfg.type, kv->cfg.head_dim, kr, kv->k_row_bytes, 1, out);
                     for (int i = 0; i < 64; i++) {
                         float want = sinf((float)((h * 64 + i) * 7 + p * 13 + layer)) * 3.0f;
                         if (fabsf(out[i] - want) / 3.0f > errk) errk = fabsf(out[i] - want) / 3.0f;
                     }
-                    kv_v_to_f32(kv, vr, kv->v_row_bytes, 1, out);
+                    cpu_kv_rows_to_f32(kv->cfg.v_type, kv->cfg.head_dim, vr, kv->v_row_bytes, 1, out);
                     for (int i = 0; i < 64; i++) {
                         float want = cosf((float)((h * 64 + i) * 5 + p * 11 + layer)) * 2.0f;
                         if (fabsf(out[i] - want) / 2.0f > errv) errv = fabsf(out[i] - want) / 2.0f;
@@ -172,6 +185,8 @@ static void test_types(void) {
         kv_seq_free(&s, kv);
         kv_free(kv);
     }
+    be_free(b);
+    pool_free(pl);
 }
 
 /* Slabs come from the OS and go back: hn_alloc_bytes and RSS fall. */
@@ -311,10 +326,13 @@ static void test_prefix(void) {
 }
 
 /* When the OS refuses a new slab, allocation falls back to evicting cached
- * blocks, then reports the pool full; nothing is left half done. */
+ * blocks, then reports the pool full; nothing is left half done. Blocks are
+ * one mapping granule each (1 KiB per layer), so a new slab needs new
+ * memory (smaller slabs would share a granule with the mapped one). */
 static void test_map_failure(void) {
-    kv_config c = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4, .n_blocks = 8, .type = QT_F32,
-                   .slab_blocks = 2};
+    size_t gran = kv_host_storage()->granule;
+    kv_config c = {.n_layer = gran > 1024 ? (int)(gran / 1024) : 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4,
+                   .n_blocks = 8, .type = QT_F32, .slab_blocks = 2};
     kv_cache *kv;
     CHECK(kv_create(&c, &kv, &e) == HN_OK);
     int32_t t[16];

@@ -212,6 +212,18 @@ static void test_kernels(void) {
 
 static float frand(void) { return (float)((int)(test_rnd() % 2001) - 1000) / 1000.0f; }
 
+/* the matmul ops over host arrays (handles wrapping them, as the CPU backend allows) */
+static void mm(be_backend *b, const be_tensor *w, int mat, const float *x, int n, float *y) {
+    be_tensor X = be_cpu_host(QT_F32, (void *)x), Y = be_cpu_host(QT_F32, y);
+    b->ops->matmul(b, w, mat, &X, n, &Y);
+}
+
+static void moe_mm(be_backend *b, const be_tensor *w, const float *x, bool shared, int n, int k, const int32_t *ids,
+                   float *y) {
+    be_tensor X = be_cpu_host(QT_F32, (void *)x), I = be_cpu_host(QT_I32, (void *)ids), Y = be_cpu_host(QT_F32, y);
+    b->ops->moe_matmul(b, w, &X, shared, n, k, &I, &Y);
+}
+
 static void test_backend_type(be_backend *b, qt_type t) {
     const cpu_pack_kernel *pk = cpu_pack_best(t, 256);
     if (!pk) return;
@@ -222,19 +234,19 @@ static void test_backend_type(be_backend *b, qt_type t) {
     float *x = hn_malloc(sizeof(float) * (size_t)K * NX), *y = hn_malloc(sizeof(float) * (size_t)N * NX * 2),
           *yu = hn_malloc(sizeof(float) * (size_t)N * NX * 2), *y1 = hn_malloc(sizeof(float) * (size_t)N);
     for (int i = 0; i < K * NX; i++) x[i] = frand() * 2;
-    be_weight W = {.type = t, .ne = {K, N, NM}, .row_bytes = rb, .mat_bytes = rb * (size_t)N, .data = w};
-    be_weight U = W; /* the same weight, never prepared */
+    be_tensor W = {.type = t, .ne = {K, N, NM}, .row_bytes = rb, .mat_bytes = rb * (size_t)N, .data = w};
+    be_tensor U = W; /* the same weight, never prepared */
     hn_err e;
-    CHECK(b->ops->prepare_weight(b, &W, 0, &e) == HN_OK);
+    CHECK(be_cpu_prepare_weight(b, &W, 0, &e) == HN_OK);
     CHECKF(W.packed != NULL && W.layout == pk->layout, "%s: not packed", qt_traits(t)->name);
     const void *first = W.packed;
-    CHECK(b->ops->prepare_weight(b, &W, 0, &e) == HN_OK && W.packed == first); /* idempotent */
+    CHECK(be_cpu_prepare_weight(b, &W, 0, &e) == HN_OK && W.packed == first); /* idempotent */
     for (int n = 1; n <= NX; n += 4) {
-        b->ops->matmul(b, &W, 1, x, n, y);
-        b->ops->matmul(b, &U, 1, x, n, yu);
+        mm(b, &W, 1, x, n, y);
+        mm(b, &U, 1, x, n, yu);
         int bad = 0, tail = 0, moved = 0;
         for (int r = 0; r < n; r++) {
-            b->ops->matmul(b, &W, 1, x + (size_t)r * K, 1, y1);
+            mm(b, &W, 1, x + (size_t)r * K, 1, y1);
             if (memcmp(y1, y + (size_t)r * N, sizeof(float) * (size_t)N)) moved++;
             for (int j = 0; j < N; j++) {
                 float a = y[(size_t)r * N + j], c = yu[(size_t)r * N + j];
@@ -247,9 +259,10 @@ static void test_backend_type(be_backend *b, qt_type t) {
         CHECKF(moved == 0, "%s n=%d: %d rows differ alone and in the batch", qt_traits(t)->name, n, moved);
     }
     /* multi: the packed weight next to the unpacked one in one dispatch */
-    const be_weight *ws[2] = {&W, &U};
-    float *ys[2] = {y, yu};
-    b->ops->matmul_multi(b, 2, ws, x, 9, ys);
+    const be_tensor *ws[2] = {&W, &U};
+    be_tensor X = be_cpu_host(QT_F32, x), Y = be_cpu_host(QT_F32, y), YU = be_cpu_host(QT_F32, yu);
+    be_tensor *ys[2] = {&Y, &YU};
+    b->ops->matmul_multi(b, 2, ws, &X, 9, ys);
     int bad = 0;
     for (int i = 0; i < 9 * N; i++)
         if (!(fabsf(y[i] - yu[i]) <= 1e-3f * (1.0f + fabsf(yu[i])))) bad++;
@@ -257,8 +270,8 @@ static void test_backend_type(be_backend *b, qt_type t) {
     /* moe: 7 rows, 2 experts each, shared input */
     int32_t ids[14];
     for (int i = 0; i < 14; i++) ids[i] = (i * 5 + i / 3) % NM;
-    b->ops->moe_matmul(b, &W, x, true, 7, 2, ids, y);
-    b->ops->moe_matmul(b, &U, x, true, 7, 2, ids, yu);
+    moe_mm(b, &W, x, true, 7, 2, ids, y);
+    moe_mm(b, &U, x, true, 7, 2, ids, yu);
     bad = 0;
     for (int i = 0; i < 14 * N; i++)
         if (!(fabsf(y[i] - yu[i]) <= 1e-3f * (1.0f + fabsf(yu[i])))) bad++;
@@ -266,19 +279,19 @@ static void test_backend_type(be_backend *b, qt_type t) {
     /* the tuner's switch: -1 runs the GGUF rows (bit for bit the unpacked weight) */
     be_cpu_mm_params mp = {.pack = -1};
     be_cpu_set_mm_params(b, t, &mp);
-    b->ops->matmul(b, &W, 0, x, 5, y);
-    b->ops->matmul(b, &U, 0, x, 5, yu);
+    mm(b, &W, 0, x, 5, y);
+    mm(b, &U, 0, x, 5, yu);
     CHECK(!memcmp(y, yu, sizeof(float) * 5 * (size_t)N));
     /* each variant of the layout by number (the Q4_0/Q8_0 ones round alike) */
     const cpu_pack_kernel *v[16];
     int nv = cpu_pack_variants(t, v, 16);
     be_cpu_set_mm_params(b, t, NULL);
-    b->ops->matmul(b, &W, 0, x, 5, yu);
+    mm(b, &W, 0, x, 5, yu);
     for (int i = 0; i < nv && i < 16; i++) {
         if (v[i]->layout != W.layout) continue;
         mp = (be_cpu_mm_params){.pack = i + 1};
         be_cpu_set_mm_params(b, t, &mp);
-        b->ops->matmul(b, &W, 0, x, 5, y);
+        mm(b, &W, 0, x, 5, y);
         bad = 0;
         for (int j = 0; j < 5 * N; j++)
             if (!(fabsf(y[j] - yu[j]) <= 1e-3f * (1.0f + fabsf(yu[j])))) bad++;
@@ -304,12 +317,12 @@ static void test_backend(void) {
     }
     be_limits lim = {.max_rows = 64, .max_k = 256, .max_head_dim = 64, .max_group = 1, .max_experts = 2};
     CHECK(b->ops->reserve(b, &lim, &e) == HN_OK);
-    CHECK(b->ops->version >= 3 && b->ops->prepare_weight != NULL);
+    CHECK(b->ops->version == BE_OPS_VERSION && b->ops->weight_load != NULL);
     for (size_t i = 0; i < sizeof k_types / sizeof k_types[0]; i++) test_backend_type(b, k_types[i]);
     /* a type without packed kernels stays as it is */
     float wf[256 * 4] = {0};
-    be_weight F = {.type = QT_F32, .ne = {256, 4, 1}, .row_bytes = 1024, .mat_bytes = 4096, .data = wf};
-    CHECK(b->ops->prepare_weight(b, &F, 0, &e) == HN_OK && F.packed == NULL && F.layout == 0);
+    be_tensor F = {.type = QT_F32, .ne = {256, 4, 1}, .row_bytes = 1024, .mat_bytes = 4096, .data = wf};
+    CHECK(be_cpu_prepare_weight(b, &F, 0, &e) == HN_OK && F.packed == NULL && F.layout == 0);
     be_free(b);
     pool_free(p);
     /* HONE_NO_PACK=1 leaves weights unpacked */
@@ -318,8 +331,8 @@ static void test_backend(void) {
     CHECK(b->ops->reserve(b, &lim, &e) == HN_OK);
     uint8_t w[18 * 8 * 32];
     make_rows(QT_Q4_0, MODE_QUANT, 256, 32, w);
-    be_weight W = {.type = QT_Q4_0, .ne = {256, 32, 1}, .row_bytes = 144, .mat_bytes = 144 * 32, .data = w};
-    CHECK(b->ops->prepare_weight(b, &W, 0, &e) == HN_OK && W.packed == NULL);
+    be_tensor W = {.type = QT_Q4_0, .ne = {256, 32, 1}, .row_bytes = 144, .mat_bytes = 144 * 32, .data = w};
+    CHECK(be_cpu_prepare_weight(b, &W, 0, &e) == HN_OK && W.packed == NULL);
     be_free(b);
     pool_free(p);
     unsetenv("HONE_NO_PACK");
@@ -403,8 +416,9 @@ static void test_model(const char *file) {
     }
     /* every matmul weight of the layers is packed in one, none in the other */
     const model_layer *L = &a.m->layers[0];
-    CHECKF(L->wq.packed && L->wo.packed && (L->w_down.packed || L->down_exps.packed), "%s: weights not packed", file);
-    CHECK(!u.m->layers[0].wq.packed && !u.m->output.packed);
+    CHECKF(L->wq->packed && L->wo->packed && ((L->w_down && L->w_down->packed) || (L->down_exps && L->down_exps->packed)),
+           "%s: weights not packed", file);
+    CHECK(!u.m->layers[0].wq->packed && !u.m->output->packed);
     static const int32_t prompt[] = {1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278, 17366, 11203, 29889};
     const int n = (int)(sizeof prompt / sizeof prompt[0]), steps = sanitized() ? 3 : 8;
     int32_t ta[8], tu[8], tok[16];

@@ -39,8 +39,9 @@ static float frand(void) {
     return (float)(rng >> 40) / (float)(1 << 24) - 0.5f;
 }
 
-static void run_mm(be_backend *b, const be_weight *w, const float *x, int n, float *y) {
-    b->ops->matmul(b, w, 0, x, n, y);
+static void run_mm(be_backend *b, const be_tensor *w, const float *x, int n, float *y) {
+    be_tensor X = be_cpu_host(QT_F32, (void *)x), Y = be_cpu_host(QT_F32, y);
+    b->ops->matmul(b, w, 0, &X, n, &Y);
 }
 
 static bool same(const float *a, const float *b, size_t n) { return !memcmp(a, b, sizeof(float) * n); }
@@ -62,8 +63,8 @@ static void test_backend_shapes(pool *p) {
         qt_traits(t)->from_float(row, r < NA ? wa + (size_t)r * rb : wb + (size_t)(r - NA) * rb, K);
     }
     for (int i = 0; i < K * ROWS; i++) x[i] = frand();
-    be_weight A = {.type = t, .ne = {K, NA, 1}, .row_bytes = rb, .mat_bytes = rb * NA, .data = wa};
-    be_weight B = {.type = t, .ne = {K, NB, 1}, .row_bytes = rb, .mat_bytes = rb * NB, .data = wb};
+    be_tensor A = {.type = t, .ne = {K, NA, 1}, .row_bytes = rb, .mat_bytes = rb * NA, .data = wa};
+    be_tensor B = {.type = t, .ne = {K, NB, 1}, .row_bytes = rb, .mat_bytes = rb * NB, .data = wb};
     be_cpu_mm_params ref = {.kernel = -1}, zero = {0};
 
     /* the defaults and the scalar reference kernel (per type), for 1 and ROWS rows */
