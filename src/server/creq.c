@@ -1,12 +1,11 @@
 /* creq.c: the normalised chat request: shared helpers, message builder,
- * sampling fields, billing-line removal (see creq.h). */
+ * sampling fields (see creq.h). */
 #include "creq_int.h"
 
 #include <math.h>
 #include <string.h>
 
 #include "../core/alloc.h"
-#include "../template/chat.h"
 
 char *creq_strdup(const char *s) { return s ? hn_strdup(s) : NULL; }
 
@@ -371,11 +370,6 @@ bool creq_parse(api_kind api, bool count_only, const json_t *body, creq *r, api_
     }
     api_seterr(e, APIE_INTERNAL, NULL, "unknown API");
     return false;
-}
-
-char *creq_strip_billing(const char *text) {
-    /* one implementation of the rule: the chat layer's (which also applies it at render) */
-    return chat_strip_billing(text, strlen(text), NULL, NULL);
 }
 
 void creq_free(creq *r) {

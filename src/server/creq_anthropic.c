@@ -1,8 +1,8 @@
 /* creq_anthropic.c: the Anthropic Messages API (Claude Code, Cline, Pi,
  * OpenCode's anthropic provider) and count_tokens -> creq.
  *
- * system (string or text blocks, minus Claude Code's billing block) becomes
- * the leading system message. User turns: text blocks are the user's text,
+ * system (string or text blocks) becomes the leading system message (Claude
+ * Code's billing block included: the chat layer removes it at render). User turns: text blocks are the user's text,
  * tool_result blocks become tool messages (placed before the turn's text,
  * since they answer the previous assistant turn). Assistant turns: text,
  * thinking (any signature: it is not checked) -> reasoning_content, tool_use
@@ -31,10 +31,7 @@ static bool system_field(creq_msgs *m, const json_t *sys, api_error *e) {
     json_array_foreach(sys, i, b) {
         const char *t = json_string_value(json_object_get(b, "text"));
         if (!t) continue;
-        char *stripped = creq_strip_billing(t);
-        const char *use = stripped ? stripped : t;
-        if (*use) ok = ok && creq_msgs_system(m, use, strlen(use));
-        hn_free(stripped);
+        if (*t) ok = ok && creq_msgs_system(m, t, strlen(t));
     }
     json_decref((json_t *)sys);
     return ok || OOM(e);
