@@ -1,9 +1,48 @@
-/* test_core.c: status codes and the allocation hook. */
+/* test_core.c: status codes, the allocation hook and the CPU-feature probe. */
 #include "core/alloc.h"
+#include "core/isa.h"
 #include "core/status.h"
 #include "test.h"
 
+/* hn_isa against the compiler's own cpuid reader (x86) and its own rules. */
+static void test_isa(void) {
+    uint32_t isa = hn_isa();
+    CHECK(hn_isa() == isa); /* probed once */
+    CHECK(isa < (1u << HN_ISA_COUNT));
+    for (int i = 0; i < HN_ISA_COUNT; i++) {
+        CHECKF(hn_isa_name(i) && hn_isa_name(i)[0], "flag %d has no name", i);
+        for (int j = 0; j < i; j++) CHECK(!hn_isa_name(j) || strcmp(hn_isa_name(i), hn_isa_name(j)));
+    }
+    CHECK(hn_isa_name(HN_ISA_COUNT) == NULL && hn_isa_name(-1) == NULL);
+    CHECK(!strcmp(hn_isa_name(2), "avx2") && !strcmp(hn_isa_name(5), "avx512f"));
+    /* extensions that need the OS's YMM / ZMM state imply AVX / each other */
+    if (isa & (HN_ISA_AVX2 | HN_ISA_FMA | HN_ISA_F16C | HN_ISA_AVXVNNI)) CHECK(isa & HN_ISA_AVX);
+    if (isa & HN_ISA_AVX512BW) CHECK(isa & HN_ISA_AVX);
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    __builtin_cpu_init();
+    struct {
+        uint32_t bit;
+        int has;
+    } oracle[] = {
+        {HN_ISA_SSE42, __builtin_cpu_supports("sse4.2")},   {HN_ISA_AVX, __builtin_cpu_supports("avx")},
+        {HN_ISA_AVX2, __builtin_cpu_supports("avx2")},      {HN_ISA_FMA, __builtin_cpu_supports("fma")},
+        {HN_ISA_AVX512F, __builtin_cpu_supports("avx512f")}, {HN_ISA_AVX512BW, __builtin_cpu_supports("avx512bw")},
+        {HN_ISA_AVX512VL, __builtin_cpu_supports("avx512vl")},
+        {HN_ISA_AVX512VNNI, __builtin_cpu_supports("avx512vnni")},
+    };
+    for (size_t i = 0; i < sizeof oracle / sizeof oracle[0]; i++)
+        CHECKF(!!(isa & oracle[i].bit) == !!oracle[i].has, "%s: probe %d, compiler %d", hn_isa_name(__builtin_ctz(oracle[i].bit)),
+               !!(isa & oracle[i].bit), !!oracle[i].has);
+#endif
+    printf("isa:");
+    for (int i = 0; i < HN_ISA_COUNT; i++)
+        if (isa & (1u << i)) printf(" %s", hn_isa_name(i));
+    printf("\n");
+}
+
 int main(void) {
+    test_isa();
+
     hn_err e;
     hn_err_clear(&e);
     CHECK(e.code == HN_OK && e.msg[0] == 0);
