@@ -1,5 +1,8 @@
-/* test_core.c: status codes, the allocation hook and the CPU-feature probe. */
+/* test_core.c: status codes, the allocation hook, the clock and the CPU-feature probe. */
+#include <time.h>
+
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/isa.h"
 #include "core/status.h"
 #include "test.h"
@@ -40,8 +43,30 @@ static void test_isa(void) {
     printf("\n");
 }
 
+/* The monotonic clock moves forward in both units; deadlines are normalised. */
+static void test_clock(void) {
+    double m0 = hn_now_ms(), s0 = hn_now_s();
+    struct timespec nap = {0, 20 * 1000000L};
+    nanosleep(&nap, NULL);
+    double m1 = hn_now_ms(), s1 = hn_now_s();
+    CHECKF(m1 - m0 >= 19.0 && m1 - m0 < 5000.0, "slept 20 ms, clock says %.3f ms", m1 - m0);
+    CHECKF(s1 - s0 >= 0.019 && s1 - s0 < 5.0, "slept 20 ms, clock says %.6f s", s1 - s0);
+    CHECKF(s0 * 1e3 - m0 > -1.0 && s0 * 1e3 - m0 < 20.0 + (m1 - m0), "ms and s disagree: %.3f vs %.6f", m0, s0);
+    long cases[] = {0, 1, 999, 1000, 1500, 2999, 60000};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct timespec now, d;
+        clock_gettime(CLOCK_REALTIME, &now);
+        hn_deadline_ms(&d, cases[i]);
+        double ahead = (double)(d.tv_sec - now.tv_sec) * 1e3 + (double)(d.tv_nsec - now.tv_nsec) / 1e6;
+        CHECKF(d.tv_nsec >= 0 && d.tv_nsec < 1000000000L, "deadline %ld ms: tv_nsec %ld", cases[i], (long)d.tv_nsec);
+        CHECKF(ahead >= (double)cases[i] && ahead < (double)cases[i] + 50.0, "deadline %ld ms is %.3f ms ahead",
+               cases[i], ahead);
+    }
+}
+
 int main(void) {
     test_isa();
+    test_clock();
 
     hn_err e;
     hn_err_clear(&e);

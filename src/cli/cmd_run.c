@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "../core/alloc.h"
+#include "../core/clock.h"
 #include "../kv/kv.h"
 #include "../model/demo.h"
 #include "../model/model.h"
@@ -45,12 +46,6 @@ static void usage(FILE *f) {
             "  --no-tune               built-in kernel parameters: neither tune nor use the tuning cache\n"
             "                          (also HONE_NO_TUNE=1; by default the first start tunes, up to 30 s)\n"
             "  -h, --help              this help\n");
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Parses "ID ID ..." (spaces or commas) into a new array; returns the count or -1. */
@@ -259,9 +254,9 @@ int cmd_run(int argc, char **argv) {
     }
     kv_seq *seqs[1] = {&seq};
     model_batch b = {.n_tokens = (int32_t)n_prompt, .token = ids, .pos = pos, .seq_id = sid, .seqs = seqs, .n_seqs = 1};
-    double t0 = now_s();
+    double t0 = hn_now_s();
     hn_status st = model_forward(m, kv, &b, logits, 1, &err);
-    double t1 = now_s();
+    double t1 = hn_now_s();
     hn_free(pos);
     hn_free(sid);
     if (st != HN_OK) {
@@ -296,7 +291,7 @@ int cmd_run(int argc, char **argv) {
             goto done;
         }
     }
-    double t2 = now_s();
+    double t2 = hn_now_s();
     if (!print_ids) {
         size_t k = tok_stream_flush(&ts, piece, sizeof piece);
         fwrite(piece, 1, k, stdout);

@@ -75,7 +75,6 @@ typedef struct srv_conn {
     double last_send;     /* monotonic ms of the last bytes handed to MHD */
 } srv_conn;
 
-double srv_now_ms(void);
 /* Drops one reference to a job (HTTP or engine side); the last frees it. */
 void srv_job_release(srv_job *j);
 void srv_conn_release(srv_conn *c);

@@ -17,6 +17,7 @@
 #include <xxhash.h>
 
 #include "../core/alloc.h"
+#include "../core/clock.h"
 #include "../core/isa.h"
 
 #define PROBE_CACHE_MAGIC "hone-probe 1"
@@ -243,12 +244,6 @@ static void *bw_thread(void *arg) {
     return NULL;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* One sweep of j->mode split over nth threads (started per sweep: their start
  * costs tens of microseconds against a sweep of milliseconds); seconds, or a
  * negative value if a thread could not be started. */
@@ -256,7 +251,7 @@ static double bw_sweep(bw_job *j) {
     enum { MAXT = 256 };
     pthread_t th[MAXT];
     bw_arg args[MAXT];
-    double t0 = now_s();
+    double t0 = hn_now_s();
     int started = 1;
     for (int i = 1; i < j->nth; i++) {
         args[i].job = j;
@@ -266,7 +261,7 @@ static double bw_sweep(bw_job *j) {
     }
     if (started == j->nth) bw_work(j, 0);
     for (int i = 1; i < started; i++) pthread_join(th[i], NULL);
-    double t = now_s() - t0;
+    double t = hn_now_s() - t0;
     return started == j->nth ? t : -1.0;
 }
 
