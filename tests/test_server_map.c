@@ -302,6 +302,51 @@ static void test_messages(void) {
     }
 }
 
+/* A tool result takes the name of the latest call it answers, in every API. */
+static void test_result_names(void) {
+    static const char *const bodies[3] = {
+        "{\"max_tokens\":9,\"messages\":["
+        "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"A\",\"input\":{}}]},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"r1\"}]},"
+        "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"B\",\"input\":{}}]},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"r2\"},"
+        "{\"type\":\"tool_result\",\"tool_use_id\":\"zz\",\"content\":\"r3\"}]}]}",
+        "{\"input\":[{\"type\":\"function_call\",\"call_id\":\"t1\",\"name\":\"A\",\"arguments\":\"{}\"},"
+        "{\"type\":\"function_call_output\",\"call_id\":\"t1\",\"output\":\"r1\"},"
+        "{\"type\":\"function_call\",\"call_id\":\"t1\",\"name\":\"B\",\"arguments\":\"{}\"},"
+        "{\"type\":\"function_call_output\",\"call_id\":\"t1\",\"output\":\"r2\"},"
+        "{\"type\":\"function_call_output\",\"call_id\":\"zz\",\"output\":\"r3\"}]}",
+        "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"t1\",\"type\":\"function\",\"function\":{\"name\":\"A\",\"arguments\":\"{}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"t1\",\"content\":\"r1\"},"
+        "{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"t1\",\"type\":\"function\",\"function\":{\"name\":\"B\",\"arguments\":\"{}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"t1\",\"content\":\"r2\"},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"zz\",\"content\":\"r3\"}]}",
+    };
+    static const api_kind apis[3] = {API_MESSAGES, API_RESPONSES, API_CHAT};
+    for (int k = 0; k < 3; k++) {
+        creq r;
+        api_error e = {0};
+        json_t *b = J(bodies[k]);
+        bool ok = creq_parse(apis[k], false, b, &r, &e);
+        CHECKF(ok, "api %d: %s", k, e.message);
+        json_decref(b);
+        if (!ok) continue;
+        const char *want[3] = {"A", "B", NULL};
+        int seen = 0;
+        for (size_t i = 0; i < json_array_size(r.messages); i++) {
+            if (!streq(role_at(&r, i), "tool")) continue;
+            const json_t *tm = json_array_get(r.messages, i);
+            const char *nm = json_string_value(json_object_get(tm, "name"));
+            CHECKF(seen < 3 && (want[seen] ? streq(nm, want[seen]) : !nm), "api %d, result %d: name %s", k, seen,
+                   nm ? nm : "(none)");
+            CHECK(streq(json_string_value(json_object_get(tm, "tool_call_id")), seen < 2 ? "t1" : "zz"));
+            seen++;
+        }
+        CHECKF(seen == 3, "api %d: %d tool results", k, seen);
+        creq_free(&r);
+    }
+}
+
 static void test_errors(void) {
     api_error e;
     sbuf b = {0};
@@ -401,6 +446,7 @@ int main(void) {
     test_completions();
     test_responses();
     test_messages();
+    test_result_names();
     test_errors();
     test_replay();
     chat_template_free(g_tmpl);

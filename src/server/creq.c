@@ -97,6 +97,28 @@ bool creq_msgs_system(creq_msgs *m, const char *text, size_t len) {
     return s && json_array_append_new(m->arr, s) == 0;
 }
 
+const char *creq_call_name(const json_t *msgs, const char *id) {
+    if (!id) return NULL;
+    for (size_t i = json_array_size(msgs); i-- > 0;) {
+        const json_t *calls = json_object_get(json_array_get(msgs, i), "tool_calls");
+        size_t j;
+        json_t *c;
+        json_array_foreach(calls, j, c) {
+            const char *cid = json_string_value(json_object_get(c, "id"));
+            const char *nm = json_string_value(json_object_get(json_object_get(c, "function"), "name"));
+            if (cid && nm && !strcmp(cid, id)) return nm;
+        }
+    }
+    return NULL;
+}
+
+void creq_tool_result(creq_msgs *m, json_t *tm, const char *id, const char *name) {
+    if (!tm) return;
+    if (!name) name = creq_call_name(m->arr, id);
+    if (id) json_object_set_new(tm, "tool_call_id", json_string(id));
+    if (name) json_object_set_new(tm, "name", json_string(name));
+}
+
 bool creq_msgs_push(creq_msgs *m, json_t *msg) {
     if (!msg) return false;
     if (!flush_sys(m)) {
