@@ -1,5 +1,5 @@
 /* server.c: the libmicrohttpd daemon, routing, limits, authentication and
- * the small endpoints (see server.h). Generation lives in srv_gen.c. */
+ * the small endpoints (see server.h). Generation lives in srv_generate.c. */
 #include "srv_int.h"
 
 #include <arpa/inet.h>

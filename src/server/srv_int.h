@@ -1,4 +1,4 @@
-/* srv_int.h: the server's connection and job state (private to server.c and srv_gen.c). */
+/* srv_int.h: the server's connection and job state (private to server.c and srv_generate.c). */
 #ifndef HN_SERVER_SRV_INT_H
 #define HN_SERVER_SRV_INT_H
 
@@ -8,7 +8,7 @@
 
 #include "constraint.h"
 #include "creq.h"
-#include "gen.h"
+#include "gen_output.h"
 #include "server.h"
 #include "writer.h"
 

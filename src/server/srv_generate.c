@@ -1,4 +1,4 @@
-/* srv_gen.c: a generation request from parsed body to response: mapping,
+/* srv_generate.c: a generation request from parsed body to response: mapping,
  * prompt, context check, engine submission, and the response (a streaming
  * reader that blocks on the job's token queue, or a wait for the whole
  * body). The engine's callback runs on the engine thread and only queues. */
