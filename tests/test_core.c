@@ -73,6 +73,9 @@ int main(void) {
     CHECK(e.code == HN_OK && e.msg[0] == 0);
     CHECK(hn_errf(&e, HN_ERR_FORMAT, "bad %d", 7) == HN_ERR_FORMAT);
     CHECK(e.code == HN_ERR_FORMAT && !strcmp(e.msg, "bad 7"));
+    CHECK(hn_errf(&e, HN_ERR_IO, "later") == HN_ERR_IO); /* the last error wins */
+    CHECK(e.code == HN_ERR_IO && !strcmp(e.msg, "later"));
+    CHECK(hn_errf(NULL, HN_ERR_RANGE, "nowhere") == HN_ERR_RANGE);
     CHECK(!strcmp(hn_status_name(HN_ERR_FORMAT), "HN_ERR_FORMAT"));
     CHECK(!strcmp(hn_status_str(HN_OK), "ok"));
     CHECK(!strcmp(hn_status_str((hn_status)999), "unknown status"));
