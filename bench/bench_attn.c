@@ -12,14 +12,9 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_int.h"
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "kv/kv.h"
 #include "sched/plan.h"
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 2;
@@ -90,10 +85,10 @@ int main(int argc, char **argv) {
                                   .scale = 1.0f / sqrtf(HD), .kv = kv, .layer = 0};
                 double best_d = 1e30, best_p = 1e30;
                 for (int r = 0; r < 5; r++) {
-                    double t0 = now_ms();
+                    double t0 = hn_now_ms();
                     be->ops->attention(be, &a);
                     be->ops->sync(be, &e);
-                    double t1 = now_ms() - t0;
+                    double t1 = hn_now_ms() - t0;
                     if (t1 < best_d) best_d = t1;
                 }
                 /* prefill: the last CHUNK positions of one sequence */
@@ -109,10 +104,10 @@ int main(int argc, char **argv) {
                 be->ops->plan_set(be, &plan);
                 a.n_tokens = CHUNK;
                 for (int r = 0; r < 3; r++) {
-                    double t0 = now_ms();
+                    double t0 = hn_now_ms();
                     be->ops->attention(be, &a);
                     be->ops->sync(be, &e);
-                    double t1 = now_ms() - t0;
+                    double t1 = hn_now_ms() - t0;
                     if (t1 < best_p) best_p = t1;
                 }
                 printf("%-5s %5d %6d  %12.3f  %14.2f  %.1f KiB/layer\n", types[ti].name, bs, ctx, best_d, best_p,

@@ -14,13 +14,8 @@
 
 #include "backend/cpu/dot.h"
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "quant/quant.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static const qt_type k_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q4_0, QT_Q4_1,   QT_Q5_0,   QT_Q5_1, QT_Q8_0,
                                   QT_Q2_K, QT_Q3_K, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_NL, QT_IQ4_XS, QT_MXFP4};
@@ -52,14 +47,14 @@ static void bench_type(qt_type t) {
         printf("%-7s %-5s", tr->name, v[k]->isa);
         for (size_t ri = 0; ri < sizeof(rows_list) / sizeof(rows_list[0]); ri++) {
             int64_t rows = rows_list[ri];
-            double best = 1e30, t_end = now() + 0.25;
+            double best = 1e30, t_end = hn_now_s() + 0.25;
             do {
-                double t0 = now();
+                double t0 = hn_now_s();
                 v[k]->act(x, act, COLS);
                 for (int64_t r = 0; r < rows; r++) v[k]->dot(COLS, &y[r], w + r * rsz, act);
-                double dt = now() - t0;
+                double dt = hn_now_s() - t0;
                 if (dt < best) best = dt;
-            } while (now() < t_end);
+            } while (hn_now_s() < t_end);
             printf("  %4lldx%d: %7.2f GB/s %8.1f us", (long long)rows, COLS, rows * rsz / best * 1e-9, best * 1e6);
         }
         printf("\n");

@@ -13,15 +13,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "gguf/gguf.h"
 #include "sample/grammar.h"
 #include "tokenizer/tokenizer.h"
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static uint64_t rs = 88172645463325252ull;
 static uint64_t rnd(void) {
@@ -49,19 +44,19 @@ static void run(const char *label, const gr_grammar *g, const gr_vocab *v, int32
     int steps = 0, calls = 0;
     for (int t = 0; t < tokens; t++) {
         for (int32_t i = 0; i < n_vocab; i++) lg[i] = (float)(rnd() % 100000) * 1e-4f;
-        double a = now();
+        double a = hn_now_s();
         gr_state_mask(s, lg, n_vocab);
-        double b = now();
+        double b = hn_now_s();
         int32_t best = -1;
         for (int32_t i = 0; i < n_vocab; i++)
             if (lg[i] > -INFINITY && (best < 0 || lg[i] > lg[best])) best = i;
         if (best < 0) break;
-        double c = now();
+        double c = hn_now_s();
         if (gr_state_accept(s, best, NULL) != HN_OK) {
             printf("%s: accept failed\n", label);
             break;
         }
-        ta += now() - c;
+        ta += hn_now_s() - c;
         tm += b - a;
         steps++;
         if (eog[best]) { /* start the next call */
@@ -88,14 +83,14 @@ int main(int argc, char **argv) {
         return 1;
     }
     gguf_close(gg);
-    double t0 = now();
+    double t0 = hn_now_s();
     gr_vocab *v = NULL;
     if (gr_vocab_from_tok(tv, &v, &err) != HN_OK) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
     int32_t n = tok_n_vocab(tv);
-    printf("vocab %d tokens, index %.1f ms\n", n, (now() - t0) * 1e3);
+    printf("vocab %d tokens, index %.1f ms\n", n, (hn_now_s() - t0) * 1e3);
     uint8_t *eog = calloc((size_t)n, 1);
     for (int32_t i = 0; i < n; i++) eog[i] = tok_is_eog(tv, i);
 
@@ -110,11 +105,11 @@ int main(int argc, char **argv) {
     const char *pre = "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"command\": \"";
     gr_state_accept_bytes(s, pre, strlen(pre), NULL);
     float *lg = calloc((size_t)n, sizeof *lg);
-    double a = now();
+    double a = hn_now_s();
     gr_state_mask(s, lg, n);
-    double b = now();
+    double b = hn_now_s();
     gr_state_mask(s, lg, n);
-    double c = now();
+    double c = hn_now_s();
     int allowed = 0;
     for (int32_t i = 0; i < n; i++) allowed += lg[i] == 0.0f;
     printf("in a string: cold mask %.2f ms, cached %.1f us, %d tokens allowed\n", (b - a) * 1e3, (c - b) * 1e6, allowed);

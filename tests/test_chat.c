@@ -518,6 +518,9 @@ static void test_billing(void) {
          "You are Claude."},
         {"You are Claude.\n  x-anthropic-billing-header: cch=00000;\nMore.", "You are Claude.\nMore."},
         {"x-anthropic-billing-header: cc_version=2.1.197.fbe; cc_entrypoint=sdk-cli;", ""},
+        /* the blank lines that separated it go with it (a server joins blocks with "\n\n") */
+        {"x-anthropic-billing-header: cch=1a2b3;\n\nYou are Claude.\n\nBe brief.", "You are Claude.\n\nBe brief."},
+        {"Intro.\n\nx-anthropic-billing-header: cch=1a2b3;\n \n\nMore.", "Intro.\n\nMore."},
         {"You are Claude. x-anthropic-billing-header: is quoted mid-line", NULL},
         {"no header here", NULL},
     };

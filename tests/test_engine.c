@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "kv/kv.h"
 #include "model/model.h"
 #include "sched/engine.h"
@@ -75,8 +76,7 @@ static void on_event(void *ctx, const eng_event *ev) {
 
 static bool coll_wait(coll *c, int seconds) {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += seconds;
+    hn_deadline_ms(&ts, seconds * 1000L);
     pthread_mutex_lock(&c->mu);
     while (!c->n_done)
         if (pthread_cond_timedwait(&c->cv, &c->mu, &ts)) break;

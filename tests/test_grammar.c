@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "gguf/gguf.h"
 #include "sample/grammar.h"
 #include "sample/sample.h"
@@ -408,8 +409,7 @@ static int generate(gen_ctx *c, const gr_grammar *g, const gr_vocab *v, uint64_t
         if (bonus > 20.0f) bonus = 20.0f;
         for (int32_t i = 0; i < c->n_vocab; i++)
             logits[i] = (float)(rnd() % 10000) / 1000.0f + (c->closing[i] ? bonus : 0.0f);
-        struct timespec a, b, d;
-        clock_gettime(CLOCK_MONOTONIC, &a);
+        double a = hn_now_s();
         int32_t tok = smp_sample(smp, logits);
         if (t >= c->finish_after) { /* out of patience: follow the shortest completion */
             if (want_n < 0) {
@@ -434,15 +434,15 @@ static int generate(gen_ctx *c, const gr_grammar *g, const gr_vocab *v, uint64_t
             want += c->lens[tok];
             want_n -= c->lens[tok];
         }
-        clock_gettime(CLOCK_MONOTONIC, &b);
+        double b = hn_now_s();
         if (tok < 0) {
             rc = -1;
             break;
         }
         gr_accept_fn(s, tok);
-        clock_gettime(CLOCK_MONOTONIC, &d);
-        c->t_mask += (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
-        c->t_accept += (double)(d.tv_sec - b.tv_sec) + (double)(d.tv_nsec - b.tv_nsec) * 1e-9;
+        double d = hn_now_s();
+        c->t_mask += b - a;
+        c->t_accept += d - b;
         c->n_steps++;
         if (gr_state_failed(s)) {
             rc = -1;
@@ -701,14 +701,13 @@ static void test_qwen3(void) {
     CHECKF(tok_load(gg, &tv, &err) == HN_OK, "%s", err.msg);
     gguf_close(gg);
     if (!tv) return;
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
+    double a = hn_now_ms();
     gr_vocab *v = NULL;
     CHECK(gr_vocab_from_tok(tv, &v, &err) == HN_OK);
-    clock_gettime(CLOCK_MONOTONIC, &b);
+    double b = hn_now_ms();
     int32_t n = tok_n_vocab(tv);
     printf("qwen3 vocab: %d tokens, index built in %.1f ms\n", n,
-           ((double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9) * 1e3);
+           b - a);
     /* the token texts for the generator */
     char **text = calloc((size_t)n, sizeof *text);
     int32_t *lens = calloc((size_t)n, sizeof *lens);

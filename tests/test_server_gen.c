@@ -1,5 +1,5 @@
 /* test_server_gen.c: stop strings (server/stopstr.h) under every split of
- * the text, and the token -> text -> events -> bytes pipeline (server/gen.h)
+ * the text, and the token -> text -> events -> bytes pipeline (server/gen_output.h)
  * on the real Qwen3 vocabulary and chat template: reasoning, tool calls,
  * stop strings across tokens, one call only, UTF-8, engine errors. */
 #include <dirent.h>
@@ -8,7 +8,7 @@
 
 #include "gguf/gguf.h"
 #include "server/constraint.h"
-#include "server/gen.h"
+#include "server/gen_output.h"
 #include "server/prompt.h"
 #include "test.h"
 

@@ -1,12 +1,31 @@
 /* test_server_map.c: request mapping from each wire API into the internal
- * chat request (server/creq.h), and replay of every recorded client request. */
+ * chat request (server/creq.h), and replay of every recorded client request
+ * (mapped, then rendered by the chat layer with a small template). */
 #include <dirent.h>
 #include <jansson.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "server/creq.h"
+#include "template/chat.h"
 #include "test.h"
+
+/* A template that prints every message as "[role]content\n". */
+static chat_template *g_tmpl;
+
+/* The request's prompt as the chat layer renders it (hn_malloc'd), or NULL. */
+static char *render(const creq *r) {
+    if (!g_tmpl) return NULL;
+    chat_options opt = {.add_generation_prompt = false};
+    chat_prompt cp;
+    hn_err err = {0};
+    if (chat_render(g_tmpl, r->messages, NULL, &opt, &cp, &err) != HN_OK) {
+        fprintf(stderr, "render: %s\n", err.msg);
+        chat_prompt_free(&cp);
+        return NULL;
+    }
+    return cp.text;
+}
 
 static json_t *J(const char *s) {
     json_error_t je;
@@ -212,7 +231,14 @@ static void test_messages(void) {
                   "\"context_management\":{\"edits\":[]},\"output_config\":{\"effort\":\"high\"}}");
     CHECK(creq_from_messages(b, false, &r, &e));
     CHECK(json_array_size(r.messages) == 6);
-    CHECKF(streq(content_at(&r, 0), "You are Claude."), "billing stripped: %s", content_at(&r, 0));
+    /* the billing block is mapped as sent; the chat layer removes it at render */
+    CHECKF(streq(content_at(&r, 0), "x-anthropic-billing-header: cc_version=2.1.197.fbe; cc_entrypoint=cli; cch=ab12f;\n\n"
+                                    "You are Claude."),
+           "system blocks joined: %s", content_at(&r, 0));
+    char *p = render(&r);
+    const char *head = "[system]You are Claude.\n[user]<r>\nrun ls\n";
+    CHECKF(p && !strncmp(p, head, strlen(head)), "billing line rendered: %s", p);
+    hn_free(p);
     CHECK(streq(role_at(&r, 1), "user") && streq(content_at(&r, 1), "<r>\nrun ls"));
     CHECK(streq(role_at(&r, 2), "system") && streq(content_at(&r, 2), "agents..."));
     json_t *a = json_array_get(r.messages, 3);
@@ -231,10 +257,15 @@ static void test_messages(void) {
     creq_free(&r);
     json_decref(b);
 
-    char *s = creq_strip_billing("x-anthropic-billing-header: cc_version=1; cch=00000;\nrest");
-    CHECK(s && !strcmp(s, "rest"));
-    hn_free(s);
-    CHECK(creq_strip_billing("You are Claude") == NULL);
+    /* a billing-only system field: no system message is rendered */
+    b = J("{\"model\":\"m\",\"max_tokens\":9,\"system\":[{\"type\":\"text\",\"text\":\"x-anthropic-billing-header: cch=00000;\"}],"
+          "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    CHECK(creq_from_messages(b, false, &r, &e));
+    p = render(&r);
+    CHECKF(p && !strcmp(p, "[user]hi\n"), "billing-only system rendered: %s", p);
+    hn_free(p);
+    creq_free(&r);
+    json_decref(b);
 
     b = J("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"thinking\":{\"type\":\"disabled\"},"
           "\"tool_choice\":{\"type\":\"none\"},\"system\":\"plain\"}");
@@ -268,6 +299,51 @@ static void test_messages(void) {
         CHECKF(!ok && e.kind == APIE_INVALID, "messages bad[%zu] refused", i);
         if (ok) creq_free(&r);
         json_decref(v);
+    }
+}
+
+/* A tool result takes the name of the latest call it answers, in every API. */
+static void test_result_names(void) {
+    static const char *const bodies[3] = {
+        "{\"max_tokens\":9,\"messages\":["
+        "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"A\",\"input\":{}}]},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"r1\"}]},"
+        "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"B\",\"input\":{}}]},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"r2\"},"
+        "{\"type\":\"tool_result\",\"tool_use_id\":\"zz\",\"content\":\"r3\"}]}]}",
+        "{\"input\":[{\"type\":\"function_call\",\"call_id\":\"t1\",\"name\":\"A\",\"arguments\":\"{}\"},"
+        "{\"type\":\"function_call_output\",\"call_id\":\"t1\",\"output\":\"r1\"},"
+        "{\"type\":\"function_call\",\"call_id\":\"t1\",\"name\":\"B\",\"arguments\":\"{}\"},"
+        "{\"type\":\"function_call_output\",\"call_id\":\"t1\",\"output\":\"r2\"},"
+        "{\"type\":\"function_call_output\",\"call_id\":\"zz\",\"output\":\"r3\"}]}",
+        "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"t1\",\"type\":\"function\",\"function\":{\"name\":\"A\",\"arguments\":\"{}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"t1\",\"content\":\"r1\"},"
+        "{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"t1\",\"type\":\"function\",\"function\":{\"name\":\"B\",\"arguments\":\"{}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"t1\",\"content\":\"r2\"},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"zz\",\"content\":\"r3\"}]}",
+    };
+    static const api_kind apis[3] = {API_MESSAGES, API_RESPONSES, API_CHAT};
+    for (int k = 0; k < 3; k++) {
+        creq r;
+        api_error e = {0};
+        json_t *b = J(bodies[k]);
+        bool ok = creq_parse(apis[k], false, b, &r, &e);
+        CHECKF(ok, "api %d: %s", k, e.message);
+        json_decref(b);
+        if (!ok) continue;
+        const char *want[3] = {"A", "B", NULL};
+        int seen = 0;
+        for (size_t i = 0; i < json_array_size(r.messages); i++) {
+            if (!streq(role_at(&r, i), "tool")) continue;
+            const json_t *tm = json_array_get(r.messages, i);
+            const char *nm = json_string_value(json_object_get(tm, "name"));
+            CHECKF(seen < 3 && (want[seen] ? streq(nm, want[seen]) : !nm), "api %d, result %d: name %s", k, seen,
+                   nm ? nm : "(none)");
+            CHECK(streq(json_string_value(json_object_get(tm, "tool_call_id")), seen < 2 ? "t1" : "zz"));
+            seen++;
+        }
+        CHECKF(seen == 3, "api %d: %d tool results", k, seen);
+        creq_free(&r);
     }
 }
 
@@ -344,10 +420,11 @@ static void test_replay(void) {
                     /* tools, when sent, survive (hosted-only tool lists aside) */
                     if (json_array_size(json_object_get(body, "tools")) > 3)
                         CHECKF(json_array_size(r.tools) > 3, "%s keeps its tools", de->d_name);
-                    /* no billing line reaches the prompt */
-                    char *dump = json_dumps(r.messages, 0);
-                    CHECKF(dump && !strstr(dump, "x-anthropic-billing-header"), "%s: billing header removed", de->d_name);
-                    free(dump);
+                    /* it renders, and no billing line reaches the prompt */
+                    char *prompt = render(&r);
+                    CHECKF(prompt && !strstr(prompt, "x-anthropic-billing-header"), "%s: billing header removed",
+                           de->d_name);
+                    hn_free(prompt);
                     creq_free(&r);
                 }
                 n++;
@@ -361,11 +438,17 @@ static void test_replay(void) {
 }
 
 int main(void) {
+    static const char src[] = "{% for m in messages %}[{{ m.role }}]{{ m.content }}\n{% endfor %}";
+    hn_err err = {0};
+    CHECKF(chat_template_new(src, strlen(src), NULL, NULL, NULL, NULL, &g_tmpl, &err) == HN_OK, "template: %s",
+           err.msg);
     test_chat();
     test_completions();
     test_responses();
     test_messages();
+    test_result_names();
     test_errors();
     test_replay();
+    chat_template_free(g_tmpl);
     TEST_DONE();
 }

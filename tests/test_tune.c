@@ -133,19 +133,19 @@ static void test_probe(void) {
     tn_probe_detect(&q);
     CHECK(!strcmp(p.fingerprint, q.fingerprint)); /* stable */
     const cpu_features *f = cpu_dot_features();
-    CHECK(f->avx2 == !!(p.isa & TN_ISA_AVX2));
-    CHECK(f->fma == !!(p.isa & TN_ISA_FMA));
-    CHECK(f->avx512f == !!(p.isa & TN_ISA_AVX512F));
-    CHECK(f->avx512vnni == !!(p.isa & TN_ISA_AVX512VNNI));
-    CHECK(f->neon == !!(p.isa & TN_ISA_NEON));
-    if (p.isa & TN_ISA_AVX2) CHECK(p.isa & TN_ISA_AVX);
+    CHECK(f->avx2 == !!(p.isa & HN_ISA_AVX2));
+    CHECK(f->fma == !!(p.isa & HN_ISA_FMA));
+    CHECK(f->avx512f == !!(p.isa & HN_ISA_AVX512F));
+    CHECK(f->avx512vnni == !!(p.isa & HN_ISA_AVX512VNNI));
+    CHECK(f->neon == !!(p.isa & HN_ISA_NEON));
+    if (p.isa & HN_ISA_AVX2) CHECK(p.isa & HN_ISA_AVX);
     char buf[256];
     tn_probe_isa_str(p.isa, buf, sizeof buf);
-    if (p.isa & TN_ISA_AVX2) CHECK(strstr(buf, "avx2") != NULL);
+    if (p.isa & HN_ISA_AVX2) CHECK(strstr(buf, "avx2") != NULL);
     CHECK(!strcmp(tn_probe_isa_str(0, buf, sizeof buf), ""));
-    tn_probe_isa_str(TN_ISA_AVX2 | TN_ISA_FMA, buf, sizeof buf);
+    tn_probe_isa_str(HN_ISA_AVX2 | HN_ISA_FMA, buf, sizeof buf);
     CHECK(!strcmp(buf, "avx2 fma"));
-    tn_probe_isa_str(TN_ISA_AVX2 | TN_ISA_FMA, buf, 6); /* truncation stops cleanly */
+    tn_probe_isa_str(HN_ISA_AVX2 | HN_ISA_FMA, buf, 6); /* truncation stops cleanly */
     CHECK(!strcmp(buf, "avx2"));
 }
 

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "../core/alloc.h"
+#include "../core/clock.h"
 #include "../sched/engine.h"
 #include "../tokenizer/tokenizer.h"
 #include "cli.h"
@@ -55,12 +56,6 @@ static bool parse_bytes(const char *s, size_t *out) {
     if (*end) return false;
     *out = (size_t)(v * m);
     return true;
-}
-
-static double mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 /* VmRSS and VmHWM of this process in bytes (0 if unknown). */
@@ -299,7 +294,7 @@ static int bench_agents(int argc, char **argv) {
 
     int n_ttft = 0, n_later = 0, n_active = 0, failures = 0;
     uint64_t sent = 0, cached = 0, generated = 0;
-    double t0 = mono_ms();
+    double t0 = hn_now_ms();
     size_t peak_rss = 0;
     pthread_mutex_lock(&run.mu);
     for (;;) {
@@ -330,10 +325,7 @@ static int bench_agents(int argc, char **argv) {
         }
         if (n_active == 0) break;
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
+        hn_deadline_ms(&ts, 100);
         pthread_cond_timedwait(&run.cv, &run.mu, &ts);
         size_t rss, hwm;
         proc_mem(&rss, &hwm);
@@ -355,7 +347,7 @@ static int bench_agents(int argc, char **argv) {
         }
     }
     pthread_mutex_unlock(&run.mu);
-    double total_ms = mono_ms() - t0;
+    double total_ms = hn_now_ms() - t0;
 
     /* the last DONE comes before the engine publishes that step's counters */
     eng_stats es;

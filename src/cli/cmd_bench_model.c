@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "../core/alloc.h"
+#include "../core/clock.h"
 #include "../kv/kv.h"
 #include "../model/model.h"
 #include "../quant/quant.h"
@@ -43,12 +44,6 @@ static void usage(FILE *f) {
             "  --no-tune          built-in kernel parameters: neither tune nor use the tuning cache\n"
             "  --device NAME      backend: auto (default: the best available), cpu, cuda\n"
             "                     (also HONE_NO_TUNE=1; by default the first start tunes, up to 30 s)\n");
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -93,14 +88,14 @@ static double one_rep(bench_ctx *c, int32_t depth, int32_t n, bool decode, hn_er
     double rate = -1;
     if (kv_seq_init(&seq, c->kv, depth + n + 1, err) != HN_OK) return -1;
     if (depth > 0 && run_tokens(c, &seq, 0, depth, err) != HN_OK) goto done;
-    double t0 = now_s();
+    double t0 = hn_now_s();
     if (decode) {
         for (int32_t i = 0; i < n; i++)
             if (run_tokens(c, &seq, depth + i, 1, err) != HN_OK) goto done;
     } else if (run_tokens(c, &seq, depth, n, err) != HN_OK) {
         goto done;
     }
-    double dt = now_s() - t0;
+    double dt = hn_now_s() - t0;
     rate = (double)n / (dt > 0 ? dt : 1e-9);
 done:
     kv_seq_free(&seq, c->kv);

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "../core/alloc.h"
+#include "../core/clock.h"
 #include "../model/demo.h"
 #include "../model/model.h"
 #include "../sched/engine.h"
@@ -337,10 +338,7 @@ int cmd_run(int argc, char **argv) {
         while (q.n == n_seen && !q.done) {
             if (g_interrupted && !cancelled) break;
             struct timespec dl;
-            clock_gettime(CLOCK_REALTIME, &dl);
-            dl.tv_nsec += 100 * 1000000L; /* a Ctrl-C is noticed within 0.1 s */
-            dl.tv_sec += dl.tv_nsec / 1000000000L;
-            dl.tv_nsec %= 1000000000L;
+            hn_deadline_ms(&dl, 100); /* a Ctrl-C is noticed within 0.1 s */
             pthread_cond_timedwait(&q.cv, &q.mu, &dl);
         }
         int32_t n = q.n;

@@ -29,7 +29,10 @@ typedef enum {
     HN_STATUS_COUNT
 } hn_status;
 
-/* Error handle: the first error's code and message. */
+/* Error handle: the code and message of the last hn_errf on it. A later error
+ * replaces an earlier one; a caller that adds context to a callee's error
+ * passes the callee a local handle and formats its message into err (e.g.
+ * gguf_open: "PATH: MESSAGE"), never err->msg into err itself. */
 typedef struct hn_err {
     hn_status code;
     char msg[512];
@@ -40,8 +43,10 @@ const char *hn_status_str(hn_status s);
 /* Returns the enum name ("HN_ERR_FORMAT") of a status code (never NULL). */
 const char *hn_status_name(hn_status s);
 
-/* Records code and a printf-style message on err (err may be NULL); returns code,
- * so callers can write `return hn_errf(err, HN_ERR_FORMAT, "...", ...)`. */
+/* Records code and a printf-style message on err (err may be NULL), replacing
+ * what it held; returns code, so callers can write
+ * `return hn_errf(err, HN_ERR_FORMAT, "...", ...)`. The arguments must not
+ * point into err->msg. */
 hn_status hn_errf(hn_err *err, hn_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

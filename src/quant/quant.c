@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "../core/isa.h"
 #include "quant.h"
 #include "quant_int.h"
 
@@ -135,11 +136,8 @@ void qt_quant_f32(const float *restrict x, void *restrict y, int64_t n) {
 
 /* Whether quant_avx2.c's f16 rows may run (the KV store converts a row per token and layer). */
 static bool f16_simd(void) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#else
-    return false;
-#endif
+    const uint32_t need = HN_ISA_AVX2 | HN_ISA_FMA | HN_ISA_F16C;
+    return (hn_isa() & need) == need;
 }
 
 void qt_dequant_f16(const void *restrict x, float *restrict y, int64_t n) {

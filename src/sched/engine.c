@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "../core/alloc.h"
+#include "../core/clock.h"
 #include "../kv/kv.h"
 #include "../model/model.h"
 #include "../tokenizer/tokenizer.h"
@@ -109,12 +110,6 @@ struct eng_engine {
     const kv_seq **chk;      /* debug_check */
 };
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 eng_params eng_default_params(void) {
     eng_params p;
     memset(&p, 0, sizeof p);
@@ -140,12 +135,12 @@ const char *eng_kv_type_name(int t) { return t >= 0 && t < 4 ? kv_names[t] : "un
 static void fill_times(eng_engine *e, ereq *q) {
     (void)e;
     q->st.n_generated = q->n_gen;
-    q->st.t_total_ms = now_ms() - q->t_submit;
+    q->st.t_total_ms = hn_now_ms() - q->t_submit;
 }
 
 static void emit_token(ereq *q, int32_t tok) {
     eng_event ev = {.type = ENG_EV_TOKEN, .id = q->id, .token = tok, .stats = q->st};
-    ev.stats.t_total_ms = now_ms() - q->t_submit;
+    ev.stats.t_total_ms = hn_now_ms() - q->t_submit;
     q->r.on_event(q->r.ctx, &ev);
 }
 
@@ -366,7 +361,7 @@ static bool take_token(eng_engine *e, ereq *q, const float *row, eng_finish *fin
     smp_accept(q->smp, tok);
     if (!q->sampled) {
         q->sampled = true;
-        q->st.t_first_ms = now_ms() - q->t_submit;
+        q->st.t_first_ms = hn_now_ms() - q->t_submit;
     }
     if (!q->r.ignore_eog && tok_is_eog(e->vocab, tok)) {
         *fin = ENG_FINISH_EOG;
@@ -409,7 +404,7 @@ static void step(eng_engine *e) {
     int32_t n_seqs = 0;
     int32_t n = plan(e, &n_seqs);
     if (n > 0) {
-        double t = now_ms();
+        double t = hn_now_ms();
         for (int32_t s = 0; s < n_seqs; s++)
             if (!e->b_req[s]->started) {
                 e->b_req[s]->started = true;
@@ -489,7 +484,7 @@ static void publish_stats(eng_engine *e) {
 
 static void *engine_main(void *arg) {
     eng_engine *e = arg;
-    double idle_since = now_ms();
+    double idle_since = hn_now_ms();
     bool trimmed = true;
     for (;;) {
         pthread_mutex_lock(&e->mu);
@@ -505,7 +500,7 @@ static void *engine_main(void *arg) {
         bool busy = e->n_running > 0 || e->n_waiting > 0;
         if (!stop && !busy && trim == e->trim_done) {
             /* idle: sleep until work, or until the idle timer drops the cache */
-            if (!trimmed && e->p.cache_idle_ms > 0 && now_ms() - idle_since >= e->p.cache_idle_ms) {
+            if (!trimmed && e->p.cache_idle_ms > 0 && hn_now_ms() - idle_since >= e->p.cache_idle_ms) {
                 pthread_mutex_unlock(&e->mu);
                 kv_trim(e->kv, 0);
                 trimmed = true;
@@ -513,11 +508,7 @@ static void *engine_main(void *arg) {
                 continue;
             }
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            long wait_ms = trimmed || e->p.cache_idle_ms <= 0 ? 1000 : 200;
-            ts.tv_nsec += wait_ms * 1000000L;
-            ts.tv_sec += ts.tv_nsec / 1000000000L;
-            ts.tv_nsec %= 1000000000L;
+            hn_deadline_ms(&ts, trimmed || e->p.cache_idle_ms <= 0 ? 1000 : 200);
             pthread_cond_timedwait(&e->cv, &e->mu, &ts);
             pthread_mutex_unlock(&e->mu);
             continue;
@@ -536,7 +527,7 @@ static void *engine_main(void *arg) {
         step(e);
         publish_stats(e);
         if (e->n_running == 0 && e->n_waiting == 0) {
-            idle_since = now_ms();
+            idle_since = hn_now_ms();
             trimmed = false;
         }
     }
@@ -714,7 +705,7 @@ hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err
     q->n_toks = r->n_prompt;
     q->st.n_prompt = r->n_prompt;
     q->logit_row = -1;
-    q->t_submit = now_ms();
+    q->t_submit = hn_now_ms();
     pthread_mutex_lock(&e->mu);
     q->id = e->next_id++;
     q->next = e->all;

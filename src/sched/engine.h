@@ -40,7 +40,6 @@ typedef struct eng_params {
     int32_t max_running;      /* most sequences in one step; 0: default (16) */
     bool prefix_cache;        /* reuse cached prompt blocks across requests (default on: set by eng_default_params) */
     int kv_type;              /* eng_kv_type: 0 f32, 1 f16, 2 q8_0, 3 q8_0 K + q4_1 V */
-    /* added after the first cut (zero keeps the default) */
     int32_t cache_idle_ms;    /* drop cached prefixes (and their memory) after this long idle; 0: 5 min, <0: never */
     bool debug_check;         /* verify every KV cache invariant after each step (slow; for tests) */
     /* called once with the loaded model before the engine thread starts (e.g. to
@@ -130,7 +129,6 @@ typedef struct eng_stats {
     uint64_t cached_tokens;    /* served from the prefix cache */
     uint64_t generated_tokens;
     int32_t n_running, n_waiting;
-    /* added after the first cut */
     int32_t blocks_max;        /* the pool's cap (kv_max_bytes / block bytes) */
     int32_t block_size;
     size_t block_bytes;

@@ -1,12 +1,11 @@
 /* creq.c: the normalised chat request: shared helpers, message builder,
- * sampling fields, billing-line removal (see creq.h). */
+ * sampling fields (see creq.h). */
 #include "creq_int.h"
 
 #include <math.h>
 #include <string.h>
 
 #include "../core/alloc.h"
-#include "../template/chat.h"
 
 char *creq_strdup(const char *s) { return s ? hn_strdup(s) : NULL; }
 
@@ -96,6 +95,28 @@ bool creq_msgs_system(creq_msgs *m, const char *text, size_t len) {
     }
     json_t *s = creq_msg("system", text, len);
     return s && json_array_append_new(m->arr, s) == 0;
+}
+
+const char *creq_call_name(const json_t *msgs, const char *id) {
+    if (!id) return NULL;
+    for (size_t i = json_array_size(msgs); i-- > 0;) {
+        const json_t *calls = json_object_get(json_array_get(msgs, i), "tool_calls");
+        size_t j;
+        json_t *c;
+        json_array_foreach(calls, j, c) {
+            const char *cid = json_string_value(json_object_get(c, "id"));
+            const char *nm = json_string_value(json_object_get(json_object_get(c, "function"), "name"));
+            if (cid && nm && !strcmp(cid, id)) return nm;
+        }
+    }
+    return NULL;
+}
+
+void creq_tool_result(creq_msgs *m, json_t *tm, const char *id, const char *name) {
+    if (!tm) return;
+    if (!name) name = creq_call_name(m->arr, id);
+    if (id) json_object_set_new(tm, "tool_call_id", json_string(id));
+    if (name) json_object_set_new(tm, "name", json_string(name));
 }
 
 bool creq_msgs_push(creq_msgs *m, json_t *msg) {
@@ -371,11 +392,6 @@ bool creq_parse(api_kind api, bool count_only, const json_t *body, creq *r, api_
     }
     api_seterr(e, APIE_INTERNAL, NULL, "unknown API");
     return false;
-}
-
-char *creq_strip_billing(const char *text) {
-    /* one implementation of the rule: the chat layer's (which also applies it at render) */
-    return chat_strip_billing(text, strlen(text), NULL, NULL);
 }
 
 void creq_free(creq *r) {

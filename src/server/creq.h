@@ -20,8 +20,8 @@
  *   - tool-call arguments are parsed into objects, key order preserved, so
  *     re-rendered history is byte-stable (a string that is not JSON is kept);
  *   - Claude Code's per-request billing block ("x-anthropic-billing-header:
- *     ... cch=...") is removed from the system prompt: it changes on every
- *     request and would defeat the prefix cache;
+ *     ... cch=...") is kept as sent; the chat layer removes it when it
+ *     renders the leading system message (chat_strip_billing, template/chat.h);
  *   - unknown fields, roles, block and item types are tolerated.
  * Tools: [{"type":"function","function":{"name","description","parameters",...}}]. */
 #ifndef HN_SERVER_CREQ_H
@@ -95,11 +95,6 @@ bool creq_from_messages(const json_t *body, bool count_only, creq *r, api_error 
 
 /* Dispatches on api to one of the above. */
 bool creq_parse(api_kind api, bool count_only, const json_t *body, creq *r, api_error *e);
-
-/* Removes Claude Code's billing line ("x-anthropic-billing-header: ...") from
- * a system text: returns a new string (free with hn_free)
- * or NULL when there is nothing to remove. Exposed for tests. */
-char *creq_strip_billing(const char *text);
 
 /* Frees everything r owns and zeroes it. */
 void creq_free(creq *r);

@@ -1,8 +1,8 @@
 /* creq_anthropic.c: the Anthropic Messages API (Claude Code, Cline, Pi,
  * OpenCode's anthropic provider) and count_tokens -> creq.
  *
- * system (string or text blocks, minus Claude Code's billing block) becomes
- * the leading system message. User turns: text blocks are the user's text,
+ * system (string or text blocks) becomes the leading system message (Claude
+ * Code's billing block included: the chat layer removes it at render). User turns: text blocks are the user's text,
  * tool_result blocks become tool messages (placed before the turn's text,
  * since they answer the previous assistant turn). Assistant turns: text,
  * thinking (any signature: it is not checked) -> reasoning_content, tool_use
@@ -31,10 +31,7 @@ static bool system_field(creq_msgs *m, const json_t *sys, api_error *e) {
     json_array_foreach(sys, i, b) {
         const char *t = json_string_value(json_object_get(b, "text"));
         if (!t) continue;
-        char *stripped = creq_strip_billing(t);
-        const char *use = stripped ? stripped : t;
-        if (*use) ok = ok && creq_msgs_system(m, use, strlen(use));
-        hn_free(stripped);
+        if (*t) ok = ok && creq_msgs_system(m, t, strlen(t));
     }
     json_decref((json_t *)sys);
     return ok || OOM(e);
@@ -50,25 +47,7 @@ static bool tool_result(creq_msgs *m, const json_t *blk, size_t idx, api_error *
     }
     json_t *tm = creq_msg("tool", b.data ? b.data : "", b.len);
     sb_free(&b);
-    const char *id = json_string_value(json_object_get(blk, "tool_use_id"));
-    if (tm && id) {
-        json_object_set_new(tm, "tool_call_id", json_string(id));
-        for (size_t i = json_array_size(m->arr); i-- > 0;) {
-            const json_t *calls = json_object_get(json_array_get(m->arr, i), "tool_calls");
-            size_t j;
-            json_t *c;
-            const char *nm = NULL;
-            json_array_foreach(calls, j, c) {
-                const char *cid = json_string_value(json_object_get(c, "id"));
-                if (cid && !strcmp(cid, id))
-                    nm = json_string_value(json_object_get(json_object_get(c, "function"), "name"));
-            }
-            if (nm) {
-                json_object_set_new(tm, "name", json_string(nm));
-                break;
-            }
-        }
-    }
+    creq_tool_result(m, tm, json_string_value(json_object_get(blk, "tool_use_id")), NULL);
     return creq_msgs_push(m, tm) || OOM(e);
 }
 

@@ -28,6 +28,13 @@ json_t *creq_msgs_last(creq_msgs *m, const char *role);
  * args (borrowed) is given. */
 bool creq_msgs_call(creq_msgs *m, const char *id, const char *name, const char *args_text,
                     const json_t *args);
+/* The function name of tool call id (borrowed), from the latest message of
+ * msgs holding a named call with that id (its first one), or NULL. */
+const char *creq_call_name(const json_t *msgs, const char *id);
+/* Marks tool message tm (NULL: nothing happens) as the result of call id (may
+ * be NULL): sets "tool_call_id" to id and "name" to name, or when name is
+ * NULL to the name of the call it answers (creq_call_name over m so far). */
+void creq_tool_result(creq_msgs *m, json_t *tm, const char *id, const char *name);
 /* Appends text to the last assistant message (creating one). */
 bool creq_msgs_assistant_text(creq_msgs *m, const char *text, size_t len, const char *reasoning);
 /* Finishes the list into r->messages (and frees m's scratch). */

@@ -7,21 +7,6 @@
 #define OOM(e) creq_oom(e)
 
 /* The name of the tool a call id belongs to (searching earlier assistant turns). */
-static const char *call_name(const json_t *msgs, const char *id) {
-    if (!id) return NULL;
-    for (size_t i = json_array_size(msgs); i-- > 0;) {
-        const json_t *calls = json_object_get(json_array_get(msgs, i), "tool_calls");
-        size_t j;
-        json_t *c;
-        json_array_foreach(calls, j, c) {
-            const char *cid = json_string_value(json_object_get(c, "id"));
-            if (cid && !strcmp(cid, id))
-                return json_string_value(json_object_get(json_object_get(c, "function"), "name"));
-        }
-    }
-    return NULL;
-}
-
 /* One tool-call object of an assistant message ({id, type, function:{name, arguments}}). */
 static bool add_chat_call(creq_msgs *m, const json_t *call, size_t i, api_error *e) {
     const json_t *fn = json_object_get(call, "function");
@@ -102,11 +87,8 @@ static bool chat_message(creq_msgs *m, creq *r, const json_t *msg, size_t idx, a
         }
     } else if (!strcmp(role, "tool") || !strcmp(role, "function")) {
         json_t *tm = creq_msg("tool", t, text.len);
-        const char *id = json_string_value(json_object_get(msg, "tool_call_id"));
-        const char *name = json_string_value(json_object_get(msg, "name"));
-        if (!name) name = call_name(m->arr, id);
-        if (tm && id) json_object_set_new(tm, "tool_call_id", json_string(id));
-        if (tm && name) json_object_set_new(tm, "name", json_string(name));
+        creq_tool_result(m, tm, json_string_value(json_object_get(msg, "tool_call_id")),
+                         json_string_value(json_object_get(msg, "name")));
         ok = creq_msgs_push(m, tm);
     } else {
         /* user, and any role we do not know: the user speaks */

@@ -103,26 +103,7 @@ static bool input_item(creq_msgs *m, const json_t *it, size_t idx, api_error *e)
         }
         json_t *tm = creq_msg("tool", b.data ? b.data : "", b.len);
         sb_free(&b);
-        const char *id = json_string_value(json_object_get(it, "call_id"));
-        if (tm && id) {
-            json_object_set_new(tm, "tool_call_id", json_string(id));
-            /* the name, from the call it answers */
-            for (size_t i = json_array_size(m->arr); i-- > 0;) {
-                const json_t *calls = json_object_get(json_array_get(m->arr, i), "tool_calls");
-                size_t j;
-                json_t *c;
-                const char *nm = NULL;
-                json_array_foreach(calls, j, c) {
-                    const char *cid = json_string_value(json_object_get(c, "id"));
-                    if (cid && !strcmp(cid, id))
-                        nm = json_string_value(json_object_get(json_object_get(c, "function"), "name"));
-                }
-                if (nm) {
-                    json_object_set_new(tm, "name", json_string(nm));
-                    break;
-                }
-            }
-        }
+        creq_tool_result(m, tm, json_string_value(json_object_get(it, "call_id")), NULL);
         return creq_msgs_push(m, tm) || OOM(e);
     }
     if (!strcmp(type, "reasoning")) return add_reasoning(m, it) || OOM(e);

@@ -1,5 +1,5 @@
 /* server.c: the libmicrohttpd daemon, routing, limits, authentication and
- * the small endpoints (see server.h). Generation lives in srv_gen.c. */
+ * the small endpoints (see server.h). Generation lives in srv_generate.c. */
 #include "srv_int.h"
 
 #include <arpa/inet.h>
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../core/alloc.h"
+#include "../core/clock.h"
 
 srv_config srv_default_config(void) {
     srv_config c = {0};
@@ -23,12 +24,6 @@ srv_config srv_default_config(void) {
     c.ping_ms = 5000;
     c.sampling = smp_default_params();
     return c;
-}
-
-double srv_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 bool srv_key_equal(const char *given, size_t given_len, const char *want) {
@@ -89,7 +84,7 @@ enum MHD_Result srv_send(srv_conn *c, int status, const char *ctype, const char 
     enum MHD_Result ret = MHD_queue_response(c->mc, (unsigned)status, r);
     MHD_destroy_response(r);
     if (c->s->cfg.log_requests)
-        fprintf(stderr, "hone serve: %d (%.0f ms)\n", status, srv_now_ms() - c->t_start);
+        fprintf(stderr, "hone serve: %d (%.0f ms)\n", status, hn_now_ms() - c->t_start);
     return ret;
 }
 
@@ -248,7 +243,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
         c->s = s;
         c->mc = mc;
         c->refs = 1;
-        c->t_start = srv_now_ms();
+        c->t_start = hn_now_ms();
         pthread_mutex_init(&c->mu, NULL);
         *con_cls = c;
         bool known;

@@ -1,4 +1,4 @@
-/* srv_int.h: the server's connection and job state (private to server.c and srv_gen.c). */
+/* srv_int.h: the server's connection and job state (private to server.c and srv_generate.c). */
 #ifndef HN_SERVER_SRV_INT_H
 #define HN_SERVER_SRV_INT_H
 
@@ -8,7 +8,7 @@
 
 #include "constraint.h"
 #include "creq.h"
-#include "gen.h"
+#include "gen_output.h"
 #include "server.h"
 #include "writer.h"
 
@@ -75,7 +75,6 @@ typedef struct srv_conn {
     double last_send;     /* monotonic ms of the last bytes handed to MHD */
 } srv_conn;
 
-double srv_now_ms(void);
 /* Drops one reference to a job (HTTP or engine side); the last frees it. */
 void srv_job_release(srv_job *j);
 void srv_conn_release(srv_conn *c);

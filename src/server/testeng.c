@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "../core/alloc.h"
+#include "../core/clock.h"
 #include "sbuf.h"
 
 #define TENG_RECENT 16
@@ -38,12 +39,6 @@ struct teng {
     int32_t n_recent[TENG_RECENT];
     int recent_at;
 };
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static void script(const char *prompt, sbuf *reply, bool *long_mode, int *delay) {
     const char *d = NULL;
@@ -132,7 +127,7 @@ static hn_status teng_submit(void *ctx, const eng_request *r, eng_req_id *id, hn
     j->long_mode = long_mode;
     j->r = *r;
     j->r.prompt = NULL;
-    j->t0 = now_ms();
+    j->t0 = hn_now_ms();
     j->st.n_prompt = r->n_prompt;
     pthread_mutex_lock(&t->mu);
     /* prefix-cache imitation */
@@ -175,7 +170,7 @@ static void teng_cancel(void *ctx, eng_req_id id) {
  * without the lock (the callback may call teng_cancel). */
 static bool step(teng *t, tjob *j, bool cancelled) {
     eng_event ev = {.id = j->id};
-    j->st.t_total_ms = now_ms() - j->t0;
+    j->st.t_total_ms = hn_now_ms() - j->t0;
     int32_t limit = j->r.max_tokens > 0 ? j->r.max_tokens : t->n_ctx - j->st.n_prompt;
     eng_finish fin = ENG_FINISH_NONE;
     if (cancelled) fin = ENG_FINISH_CANCELLED;
@@ -192,7 +187,7 @@ static bool step(teng *t, tjob *j, bool cancelled) {
     ev.token = j->out[j->pos % (j->n_out ? j->n_out : 1)];
     j->pos++;
     j->st.n_generated++;
-    if (j->st.n_generated == 1) j->st.t_first_ms = now_ms() - j->t0;
+    if (j->st.n_generated == 1) j->st.t_first_ms = hn_now_ms() - j->t0;
     ev.stats = j->st;
     if (j->r.accept) j->r.accept(j->r.mask_ctx, ev.token);
     j->r.on_event(j->r.ctx, &ev);
@@ -224,10 +219,7 @@ static void *run(void *arg) {
         }
         if (t->jobs && !t->quit) { /* pace the round; cancels wake it early */
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += (long)delay * 1000000L;
-            ts.tv_sec += ts.tv_nsec / 1000000000L;
-            ts.tv_nsec %= 1000000000L;
+            hn_deadline_ms(&ts, (long)delay);
             pthread_cond_timedwait(&t->cv, &t->mu, &ts);
         }
     }

@@ -112,15 +112,19 @@ char *chat_strip_billing(const char *text, size_t len, size_t *out_len, bool *no
         return NULL;
     }
     size_t n = 0;
+    bool after = false; /* right after a billing line: its blank separator lines go too */
     for (size_t i = 0; i < len;) {
         const char *nl = memchr(text + i, '\n', len - i);
         size_t end = nl ? (size_t)(nl - text) + 1 : len;
         size_t j = i;
         while (j < end && (text[j] == ' ' || text[j] == '\t')) j++;
-        if (!(end - j >= plen && !strncmp(text + j, BILLING_PREFIX, plen))) {
+        bool billing = end - j >= plen && !strncmp(text + j, BILLING_PREFIX, plen);
+        bool blank = j == end || text[j] == '\n';
+        if (!billing && !(after && blank)) {
             memcpy(out + n, text + i, end - i);
             n += end - i;
         }
+        after = billing || (after && blank);
         i = end;
     }
     out[n] = 0;

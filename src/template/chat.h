@@ -11,8 +11,9 @@
  *  - Claude Code's billing line. Its first system block is
  *    "x-anthropic-billing-header: cc_version=V.xyz; cc_entrypoint=E; cch=HHHHH;"
  *    where cch changes on every request and the cc_version suffix on every
- *    session. Choice: the whole line is removed from the leading system
- *    message (and the message dropped if nothing else is left). Rewriting only
+ *    session. Choice: the whole line (with the blank lines after it) is removed
+ *    from the leading system message (and the message dropped if nothing else
+ *    is left); the server maps requests as sent and relies on this. Rewriting only
  *    cch (llama.cpp's choice) would still put a per-session token first and
  *    stop two sessions from sharing the ~20K-token system prompt + tools; the
  *    line carries no instruction for the model.
@@ -163,8 +164,11 @@ hn_status chat_tokenize(const tok_vocab *v, const char *prompt, size_t len, int3
 
 /* Removes Claude Code's billing line from a system text: returns a new
  * hn_malloc'd string without any line that starts with
- * "x-anthropic-billing-header:" (nor the newline ending it), or NULL when
- * there is no such line (or on allocation failure, with *nomem set). */
+ * "x-anthropic-billing-header:" (nor the newline ending it, nor the blank
+ * lines right after it, which separated it from the next text), or NULL when
+ * there is no such line (or on allocation failure, with *nomem set). This is
+ * the one place the rule lives: chat_normalize applies it to the leading
+ * system message, and the server relies on that. */
 char *chat_strip_billing(const char *text, size_t len, size_t *out_len, bool *nomem);
 
 #endif

@@ -54,8 +54,8 @@
 #include "../quant/blocks.h"
 #include "tune.h"
 
-/* Bump when the split or the parameters' meaning change: cached winners then
- * retune. gemv3: per-shape application, no scalar candidates. The version a
+/* The decode and prefill families' versions: bump one when its split or the
+ * meaning of its parameters changes, and cached winners retune. The version a
  * case carries (tn_gemv_version) adds a checksum of the kernel sources taken
  * at build time, so any change to a kernel also retunes. */
 #define TN_GEMV_VERSION "gemv3"

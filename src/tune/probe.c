@@ -17,23 +17,10 @@
 #include <xxhash.h>
 
 #include "../core/alloc.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#define TN_X86 1
-#endif
-#if defined(__aarch64__) && defined(__linux__)
-#include <asm/hwcap.h>
-#include <sys/auxv.h>
-#endif
+#include "../core/clock.h"
+#include "../core/isa.h"
 
 #define PROBE_CACHE_MAGIC "hone-probe 1"
-
-static const char *const k_isa_names[TN_ISA_COUNT] = {
-    "sse4.2",     "avx",         "avx2",    "fma",      "f16c",     "avx512f",
-    "avx512bw",   "avx512vl",    "avx512vnni", "avx512bf16", "avx-vnni", "amx-tile",
-    "amx-int8",   "amx-bf16",    "neon",    "dotprod",  "i8mm",     "sve",
-};
 
 /* ---- small file helpers ---- */
 
@@ -164,66 +151,6 @@ static void detect_caches(tn_probe *p) {
     }
 }
 
-#ifdef TN_X86
-static uint64_t xgetbv0(void) {
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return ((uint64_t)hi << 32) | lo;
-}
-#endif
-
-static uint32_t detect_isa(void) {
-    uint32_t f = 0;
-#ifdef TN_X86
-    unsigned a, b, c, d;
-    unsigned max_leaf = __get_cpuid_max(0, NULL);
-    if (max_leaf < 1 || !__get_cpuid(1, &a, &b, &c, &d)) return 0;
-    if ((c >> 20) & 1) f |= TN_ISA_SSE42;
-    bool osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
-    uint64_t xcr0 = osxsave ? xgetbv0() : 0;
-    bool ymm = (xcr0 & 0x6) == 0x6;                  /* SSE + AVX state */
-    bool zmm = ymm && (xcr0 & 0xe0) == 0xe0;         /* opmask, ZMM_Hi256, Hi16_ZMM */
-    bool tmm = (xcr0 & 0x60000) == 0x60000;          /* XTILECFG + XTILEDATA */
-    if (!(avx && ymm)) return f;
-    f |= TN_ISA_AVX;
-    if ((c >> 12) & 1) f |= TN_ISA_FMA;
-    if ((c >> 29) & 1) f |= TN_ISA_F16C;
-    if (max_leaf < 7) return f;
-    __cpuid_count(7, 0, a, b, c, d);
-    unsigned sub = a;
-    if ((b >> 5) & 1) f |= TN_ISA_AVX2;
-    if (zmm && ((b >> 16) & 1)) f |= TN_ISA_AVX512F;
-    if (zmm && ((b >> 30) & 1)) f |= TN_ISA_AVX512BW;
-    if (zmm && ((b >> 31) & 1)) f |= TN_ISA_AVX512VL;
-    if (zmm && ((c >> 11) & 1)) f |= TN_ISA_AVX512VNNI;
-    if (tmm && ((d >> 24) & 1)) f |= TN_ISA_AMX_TILE;
-    if (tmm && ((d >> 25) & 1)) f |= TN_ISA_AMX_INT8;
-    if (tmm && ((d >> 22) & 1)) f |= TN_ISA_AMX_BF16;
-    if (sub >= 1) {
-        __cpuid_count(7, 1, a, b, c, d);
-        if ((a >> 4) & 1) f |= TN_ISA_AVXVNNI;
-        if (zmm && ((a >> 5) & 1)) f |= TN_ISA_AVX512BF16;
-    }
-#elif defined(__aarch64__)
-    f |= TN_ISA_NEON; /* Advanced SIMD is mandatory on AArch64 */
-#ifdef __linux__
-    unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
-#ifdef HWCAP_ASIMDDP
-    if (hw & HWCAP_ASIMDDP) f |= TN_ISA_DOTPROD;
-#endif
-#ifdef HWCAP_SVE
-    if (hw & HWCAP_SVE) f |= TN_ISA_SVE;
-#endif
-#ifdef HWCAP2_I8MM
-    if (hw2 & HWCAP2_I8MM) f |= TN_ISA_I8MM;
-#endif
-    (void)hw;
-    (void)hw2;
-#endif
-#endif
-    return f;
-}
-
 void tn_probe_detect(tn_probe *p) {
     memset(p, 0, sizeof *p);
 #if defined(__x86_64__)
@@ -236,7 +163,7 @@ void tn_probe_detect(tn_probe *p) {
     detect_model(p);
     detect_cores(p);
     detect_caches(p);
-    p->isa = detect_isa();
+    p->isa = hn_isa();
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     if (pages > 0 && psz > 0) p->mem_bytes = (uint64_t)pages * (uint64_t)psz;
 
@@ -251,11 +178,11 @@ void tn_probe_detect(tn_probe *p) {
 const char *tn_probe_isa_str(uint32_t isa, char *buf, size_t cap) {
     size_t at = 0;
     if (cap) buf[0] = 0;
-    for (int i = 0; i < TN_ISA_COUNT; i++) {
+    for (int i = 0; i < HN_ISA_COUNT; i++) {
         if (!(isa & (1u << i))) continue;
-        size_t n = strlen(k_isa_names[i]) + (at ? 1 : 0);
+        size_t n = strlen(hn_isa_name(i)) + (at ? 1 : 0);
         if (at + n >= cap) break;
-        snprintf(buf + at, cap - at, "%s%s", at ? " " : "", k_isa_names[i]);
+        snprintf(buf + at, cap - at, "%s%s", at ? " " : "", hn_isa_name(i));
         at += n;
     }
     return buf;
@@ -317,12 +244,6 @@ static void *bw_thread(void *arg) {
     return NULL;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* One sweep of j->mode split over nth threads (started per sweep: their start
  * costs tens of microseconds against a sweep of milliseconds); seconds, or a
  * negative value if a thread could not be started. */
@@ -330,7 +251,7 @@ static double bw_sweep(bw_job *j) {
     enum { MAXT = 256 };
     pthread_t th[MAXT];
     bw_arg args[MAXT];
-    double t0 = now_s();
+    double t0 = hn_now_s();
     int started = 1;
     for (int i = 1; i < j->nth; i++) {
         args[i].job = j;
@@ -340,7 +261,7 @@ static double bw_sweep(bw_job *j) {
     }
     if (started == j->nth) bw_work(j, 0);
     for (int i = 1; i < started; i++) pthread_join(th[i], NULL);
-    double t = now_s() - t0;
+    double t = hn_now_s() - t0;
     return started == j->nth ? t : -1.0;
 }
 

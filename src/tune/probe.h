@@ -4,7 +4,7 @@
  * physical cores (performance/efficiency cores where the OS tells them apart:
  * /sys/devices/cpu_core and cpu_atom), the maximum clock (cpufreq), cache
  * sizes per level (sysfs), memory size, and the instruction-set extensions
- * that matter for kernels (cpuid + xgetbv on x86, getauxval on AArch64). From
+ * that matter for kernels (core/isa.h's probe, the one the kernels use). From
  * these it makes the device fingerprint: a 64-bit hash (16 hex digits) of
  * model, ISA flags, core counts and cache sizes. Everything the tuner stores
  * on disk is keyed by it, so a different machine (or the same disk image on a
@@ -27,30 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../core/isa.h"
 #include "../core/status.h"
-
-/* ISA flags (bits of tn_probe.isa). Append only: the names table follows it. */
-enum {
-    TN_ISA_SSE42 = 1u << 0,
-    TN_ISA_AVX = 1u << 1,
-    TN_ISA_AVX2 = 1u << 2,
-    TN_ISA_FMA = 1u << 3,
-    TN_ISA_F16C = 1u << 4,
-    TN_ISA_AVX512F = 1u << 5,
-    TN_ISA_AVX512BW = 1u << 6,
-    TN_ISA_AVX512VL = 1u << 7,
-    TN_ISA_AVX512VNNI = 1u << 8,
-    TN_ISA_AVX512BF16 = 1u << 9,
-    TN_ISA_AVXVNNI = 1u << 10,
-    TN_ISA_AMX_TILE = 1u << 11,
-    TN_ISA_AMX_INT8 = 1u << 12,
-    TN_ISA_AMX_BF16 = 1u << 13,
-    TN_ISA_NEON = 1u << 14,
-    TN_ISA_DOTPROD = 1u << 15,
-    TN_ISA_I8MM = 1u << 16,
-    TN_ISA_SVE = 1u << 17,
-    TN_ISA_COUNT = 18
-};
 
 #define TN_BW_MAX 8 /* thread counts measured: 1, 2, 4, ... and the logical core count */
 
@@ -64,7 +42,7 @@ typedef struct tn_probe {
     int max_mhz;          /* cpufreq maximum of cpu0; 0 when unknown */
     size_t l1d, l2, l3;   /* bytes per cache instance; 0 when unknown */
     uint64_t mem_bytes;   /* physical memory */
-    uint32_t isa;         /* TN_ISA_* bits, only those the OS also enabled */
+    uint32_t isa;         /* HN_ISA_* bits (core/isa.h), only those the OS also enabled */
     char fingerprint[17]; /* 16 lowercase hex digits */
 
     /* measured (tn_probe_measure / tn_probe_get) */

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "../core/alloc.h"
+#include "../core/clock.h"
 #include "probe.h"
 
 #define CACHE_MAGIC "hone-tune"
@@ -40,12 +41,6 @@ typedef struct point {
     int reps;               /* runs per timed sample */
     double ns;              /* screening median per run */
 } point;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -206,7 +201,7 @@ hn_status tn_tuner_open(const char *fingerprint, const tn_opts *opts, tn_tuner *
     if (t->o.n_cases <= 0) t->o.n_cases = 1;
     if (t->o.total_weight <= 0) t->o.total_weight = t->o.n_cases;
     if (t->o.margin < 0) t->o.margin = TN_DEFAULT_MARGIN;
-    t->t_start = now_s();
+    t->t_start = hn_now_s();
     if (!t->o.no_cache) {
         char dir[4096];
         hn_status st = tn_cache_dir(dir, sizeof dir, err);
@@ -229,7 +224,7 @@ void tn_tuner_close(tn_tuner *t) {
 
 bool tn_tuner_cache_was_corrupt(const tn_tuner *t) { return t->corrupt; }
 const char *tn_tuner_cache_path(const tn_tuner *t) { return t->path; }
-double tn_tuner_elapsed(const tn_tuner *t) { return now_s() - t->t_start; }
+double tn_tuner_elapsed(const tn_tuner *t) { return hn_now_s() - t->t_start; }
 
 hn_status tn_tuner_save(tn_tuner *t, hn_err *err) {
     if (t->o.no_cache) return HN_OK;
@@ -334,9 +329,9 @@ static double time_point(search *s, const point *pt, int samples) {
     if (samples > 16) samples = 16;
     cfg_of(s->c, pt->idx, cfg);
     for (int k = 0; k < samples; k++) {
-        double t0 = now_s();
+        double t0 = hn_now_s();
         for (int r = 0; r < pt->reps; r++) s->c->run(s->c->ctx, cfg, s->out);
-        v[k] = (now_s() - t0) * 1e9 / pt->reps;
+        v[k] = (hn_now_s() - t0) * 1e9 / pt->reps;
     }
     return median(v, samples);
 }
@@ -360,9 +355,9 @@ static int eval(search *s, const int *idx) {
     cfg_of(c, idx, cfg);
     for (size_t i = 0; i < c->n_out; i++) s->out[i] = NAN; /* catches outputs a candidate never writes */
     if (c->reset) c->reset(c->ctx);
-    double t0 = now_s();
+    double t0 = hn_now_s();
     bool ran = c->run(c->ctx, cfg, s->out);
-    double t1 = now_s() - t0;
+    double t1 = hn_now_s() - t0;
     if (!ran) {
         pt->state = 2;
         s->res->n_skipped++;
@@ -375,9 +370,9 @@ static int eval(search *s, const int *idx) {
             /* the validation run paid the first-use costs; calibrate on a second
              * run unless the first already fills a sample by itself */
             if (t1 < TN_MIN_SAMPLE_NS * 1e-9) {
-                t0 = now_s();
+                t0 = hn_now_s();
                 c->run(c->ctx, cfg, s->out);
-                t1 = now_s() - t0;
+                t1 = hn_now_s() - t0;
             }
             double want = TN_MIN_SAMPLE_NS * 1e-9;
             int reps = t1 > 0 ? (int)(want / t1) + 1 : 1000;
@@ -395,7 +390,7 @@ static int eval(search *s, const int *idx) {
 }
 
 static bool out_of_time(search *s) {
-    if (now_s() < s->deadline) return false;
+    if (hn_now_s() < s->deadline) return false;
     s->partial = true;
     return true;
 }
@@ -491,8 +486,8 @@ hn_status tn_tune(tn_tuner *t, const tn_case *c, tn_result *res, hn_err *err) {
     int c_left = t->o.n_cases - t->cases_done;
     double share = 0.5 * (w_left > w ? w / w_left : 1.0) + 0.5 / (c_left > 1 ? c_left : 1);
     double t_case = (remaining > 0 ? remaining : 0) * share;
-    s.deadline = now_s() + 0.8 * t_case;
-    s.end = now_s() + t_case;
+    s.deadline = hn_now_s() + 0.8 * t_case;
+    s.end = hn_now_s() + t_case;
     int g = grid_size(c);
     if (g <= TN_EXHAUSTIVE) s.planned = g;
     else
@@ -528,7 +523,7 @@ hn_status tn_tune(tn_tuner *t, const tn_case *c, tn_result *res, hn_err *err) {
         if (n_top > 1) {
             double v[TN_CONFIRM_TOP + 1][TN_CONFIRM_SAMPLES];
             int k = 0;
-            while (k < TN_CONFIRM_SAMPLES && (k < 3 || now_s() < s.end)) {
+            while (k < TN_CONFIRM_SAMPLES && (k < 3 || hn_now_s() < s.end)) {
                 for (int j = 0; j < n_top; j++) v[j][k] = time_point(&s, &s.pts[top[j]], 1);
                 k++;
             }

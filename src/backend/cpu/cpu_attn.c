@@ -36,7 +36,7 @@
  * dequantized into per-thread scratch where needed.
  *
  * Kernels (scores, weighted sum, exp) come in sets: AVX-512 (cpu_attn_avx512.c),
- * AVX2 (cpu_vec_avx2.c) and the portable reference here; the fastest set the
+ * AVX2 (cpu_attn_avx2.c) and the portable reference here; the fastest set the
  * CPU has whose head_dim rule fits is used. */
 #include <math.h>
 #include <stdlib.h>

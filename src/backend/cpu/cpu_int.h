@@ -6,7 +6,7 @@
 
 #include "cpu.h"
 
-/* ---- attention (cpu_attn.c; kernels in cpu_vec_avx2.c, cpu_attn_avx512.c) ---- */
+/* ---- attention (cpu_attn.c; kernels in cpu_attn_avx2.c, cpu_attn_avx512.c) ---- */
 
 /* positions scored at once per query row (one chunk of the online softmax) */
 #define CPU_ATTN_SCORE_CAP 64

@@ -29,12 +29,12 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "../../core/isa.h"
 #include "../../quant/quant.h"
 #include "dot_int.h"
 
 #if defined(__x86_64__)
-#include <cpuid.h>
-#define HN_X86 1
+#define HN_X86 1 /* the SIMD kernels are built (Makefile) and listed below */
 #endif
 
 const int8_t cpu_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
@@ -420,52 +420,24 @@ static void dot_iq4_xs_ref(int64_t n, float *restrict s, const void *restrict vw
     *s = (float)sum;
 }
 
-/* ---- CPU features ---- */
+/* ---- CPU features: a view of core/isa.h's probe ---- */
 
 static cpu_features g_features;
 static pthread_once_t g_features_once = PTHREAD_ONCE_INIT;
 
-#ifdef HN_X86
-static uint64_t xgetbv0(void) {
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return ((uint64_t)hi << 32) | lo;
-}
-#endif
-
 static void detect_features(void) {
-    cpu_features f;
-    memset(&f, 0, sizeof(f));
-#ifdef HN_X86
-    unsigned a, b, c, d;
-    unsigned max_leaf = __get_cpuid_max(0, NULL);
-    if (max_leaf >= 1 && __get_cpuid(1, &a, &b, &c, &d)) {
-        bool osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
-        uint64_t xcr0 = osxsave ? xgetbv0() : 0;
-        bool ymm_os = (xcr0 & 0x6) == 0x6;           /* SSE and AVX state saved */
-        bool zmm_os = ymm_os && (xcr0 & 0xe0) == 0xe0; /* opmask, ZMM hi256, hi16 ZMM */
-        if (avx && ymm_os) {
-            f.fma = (c >> 12) & 1;
-            f.f16c = (c >> 29) & 1;
-            if (max_leaf >= 7) {
-                __cpuid_count(7, 0, a, b, c, d);
-                f.avx2 = (b >> 5) & 1;
-                f.avx512f = zmm_os && ((b >> 16) & 1);
-                f.avx512bw = zmm_os && ((b >> 30) & 1);
-                f.avx512vnni = zmm_os && ((c >> 11) & 1);
-                unsigned max_sub = a;
-                if (max_sub >= 1) {
-                    __cpuid_count(7, 1, a, b, c, d);
-                    f.avx_vnni = (a >> 4) & 1;
-                    f.avx512bf16 = f.avx512f && ((a >> 5) & 1);
-                }
-            }
-        }
-    }
-#elif defined(__aarch64__)
-    f.neon = true; /* Advanced SIMD is mandatory on AArch64 */
-#endif
-    g_features = f;
+    uint32_t isa = hn_isa();
+    g_features = (cpu_features){
+        .avx2 = isa & HN_ISA_AVX2,
+        .fma = isa & HN_ISA_FMA,
+        .f16c = isa & HN_ISA_F16C,
+        .avx512f = isa & HN_ISA_AVX512F,
+        .avx512bw = isa & HN_ISA_AVX512BW,
+        .avx512vnni = isa & HN_ISA_AVX512VNNI,
+        .avx_vnni = isa & HN_ISA_AVXVNNI,
+        .neon = isa & HN_ISA_NEON,
+        .avx512bf16 = (isa & HN_ISA_AVX512BF16) && (isa & HN_ISA_AVX512F),
+    };
 }
 
 const cpu_features *cpu_dot_features(void) {

@@ -47,8 +47,8 @@ typedef struct cpu_act_kernel {
 /* Every converter to act_type this CPU can run (reference first); returns the count (at most cap written). */
 int cpu_act_variants(qt_type act_type, const cpu_act_kernel **out, int cap);
 
-/* What this CPU and OS support, detected once on first use (thread-safe). The
- * AVX-512 and VNNI bits are recorded for kernels and tuning to come. */
+/* What this CPU and OS support, as the kernels ask it: a view of core/isa.h's
+ * probe (the program's one), made once on first use (thread-safe). */
 typedef struct cpu_features {
     bool avx2, fma, f16c;
     bool avx512f, avx512bw, avx512vnni, avx_vnni;

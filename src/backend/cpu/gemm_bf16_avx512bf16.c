@@ -5,12 +5,12 @@
  * vdpbf16ps multiplies pairs of bf16 weights and bf16 activations straight
  * from memory and adds both products into an f32 lane: no widening, one
  * instruction per 32 products and row. Its rounding (two adds per lane, and
- * denormals flushed) is not gemm_more_avx2.c's, so this variant is not
- * bit-identical to the others; the backend never mixes it with them (it is
- * the BF16 pick for every row count), and each row's arithmetic is fixed:
- * two accumulators (elements 64i..64i+31 and 64i+32..64i+63), the rest into
- * the first by a masked load (zeros add nothing), the sum reduced in a fixed
- * order. Rows go in groups of 4. */
+ * denormals flushed) is not that of gemm_q5k_iq4xs_f16_bf16_avx2.c, so this
+ * variant is not bit-identical to the others; the backend never mixes it
+ * with them (it is the BF16 pick for every row count), and each row's
+ * arithmetic is fixed: two accumulators (elements 64i..64i+31 and
+ * 64i+32..64i+63), the rest into the first by a masked load (zeros add
+ * nothing), the sum reduced in a fixed order. Rows go in groups of 4. */
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
 
 #include <immintrin.h>

@@ -22,17 +22,17 @@ void cpu_gemm_prep_q8_0_avx512(int64_t k, const void *restrict act, void *restri
 size_t cpu_gemm_prep_bytes_q8_0(int64_t k);
 void cpu_gemm_q6_K_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s);
 /* Q5_K, IQ4_XS (Q8_K activations), F16 (f32 activations), BF16 (bf16
- * activations): AVX2 in gemm_more_avx2.c, AVX-512 F+BW in gemm_more_avx512.c,
- * bit-identical to each other */
-#define CPU_GEMM_MORE_DECL(name)                                                                                   \
+ * activations): AVX2 in gemm_q5k_iq4xs_f16_bf16_avx2.c, AVX-512 F+BW in
+ * gemm_q5k_iq4xs_f16_bf16_avx512.c, bit-identical to each other */
+#define CPU_GEMM_TWIN_DECL(name)                                                                                   \
     void cpu_gemm_##name##_avx2(int64_t k, const void *restrict w, int na, const void *const *restrict a,         \
                                 float *restrict s);                                                                \
     void cpu_gemm_##name##_avx512(int64_t k, const void *restrict w, int na, const void *const *restrict a,       \
                                   float *restrict s);
-CPU_GEMM_MORE_DECL(q5_K)
-CPU_GEMM_MORE_DECL(iq4_xs)
-CPU_GEMM_MORE_DECL(f16)
-CPU_GEMM_MORE_DECL(bf16)
+CPU_GEMM_TWIN_DECL(q5_K)
+CPU_GEMM_TWIN_DECL(iq4_xs)
+CPU_GEMM_TWIN_DECL(f16)
+CPU_GEMM_TWIN_DECL(bf16)
 /* BF16 on vdpbf16ps (gemm_bf16_avx512bf16.c): not bit-identical to the two above */
 void cpu_gemm_bf16_avx512bf16(int64_t k, const void *restrict w, int na, const void *const *restrict a,
                               float *restrict s);

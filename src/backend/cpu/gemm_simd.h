@@ -1,8 +1,9 @@
 /* gemm_simd.h: small inline helpers shared by the gemm kernel files
- * (gemm_avx2.c, gemm_avx512.c, gemm_more_avx2.c, gemm_more_avx512.c). Include
- * only from files compiled with AVX2+FMA+F16C (the AVX-512 part only where
- * __AVX512F__ is defined). Every kernel reduces with these same functions, so
- * variants that must agree bit for bit round alike. */
+ * (gemm_avx2.c, gemm_avx512.c, gemm_q5k_iq4xs_f16_bf16_avx2.c,
+ * gemm_q5k_iq4xs_f16_bf16_avx512.c). Include only from files compiled with
+ * AVX2+FMA+F16C (the AVX-512 part only where __AVX512F__ is defined). Every
+ * kernel reduces with these same functions, so variants that must agree bit
+ * for bit round alike. */
 #ifndef HN_CPU_GEMM_SIMD_H
 #define HN_CPU_GEMM_SIMD_H
 

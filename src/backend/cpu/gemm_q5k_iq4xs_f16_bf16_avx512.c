@@ -1,9 +1,9 @@
-/* gemm_more_avx512.c: AVX-512 (F+BW) gemm kernels for Q5_K, IQ4_XS, F16 and
- * BF16 (compiled with -mavx512f -mavx512bw on top of AVX2; gemm.c registers
- * them behind a run-time CPU check).
+/* gemm_q5k_iq4xs_f16_bf16_avx512.c: AVX-512 (F+BW) gemm kernels for Q5_K,
+ * IQ4_XS, F16 and BF16 (compiled with -mavx512f -mavx512bw on top of AVX2;
+ * gemm.c registers them behind a run-time CPU check).
  *
- * Each is bit-identical to its gemm_more_avx2.c twin, so the backend may use
- * either for any row count: the integer kernels make 16 exact i32 lanes per
+ * Each is bit-identical to its twin in gemm_q5k_iq4xs_f16_bf16_avx2.c, so
+ * the backend may use either for any row count: the integer kernels make 16 exact i32 lanes per
  * zmm whose two halves, added, are exactly the AVX2 kernel's 8 lanes (the same
  * elements, summed exactly), then do the AVX2 kernel's float work; the float
  * kernels keep one zmm accumulator where the AVX2 kernel keeps two ymm side by
@@ -213,5 +213,5 @@ void cpu_gemm_bf16_avx512(int64_t k, const void *restrict w, int na, const void 
 }
 
 #else
-typedef int hn_gemm_more_avx512_unused;
+typedef int hn_gemm_q5k_iq4xs_f16_bf16_avx512_unused;
 #endif

@@ -1,5 +1,6 @@
-/* gemm_more_avx2.c: AVX2+FMA+F16C gemm kernels for Q5_K, IQ4_XS, F16 and
- * BF16 (see gemm.h; gemm.c registers them behind a run-time CPU check).
+/* gemm_q5k_iq4xs_f16_bf16_avx2.c: AVX2+FMA+F16C gemm kernels for Q5_K,
+ * IQ4_XS, F16 and BF16 (see gemm.h; gemm.c registers them behind a run-time
+ * CPU check).
  *
  * One weight row against NA activation rows. The integer types decode each
  * 64 weights once (Q5_K: nibbles plus the fifth bit; IQ4_XS: table lookup of
@@ -11,9 +12,9 @@
  * elements (F16: two of 8 lanes per 16 elements; BF16: even and odd elements
  * of two runs of 16 per 32), processed in groups of rows small enough for
  * the registers. A row's arithmetic never depends on how many rows share the
- * call, and gemm_more_avx512.c's kernels do exactly the same arithmetic per
- * lane (their zmm accumulators are two of these ymm side by side), so the two
- * variants are bit-identical (tests/test_gemm.c). */
+ * call, and gemm_q5k_iq4xs_f16_bf16_avx512.c's kernels do exactly the same
+ * arithmetic per lane (their zmm accumulators are two of these ymm side by
+ * side), so the two variants are bit-identical (tests/test_gemm.c). */
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
 #include <immintrin.h>
@@ -235,5 +236,5 @@ void cpu_gemm_bf16_avx2(int64_t k, const void *restrict w, int na, const void *c
 }
 
 #else
-typedef int hn_gemm_more_avx2_unused;
+typedef int hn_gemm_q5k_iq4xs_f16_bf16_avx2_unused;
 #endif

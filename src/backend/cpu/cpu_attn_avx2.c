@@ -1,4 +1,4 @@
-/* cpu_vec_avx2.c: AVX2+FMA+F16C versions of the attention kernels (scores of
+/* cpu_attn_avx2.c: AVX2+FMA+F16C versions of the attention kernels (scores of
  * query rows over a chunk of K rows, a chunk's weighted sum of V rows into
  * register-resident accumulators, f32 and f16 rows; exp of a chunk's scores)
  * and the KV store's f32 -> f16 rows. Compiled with -mavx2 -mfma -mf16c;
@@ -212,5 +212,5 @@ void cpu_attn_to_f16_avx2(const float *x, uint16_t *h, int64_t n) {
 }
 
 #else
-typedef int cpu_vec_avx2_unused; /* not an x86 build */
+typedef int cpu_attn_avx2_unused; /* not an x86 build */
 #endif

@@ -1,5 +1,5 @@
-/* gen.c: the token -> text -> events -> bytes pipeline (see gen.h). */
-#include "gen.h"
+/* gen_output.c: the token -> text -> events -> bytes pipeline (see gen_output.h). */
+#include "gen_output.h"
 
 #include <string.h>
 

@@ -1,4 +1,4 @@
-/* srv_gen.c: a generation request from parsed body to response: mapping,
+/* srv_generate.c: a generation request from parsed body to response: mapping,
  * prompt, context check, engine submission, and the response (a streaming
  * reader that blocks on the job's token queue, or a wait for the whole
  * body). The engine's callback runs on the engine thread and only queues. */
@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include "../core/alloc.h"
+#include "../core/clock.h"
 #include "srv_int.h"
 
 /* ---- the engine side: queue events for the HTTP thread ---- */
@@ -74,10 +75,7 @@ static bool pump(srv_conn *c, int wait_ms) {
     pthread_mutex_lock(&j->mu);
     if (!j->n_toks && !j->done && wait_ms > 0) {
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)wait_ms * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
+        hn_deadline_ms(&ts, wait_ms);
         pthread_cond_timedwait(&j->cv, &j->mu, &ts);
     }
     int n = j->n_toks < 256 ? j->n_toks : 256;
@@ -110,7 +108,7 @@ static bool pump(srv_conn *c, int wait_ms) {
         c->counted = false;
         if (c->s->cfg.log_requests)
             fprintf(stderr, "hone serve: done: %d prompt (%d cached), %d generated, %.0f ms\n", st.n_prompt, st.n_cached,
-                    st.n_generated, srv_now_ms() - c->t_start);
+                    st.n_generated, hn_now_ms() - c->t_start);
     }
     return done;
 }
@@ -140,7 +138,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 sb_reset(&c->out);
                 c->out_off = 0;
             }
-            c->last_send = srv_now_ms();
+            c->last_send = hn_now_ms();
             return (ssize_t)n;
         }
         if (c->finished) return MHD_CONTENT_READER_END_OF_STREAM;
@@ -149,7 +147,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         pump(c, 100);
-        if (c->out.len == 0 && !c->finished && srv_now_ms() - c->last_send >= s->cfg.ping_ms)
+        if (c->out.len == 0 && !c->finished && hn_now_ms() - c->last_send >= s->cfg.ping_ms)
             wr_keepalive(c->w, &c->out);
     }
 }
@@ -273,7 +271,7 @@ enum MHD_Result srv_generate(srv_conn *c, json_t *body, bool count_only, bool re
     if (c->req.stream) {
         /* the first events go out at once, before any token */
         wr_begin(c->w, &c->out, n);
-        c->last_send = srv_now_ms();
+        c->last_send = hn_now_ms();
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, c, stream_free);
         if (!r) return MHD_NO;
         pthread_mutex_lock(&c->mu);

@@ -1,4 +1,4 @@
-/* gen.h: one request's output pipeline, from sampled tokens to API bytes.
+/* gen_output.h: one request's output pipeline, from sampled tokens to API bytes.
  *
  *   token ids -> streaming detokenizer (whole UTF-8 characters)
  *             -> stop strings (held back while a partial match is possible)
@@ -9,8 +9,8 @@
  * gen_end once, and sends whatever the writer appended. Legacy completions
  * skip the parser (raw text). A stop-string match tells the caller to cancel
  * the engine request; the end then reports finish "stop" with the string. */
-#ifndef HN_SERVER_GEN_H
-#define HN_SERVER_GEN_H
+#ifndef HN_SERVER_GEN_OUTPUT_H
+#define HN_SERVER_GEN_OUTPUT_H
 
 #include <stdbool.h>
 #include <stdint.h>
