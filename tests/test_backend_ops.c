@@ -489,6 +489,15 @@ static void run_backend(const char *name, int nth, bool ref) {
         CHECKF(false, "backend %s (available) could not be created", name);
         return;
     }
+    {
+        /* an op that reads the plan, called before any plan_set, fails at sync (once) */
+        float x0[16] = {0};
+        be_tensor *X = act(&r, QT_F32, 16, 1, x0);
+        r.b->ops->rope(r.b, X, 1, 1, 16, 16, 10000.0f, BE_ROPE_NEOX);
+        hn_err e;
+        CHECKF(r.b->ops->sync(r.b, &e) == HN_ERR_INVALID && strstr(e.msg, "plan"), "%s: an op before plan_set", name);
+        CHECK(r.b->ops->sync(r.b, &e) == HN_OK);
+    }
     static const qt_type types[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q4_K,
                                     QT_Q5_K, QT_Q6_K, QT_Q3_K, QT_Q2_K, QT_IQ4_NL, QT_IQ4_XS};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {

@@ -64,7 +64,8 @@ typedef struct kv_storage {
     size_t granule;  /* mapping granularity in bytes (a power of two) */
     /* Reserves `bytes` of address space (maps nothing); *base its start. */
     hn_status (*reserve)(void *ctx, size_t bytes, void **base, hn_err *err);
-    /* Backs [off, off + len) with zero-filled memory (granule-aligned). */
+    /* Backs [off, off + len) with memory (granule-aligned; fresh memory reads
+     * zero, but kv/ assumes nothing of a block's contents). */
     hn_status (*map)(void *ctx, void *base, size_t off, size_t len, hn_err *err);
     /* Gives [off, off + len) back (granule-aligned); its contents are lost. */
     void (*unmap)(void *ctx, void *base, size_t off, size_t len);

@@ -253,7 +253,8 @@ void cpu_kv_store_rows(const cpu_be *cb, kv_cache *kv, int layer, int n, const f
 
 void cpu_op_kv_store(be_backend *b, kv_cache *kv, int layer, const be_tensor *k, const be_tensor *v, int n) {
     cpu_be *cb = cpu_of(b);
-    cpu_kv_store_rows(cb, kv, layer, n, k->data, v->data, cb->plan->slot);
+    const step_plan *p = cpu_plan(cb, "kv_store");
+    if (p) cpu_kv_store_rows(cb, kv, layer, n, k->data, v->data, p->slot);
 }
 
 /* ---- work split ---- */
@@ -671,7 +672,8 @@ void cpu_attention(cpu_be *cb, const cpu_attn_args *a) {
 
 void cpu_op_attention(be_backend *b, const be_attn_args *ba) {
     cpu_be *cb = cpu_of(b);
-    const step_plan *p = cb->plan;
+    const step_plan *p = cpu_plan(cb, "attention");
+    if (!p) return;
     cpu_attn_args a = {
         .q = ba->q->data, .out = ba->out->data, .n_tokens = ba->n_tokens, .n_head = ba->n_head,
         .n_head_kv = ba->n_head_kv, .head_dim = ba->head_dim, .scale = ba->scale, .window = ba->window,

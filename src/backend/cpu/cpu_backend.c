@@ -49,7 +49,9 @@ static void par_rows(cpu_be *cb, int n, rows_fn fn, void *ctx) {
 /* ---- embedding lookup ---- */
 
 static void op_get_rows(be_backend *b, const be_tensor *w, int n, be_tensor *outt) {
-    const int32_t *ids = cpu_of(b)->plan->token;
+    const step_plan *p = cpu_plan(cpu_of(b), "get_rows");
+    if (!p) return;
+    const int32_t *ids = p->token;
     const qt_type_traits *tr = qt_traits(w->type);
     int64_t k = w->ne[0];
     float *out = outt->data;
@@ -141,7 +143,9 @@ static void rope_rows(void *ctx, int r0, int r1) {
 
 static void op_rope(be_backend *b, be_tensor *x, int n, int n_head, int head_dim, int n_rot, float freq_base,
                     be_rope_mode mode) {
-    rope_ctx c = {x->data, n_head, head_dim, n_rot, cpu_of(b)->plan->pos, freq_base, mode};
+    const step_plan *p = cpu_plan(cpu_of(b), "rope");
+    if (!p) return;
+    rope_ctx c = {x->data, n_head, head_dim, n_rot, p->pos, freq_base, mode};
     par_rows(cpu_of(b), n, rope_rows, &c);
 }
 
@@ -238,7 +242,8 @@ static void op_moe_combine(be_backend *b, const be_tensor *yt, const be_tensor *
 }
 
 static void op_gather_out(be_backend *b, const be_tensor *xt, int dim, be_tensor *outt) {
-    const step_plan *p = cpu_of(b)->plan;
+    const step_plan *p = cpu_plan(cpu_of(b), "gather_out");
+    if (!p) return;
     const float *x = xt->data;
     float *out = outt->data;
     for (int i = 0; i < p->n_out; i++) {
@@ -270,9 +275,12 @@ static void op_upload(be_backend *b, be_tensor *t, size_t off, const void *host,
 }
 
 static hn_status op_sync(be_backend *b, hn_err *err) {
-    (void)b;
-    (void)err;
-    return HN_OK; /* ops ran as they were called and cannot fail */
+    /* ops ran as they were called; the only errors are calls out of contract */
+    cpu_be *cb = cpu_of(b);
+    hn_status st = cb->err;
+    if (st) hn_errf(err, st, "%s", cb->err_msg);
+    cb->err = HN_OK;
+    return st;
 }
 
 /* ---- tensors ---- */

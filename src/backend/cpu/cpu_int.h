@@ -3,6 +3,7 @@
 #define HN_BACKEND_CPU_INT_H
 
 #include <stdatomic.h>
+#include <stdio.h>
 
 #include "cpu.h"
 
@@ -159,6 +160,8 @@ typedef struct cpu_be {
     float *route;         /* max_experts floats */
     /* the step */
     const step_plan *plan; /* plan_set's */
+    hn_status err;         /* the first error since the last sync */
+    char err_msg[128];
     /* the activation arena (reserve) and the tensor handles made from it and by weight_load */
     unsigned char *arena;
     size_t arena_cap, arena_used;
@@ -168,6 +171,16 @@ typedef struct cpu_be {
 } cpu_be;
 
 static inline cpu_be *cpu_of(be_backend *b) { return (cpu_be *)b->impl; }
+
+/* The step's plan for an op that reads it; without one, the op does nothing
+ * and the error is reported at sync. */
+static inline const step_plan *cpu_plan(cpu_be *cb, const char *op) {
+    if (!cb->plan && !cb->err) {
+        cb->err = HN_ERR_INVALID;
+        snprintf(cb->err_msg, sizeof cb->err_msg, "cpu backend: %s before plan_set", op);
+    }
+    return cb->plan;
+}
 
 /* f32 dot product with independent partial sums (vectorizes without -ffast-math). */
 static inline float cpu_dot_f32(const float *a, const float *b, int64_t n) {
