@@ -51,8 +51,8 @@ $(BUILD)/libhone.a: $(OBJ_LIB)
 # a binary whose kernels changed tunes again
 KERNEL_SRC := $(sort $(wildcard src/backend/cpu/*.c src/backend/cpu/*.h src/quant/*.c src/quant/*.h))
 KERNELS_ID := $(shell cat $(KERNEL_SRC) | cksum | cut -d' ' -f1)
-$(BUILD)/src/tune/gemv.o: $(KERNEL_SRC)
-$(BUILD)/src/tune/gemv.o: DEFS += -DHN_KERNELS_ID='"$(KERNELS_ID)"'
+$(BUILD)/src/backend/cpu/cpu_tune.o: $(KERNEL_SRC)
+$(BUILD)/src/backend/cpu/cpu_tune.o: DEFS += -DHN_KERNELS_ID='"$(KERNELS_ID)"'
 
 $(BUILD)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)

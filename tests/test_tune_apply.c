@@ -25,7 +25,7 @@
 #include "quant/quant.h"
 #include "test.h"
 #include "tune/apply.h"
-#include "tune/gemv.h"
+#include "backend/cpu/cpu_tune.h"
 
 static char g_dir[256];
 

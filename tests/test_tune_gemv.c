@@ -17,7 +17,7 @@
 #include "gguf/gguf.h"
 #include "quant/quant.h"
 #include "test.h"
-#include "tune/gemv.h"
+#include "backend/cpu/cpu_tune.h"
 #include "tune/tune.h"
 
 static char g_dir[256];

@@ -115,6 +115,18 @@ typedef struct be_mm_params {
     int tile;
 } be_mm_params;
 
+/* A matmul shape and call size to tune (the tuner's model driver, tune/apply.h). */
+typedef struct be_mm_case {
+    qt_type type;
+    int64_t k, n;          /* row length, rows */
+    int rows;              /* activation rows per call (1: decode) */
+    const void *const *mats; /* n_mats host matrices of this shape to time on (NULL: synthetic) */
+    int n_mats;
+    size_t rotate_bytes;   /* copies the runs rotate through, so weights stream as in a step */
+    bool all_threads;      /* keep the thread count fixed (a busy machine) */
+} be_mm_case;
+
+struct tn_case;
 typedef struct be_backend be_backend;
 
 typedef struct be_ops {
@@ -196,6 +208,16 @@ typedef struct be_ops {
     void (*clear_mm_params)(be_backend *b);
     /* Reference mode: every op runs its scalar reference (for tests and validation). */
     void (*set_reference)(be_backend *b, bool on);
+    /* Whether the backend has matmul variants to tune for weights of type t. */
+    bool (*mm_tunable)(be_backend *b, qt_type t);
+    /* The tuner's case (tune/tune.h) for a matmul shape: the backend's
+     * candidate kernels and parameters, validated against its reference and
+     * timed through its own matmul. c->ctx is the backend's until
+     * mm_case_free. HN_ERR_UNSUPPORTED: nothing to tune for this type. */
+    hn_status (*mm_case_new)(be_backend *b, const be_mm_case *a, struct tn_case *c, hn_err *err);
+    /* The parameters of configuration cfg (values of the case's params) of a case. */
+    void (*mm_case_params)(be_backend *b, const struct tn_case *c, const int *cfg, be_mm_params *out);
+    void (*mm_case_free)(be_backend *b, struct tn_case *c);
 } be_ops;
 
 struct be_backend {

@@ -12,13 +12,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../backend/cpu/dot.h"
 #include "../core/alloc.h"
 #include "../core/pool.h"
 #include "../gguf/gguf.h"
 #include "../quant/quant.h"
 #include "../tune/apply.h"
-#include "../tune/gemv.h"
 #include "../tune/probe.h"
 #include "../tune/tune.h"
 #include "cli.h"

@@ -8,11 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../backend/cpu/dot.h"
+#include "../backend/registry.h"
 #include "../core/alloc.h"
 #include "../core/pool.h"
 #include "../quant/quant.h"
-#include "gemv.h"
 #include "probe.h"
 
 bool tn_no_tune_env(void) {
@@ -31,7 +30,8 @@ int tn_model_shapes(const gguf_ctx *g, tn_shape **out, hn_err *err) {
         if (t->n_dims != 2 || len < 7 || strcmp(t->name + len - 7, ".weight")) continue;
         bool out_w = !strcmp(t->name, "output.weight") || (!has_output && !strcmp(t->name, "token_embd.weight"));
         bool matmul = !strncmp(t->name, "blk.", 4) || out_w;
-        if (!matmul || strstr(t->name, "norm") || !cpu_dot_best(t->type) || !qt_row_size(t->type, t->ne[0])) continue;
+        const qt_type_traits *tr = qt_traits(t->type);
+        if (!matmul || strstr(t->name, "norm") || !tr || !tr->to_float || !qt_row_size(t->type, t->ne[0])) continue;
         int j = 0;
         while (j < n && !(s[j].type == t->type && s[j].k == t->ne[0] && s[j].n == t->ne[1])) j++;
         if (j == n) {
@@ -76,11 +76,28 @@ hn_status tn_tune_model(const gguf_ctx *g, const tn_model_opts *o, tn_model_repo
     return st;
 }
 
+static hn_status tune_on(be_backend *b, const tn_shape *sh, int n_sh, const tn_model_opts *o, tn_model_report *rep,
+                         hn_err *err);
+
 hn_status tn_tune_shapes(const tn_shape *sh, int n_sh, const tn_model_opts *o, tn_model_report *rep, hn_err *err) {
     memset(rep, 0, sizeof *rep);
     tn_model_opts opt = {0};
     if (o) opt = *o;
-    if (opt.n_threads <= 0) opt.n_threads = pool_cpu_count();
+    be_backend *own = NULL, *b = opt.backend;
+    if (!b) {
+        be_config bc = {.n_threads = opt.n_threads};
+        hn_status st = be_create("cpu", &bc, &own, err);
+        if (st) return st;
+        b = own;
+    }
+    hn_status st = tune_on(b, sh, n_sh, &opt, rep, err);
+    be_free(own);
+    return st;
+}
+
+static hn_status tune_on(be_backend *b, const tn_shape *sh, int n_sh, const tn_model_opts *o, tn_model_report *rep,
+                         hn_err *err) {
+    tn_model_opts opt = *o;
     if (opt.budget_s <= 0) opt.budget_s = TN_DEFAULT_BUDGET_S;
     if (!opt.families) opt.families = TN_FAM_DECODE | TN_FAM_PREFILL;
     tn_probe probe;
@@ -100,6 +117,7 @@ hn_status tn_tune_shapes(const tn_shape *sh, int n_sh, const tn_model_opts *o, t
         if (f > 0 && !(opt.families & TN_FAM_PREFILL)) continue;
         for (int i = 0; i < n_sh; i++) {
             if (f > 0 && sh[i].is_output) continue; /* prefill runs the logits matrix on the wanted rows only */
+            if (!b->ops->mm_tunable || !b->ops->mm_tunable(b, sh[i].type)) continue;
             tn_model_entry *e = &rep->e[rep->n++];
             e->kernel = f == 0 ? "gemv" : "prefill";
             e->type = sh[i].type;
@@ -122,12 +140,10 @@ hn_status tn_tune_shapes(const tn_shape *sh, int n_sh, const tn_model_opts *o, t
     size_t rotate = 2 * llc < ((size_t)16 << 20) ? ((size_t)16 << 20) : 2 * llc;
     if (rotate > ((size_t)256 << 20)) rotate = (size_t)256 << 20;
 
-    pool *pl = NULL;
     tn_tuner *tuner = NULL;
     tn_opts to = {.budget_s = opt.budget_s, .n_cases = rep->n, .total_weight = total_w, .margin = -1,
                   .force = opt.force, .progress = opt.progress, .cache_partial = true};
-    hn_status st = pool_create(opt.n_threads, &pl, err);
-    if (st == HN_OK) st = tn_tuner_open(probe.fingerprint, &to, &tuner, err);
+    hn_status st = tn_tuner_open(probe.fingerprint, &to, &tuner, err);
     if (st == HN_OK) {
         rep->cache_corrupt = tn_tuner_cache_was_corrupt(tuner);
         snprintf(rep->cache_path, sizeof rep->cache_path, "%s", tn_tuner_cache_path(tuner));
@@ -137,15 +153,13 @@ hn_status tn_tune_shapes(const tn_shape *sh, int n_sh, const tn_model_opts *o, t
         const tn_shape *s = NULL;
         for (int j = 0; j < n_sh && !s; j++)
             if (sh[j].type == e->type && sh[j].k == e->k && sh[j].n == e->n) s = &sh[j];
-        tn_gemv *gv = NULL;
         double t0 = tuner ? tn_tuner_elapsed(tuner) : 0;
-        st = e->rows == 1 ? tn_gemv_create(e->type, e->k, e->n, s->n_mats ? s->mats : NULL, s->n_mats, rotate, pl, &gv, err)
-                          : tn_prefill_create(e->type, e->k, e->n, e->rows, s->n_mats ? s->mats : NULL, s->n_mats, rotate / 4, pl, &gv,
-                                              err);
-        if (st != HN_OK) break;
-        if (rep->busy_start) tn_gemv_all_threads(gv);
+        be_mm_case mc = {.type = e->type, .k = e->k, .n = e->n, .rows = e->rows,
+                         .mats = s->n_mats ? s->mats : NULL, .n_mats = s->n_mats,
+                         .rotate_bytes = e->rows == 1 ? rotate : rotate / 4, .all_threads = rep->busy_start};
         tn_case c;
-        tn_gemv_case(gv, &c);
+        st = b->ops->mm_case_new(b, &mc, &c, err);
+        if (st != HN_OK) break;
         snprintf(e->shape, sizeof e->shape, "%s", c.shape);
         if (opt.cache_only) {
             memset(&e->res, 0, sizeof e->res);
@@ -165,13 +179,13 @@ hn_status tn_tune_shapes(const tn_shape *sh, int n_sh, const tn_model_opts *o, t
         }
         if (e->tuned) {
             tn_cfg_str(&c, e->res.cfg, e->cfg, sizeof e->cfg);
-            if (e->res.changed) tn_gemv_params(gv, e->res.cfg, &e->params);
+            if (e->res.changed) b->ops->mm_case_params(b, &c, e->res.cfg, &e->params);
             else memset(&e->params, 0, sizeof e->params); /* the defaults: nothing to set */
             rep->n_cached += e->res.cached;
             rep->n_tuned += !e->res.cached;
             rep->n_partial += e->res.partial;
         }
-        tn_gemv_free(gv);
+        b->ops->mm_case_free(b, &c);
         e->secs = tn_tuner_elapsed(tuner) - t0;
     }
     if (opt.progress) fprintf(stderr, "\r%*s\r", 100, "");
@@ -181,7 +195,6 @@ hn_status tn_tune_shapes(const tn_shape *sh, int n_sh, const tn_model_opts *o, t
         if (st == HN_OK && rep->n_tuned > 0) st = tn_tuner_save(tuner, err);
     }
     tn_tuner_close(tuner);
-    pool_free(pl);
     return st;
 }
 
@@ -197,14 +210,14 @@ int tn_apply_report(be_backend *b, const tn_model_report *rep) {
             if (f->tuned && f->res.changed && f->type == e->type && f->k == e->k && f->n == e->n) any = true;
         }
         if (!any || !e->tuned) continue;
-        if (be_cpu_set_mm_params_shape(b, e->type, e->k, e->n, e->min_rows, &e->params)) set += e->res.changed;
+        if (b->ops->set_mm_params(b, e->type, e->k, e->n, e->min_rows, &e->params)) set += e->res.changed;
     }
     return set;
 }
 
 hn_status tn_load_tune(be_backend *b, const gguf_ctx *g, int n_threads, const char *who, hn_err *err) {
     if (tn_no_tune_env()) return HN_OK;
-    tn_model_opts o = {.n_threads = n_threads, .progress = isatty(2) != 0};
+    tn_model_opts o = {.backend = b, .n_threads = n_threads, .progress = isatty(2) != 0};
     const char *bs = getenv("HONE_TUNE_BUDGET");
     if (bs && *bs) {
         char *end;

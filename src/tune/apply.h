@@ -1,11 +1,12 @@
 /* apply.h: the tuner at model level. tn_tune_model finds every distinct
- * matmul weight shape (type, k, n) of a GGUF model and tunes it in both
- * families of gemv.h: decode ("gemv", one activation row) and prefill
+ * matmul weight shape (type, k, n) of a GGUF model and tunes it, on the
+ * backend it is given (its mm_case_* ops make the cases: the candidates and
+ * their meaning are the backend's), in both families: decode ("gemv", one activation row) and prefill
  * ("prefill", TN_PREFILL_ROWS_A and TN_PREFILL_ROWS_B rows; not the output
  * matrix, whose prefill calls only carry the rows that want logits), or takes
  * the winners from the device's disk cache (tune.h) without running anything.
- * tn_apply_report hands the winners to a CPU backend per shape and call size
- * (be_cpu_set_mm_params_shape): calls of 1..TN_DECODE_MAX_ROWS rows use the
+ * tn_apply_report hands the winners to the backend per shape and call size
+ * (its set_mm_params op): calls of 1..TN_DECODE_MAX_ROWS rows use the
  * decode winner, from TN_DECODE_MAX_ROWS + 1 rows the first prefill winner,
  * from TN_PREFILL_SWITCH rows the second. Searches the budget cuts short are
  * cached too (the best found within the budget), so a second start never
@@ -26,7 +27,6 @@
 #include <stdint.h>
 
 #include "../backend/backend.h"
-#include "../backend/cpu/cpu.h"
 #include "../core/status.h"
 #include "../gguf/gguf.h"
 #include "tune.h"
@@ -40,7 +40,8 @@
 enum { TN_FAM_DECODE = 1, TN_FAM_PREFILL = 2 };
 
 typedef struct tn_model_opts {
-    int n_threads;    /* threads of the pool the backend runs on (shapes are keyed by it); <= 0: all CPUs */
+    be_backend *backend; /* the backend to tune for (borrowed); NULL: a CPU backend of n_threads, made and freed here */
+    int n_threads;    /* with backend NULL: its threads (shapes are keyed by them); <= 0: all CPUs */
     double budget_s;  /* total tuning time; <= 0: TN_DEFAULT_BUDGET_S */
     int families;     /* TN_FAM_* bits; 0: both */
     bool force;       /* ignore cached entries and tune again (they are replaced) */
@@ -54,13 +55,13 @@ typedef struct tn_model_entry {
     qt_type type;
     int64_t k, n;
     int rows;                  /* activation rows tuned at */
-    int min_rows;              /* calls of at least this many rows use it (be_cpu_set_mm_params_shape) */
+    int min_rows;              /* calls of at least this many rows use it (set_mm_params) */
     int n_tensors;             /* model tensors of this shape */
     bool is_output;            /* the logits matrix */
     bool tuned;                /* a result exists (false: cache_only miss, or not reached) */
     tn_result res;
     char cfg[256];             /* the chosen parameters, "kernel=gemm-avx2,threads=1,chunks=4" */
-    be_cpu_mm_params params;   /* the same as backend parameters */
+    be_mm_params params;       /* the same as backend parameters */
     size_t bytes;              /* weight bytes of one matrix */
     double macs;               /* multiply-adds of one run */
     double secs;               /* time spent on it (tuning or lookup) */

@@ -434,6 +434,10 @@ static const be_ops cpu_ops = {
     .set_mm_params = op_set_mm_params,
     .clear_mm_params = be_cpu_clear_mm_params_shape,
     .set_reference = op_set_reference,
+    .mm_tunable = cpu_op_mm_tunable,
+    .mm_case_new = cpu_op_mm_case_new,
+    .mm_case_params = cpu_op_mm_case_params,
+    .mm_case_free = cpu_op_mm_case_free,
 };
 
 hn_status be_cpu_create(pool *p, be_backend **out, hn_err *err) {

@@ -204,6 +204,11 @@ void cpu_op_moe_matmul(be_backend *b, const be_tensor *w, const be_tensor *x, bo
 void cpu_op_attention(be_backend *b, const be_attn_args *a);
 void cpu_op_kv_store(be_backend *b, kv_cache *kv, int layer, const be_tensor *k, const be_tensor *v, int n);
 void cpu_packs_free(cpu_be *cb);
+/* the tuning ops (cpu_tune.c) */
+bool cpu_op_mm_tunable(be_backend *b, qt_type t);
+hn_status cpu_op_mm_case_new(be_backend *b, const be_mm_case *a, struct tn_case *c, hn_err *err);
+void cpu_op_mm_case_params(be_backend *b, const struct tn_case *c, const int *cfg, be_mm_params *out);
+void cpu_op_mm_case_free(be_backend *b, struct tn_case *c);
 /* attention over host arrays (the op's body; tests call it with their own block tables) */
 void cpu_attention(cpu_be *cb, const cpu_attn_args *a);
 /* the K/V element conversions: n rows at their slots (slot -1: skipped), and

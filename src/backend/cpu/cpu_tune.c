@@ -1,8 +1,8 @@
-/* gemv.c: the decode (gemv) and prefill matmul families for the tuner (see
- * gemv.h). Runs are the CPU backend's own matmul (a backend made on the
+/* cpu_tune.c: the decode (gemv) and prefill matmul families for the tuner
+ * (see cpu_tune.h), and the backend's mm_case_* ops over them. Runs are the CPU backend's own matmul (a backend made on the
  * case's pool), with its parameters (kernel, threads, chunks per thread, tile)
  * set through be_cpu_set_mm_params, so what is timed is what the model runs. */
-#include "gemv.h"
+#include "cpu_tune.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -10,11 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backend/cpu/dot.h"
-#include "../backend/cpu/gemm.h"
-#include "../backend/cpu/pack.h"
-#include "../core/alloc.h"
-#include "../quant/quant.h"
+#include "../../core/alloc.h"
+#include "../../quant/quant.h"
+#include "cpu_int.h"
+#include "dot.h"
+#include "gemm.h"
+#include "pack.h"
 
 #define MAX_VARIANTS 8
 #define MAX_CHOICES 16
@@ -375,4 +376,34 @@ void tn_gemv_case(tn_gemv *g, tn_case *c) {
     c->run = gemv_run;
     c->reset = gemv_reset;
     c->weight = (double)g->mat_bytes;
+}
+
+/* ---- the backend's tuning ops ---- */
+
+bool cpu_op_mm_tunable(be_backend *b, qt_type t) {
+    (void)b;
+    return (unsigned)t < QT_TYPE_COUNT && cpu_dot_best(t) != NULL;
+}
+
+hn_status cpu_op_mm_case_new(be_backend *b, const be_mm_case *a, tn_case *c, hn_err *err) {
+    tn_gemv *g = NULL;
+    pool *p = cpu_of(b)->pool;
+    hn_status st = a->rows == 1
+                       ? tn_gemv_create(a->type, a->k, a->n, a->mats, a->n_mats, a->rotate_bytes, p, &g, err)
+                       : tn_prefill_create(a->type, a->k, a->n, a->rows, a->mats, a->n_mats, a->rotate_bytes, p, &g, err);
+    if (st) return st;
+    if (a->all_threads) tn_gemv_all_threads(g);
+    tn_gemv_case(g, c);
+    return HN_OK;
+}
+
+void cpu_op_mm_case_params(be_backend *b, const tn_case *c, const int *cfg, be_mm_params *out) {
+    (void)b;
+    tn_gemv_params(c->ctx, cfg, out);
+}
+
+void cpu_op_mm_case_free(be_backend *b, tn_case *c) {
+    (void)b;
+    tn_gemv_free(c->ctx);
+    c->ctx = NULL;
 }

@@ -1,4 +1,5 @@
-/* gemv.h: the matmul kernel families of the tuner: decode matrix-vector
+/* cpu_tune.h: the CPU backend's matmul cases for the tuner (tune/tune.h),
+ * reached through the backend's mm_case_* ops: decode matrix-vector
  * products y = W x (family "gemv", one activation row) and prefill
  * matrix-matrix products Y = X W^T (family "prefill", rows activation rows,
  * e.g. 32 or 128) with a quantized weight W of n rows of k elements. Runs are
@@ -42,17 +43,17 @@
  * rewound to that copy. The stated tolerance is |y - ref| <= 1e-3 |ref| +
  * 1e-4 max|ref| per element (the variants differ only in float summation
  * order; a wrong kernel is off by far more). */
-#ifndef HN_TN_GEMV_H
-#define HN_TN_GEMV_H
+#ifndef HN_CPU_TUNE_H
+#define HN_CPU_TUNE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../backend/cpu/cpu.h"
-#include "../core/pool.h"
-#include "../core/status.h"
-#include "../quant/blocks.h"
-#include "tune.h"
+#include "../../core/pool.h"
+#include "../../core/status.h"
+#include "../../quant/blocks.h"
+#include "../../tune/tune.h"
+#include "cpu.h"
 
 /* The decode and prefill families' versions: bump one when its split or the
  * meaning of its parameters changes, and cached winners retune. The version a
