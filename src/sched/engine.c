@@ -354,7 +354,9 @@ restart:;
 
 /* Samples the next token of a request from its logits row; returns false if
  * the request finished (the caller removes it). */
-static bool take_token(eng_engine *e, ereq *q, const float *row, eng_finish *fin, hn_status *st, const char **msg) {
+static bool take_token(eng_engine *e, ereq *q, float *row, eng_finish *fin, hn_status *st, const char **msg) {
+    const uint32_t *allowed = q->r.allowed ? q->r.allowed(q->r.mask_ctx) : NULL;
+    if (allowed) smp_apply_allowed(row, allowed, e->n_vocab);
     int32_t tok = smp_sample(q->smp, row);
     if (tok < 0) {
         *fin = ENG_FINISH_ERROR;
@@ -680,6 +682,9 @@ hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err
     if (r->n_prompt > e->n_ctx)
         return hn_errf(err, HN_ERR_RANGE, "engine: the prompt has %d tokens, the context holds %d", (int)r->n_prompt,
                        (int)e->n_ctx);
+    if (r->allowed && tok_n_vocab(e->vocab) < e->n_vocab)
+        return hn_errf(err, HN_ERR_UNSUPPORTED, "engine: constrained decoding needs a token for each of the model's %d "
+                       "logits, the tokenizer has %d", (int)e->n_vocab, (int)tok_n_vocab(e->vocab));
     ereq *q = hn_calloc(1, sizeof *q);
     if (!q) return hn_errf(err, HN_ERR_NOMEM, "engine: out of memory");
     q->r = *r;
@@ -702,7 +707,6 @@ hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err
         hn_free(q);
         return st;
     }
-    if (r->mask) smp_set_mask(q->smp, r->mask, r->mask_ctx);
     memcpy(q->toks, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
     q->n_toks = r->n_prompt;
     q->st.n_prompt = r->n_prompt;
