@@ -66,6 +66,7 @@ static void test_sparse_penalties(void) {
     int64_t steps = 0;
     for (int trial = 0; trial < 240; trial++) {
         int32_t nv = nvs[trial % 4], last_n = last_ns[(trial / 4) % 6];
+        size_t nvz = (uint32_t)nv; /* sizes: (uint32_t) keeps GCC's range analysis from seeing a negative */
         smp_params p = plain();
         p.repeat_penalty = reps[test_rnd() % 4];
         p.presence_penalty = pres[test_rnd() % 3];
@@ -83,10 +84,10 @@ static void test_sparse_penalties(void) {
         int32_t alpha = 1 + (int32_t)(test_rnd() % (uint32_t)(nv < 12 ? nv : 12)); /* tokens drawn from [0, alpha) */
         int32_t len = 3 * last_n + 20 + (int32_t)(test_rnd() % 50), n_hist = 0;
         int32_t *hist = malloc(sizeof(int32_t) * (size_t)(len + 40)); /* prompt + generated */
-        int32_t *cnt = malloc(sizeof(int32_t) * (size_t)nv);
-        uint8_t *seen = malloc((size_t)nv);
-        float *l = malloc(sizeof(float) * (size_t)nv), *ref = malloc(sizeof(float) * (size_t)nv),
-              *mine = malloc(sizeof(float) * (size_t)nv);
+        int32_t *cnt = malloc(sizeof(int32_t) * nvz);
+        uint8_t *seen = malloc(nvz);
+        float *l = malloc(sizeof(float) * nvz), *ref = malloc(sizeof(float) * nvz),
+              *mine = malloc(sizeof(float) * nvz);
         int32_t n_prompt = trial % 3 ? (int32_t)(test_rnd() % 40) : 0;
         for (int32_t i = 0; i < n_prompt; i++) { /* prompt tokens, with a few bad ids (ignored) */
             int32_t t = test_rnd() % 8 == 0 ? (test_rnd() % 2 ? -1 : nv + (int32_t)(test_rnd() % 3)) : (int32_t)(test_rnd() % (uint32_t)alpha);
@@ -104,12 +105,12 @@ static void test_sparse_penalties(void) {
             const int32_t *win = hist + n_hist - n_win;
             /* ties and both signs: logits on a coarse grid around 0 */
             for (int32_t t = 0; t < nv; t++) l[t] = (float)((int32_t)(test_rnd() % 9) - 4) * 0.5f;
-            memcpy(ref, l, sizeof(float) * (size_t)nv);
-            memcpy(mine, l, sizeof(float) * (size_t)nv);
+            memcpy(ref, l, sizeof(float) * nvz);
+            memcpy(mine, l, sizeof(float) * nvz);
             dense_penalties(ref, nv, &p, win, n_win, cnt);
             const int32_t *lt, *lc;
             int32_t n = smp_penalty_list(a, &lt, &lc), distinct = 0;
-            memset(seen, 0, (size_t)nv);
+            memset(seen, 0, nvz);
             for (int32_t t = 0; t < nv; t++) distinct += cnt[t] > 0;
             int ok = n == distinct;
             for (int32_t i = 0; ok && i < n; i++) {
@@ -120,7 +121,7 @@ static void test_sparse_penalties(void) {
             list_ok &= ok;
             if (n > max_list) max_list = n;
             smp_apply_penalties(mine, &p, lt, lc, n);
-            bits_ok &= !memcmp(mine, ref, sizeof(float) * (size_t)nv);
+            bits_ok &= !memcmp(mine, ref, sizeof(float) * nvz);
             int32_t ta = smp_sample(a, l), tb = smp_sample(b, ref);
             if (ta != tb && draw_ok) fprintf(stderr, "penalty draw: trial %d step %d: %d vs %d\n", trial, (int)step, (int)ta, (int)tb);
             draw_ok &= ta == tb;

@@ -81,9 +81,12 @@ const smp_params *smp_get_params(const smp_sampler *s);
  * number (0 when the window is empty or penalty_last_n is 0). */
 int32_t smp_penalty_list(const smp_sampler *s, const int32_t **tokens, const int32_t **counts);
 /* Applies stage 2 of the chain for the n listed tokens: a token t = tokens[i]
- * (must be < the row's length) seen c = counts[i] times gets logit /= repeat_penalty
- * (*= if logit <= 0), then logit -= c * frequency_penalty + presence_penalty.
- * Each token is treated on its own, so the list's order does not matter. */
+ * (must be < the row's length) seen c = counts[i] times gets, in float and in
+ * this order, l = logit <= 0 ? logit * repeat_penalty : logit / repeat_penalty,
+ * then logit = l - (float)c * frequency_penalty - presence_penalty (a device
+ * version must keep the order to give the same bits). Nothing when all three
+ * penalties are neutral. Each token is treated on its own, so the list's
+ * order does not matter. */
 void smp_apply_penalties(float *logits, const smp_params *p, const int32_t *tokens, const int32_t *counts, int32_t n);
 /* Sets logits[t] = -INFINITY for every t < n_vocab whose bit is clear in
  * allowed ((n_vocab + 31) / 32 words, the format above); leaves the others
