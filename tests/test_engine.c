@@ -125,8 +125,10 @@ static void make_tokens(int32_t *t, int n, uint64_t seed, int32_t n_vocab) {
     }
 }
 
-/* Decode by hand with the model API: greedy (smp NULL) or with smp. */
-static void reference_with(const int32_t *prompt, int n, int gen, smp_sampler *smp, int32_t *out) {
+/* Decode by hand with the model API: greedy among the tokens whose bit is set
+ * in allowed (NULL: all), or with smp (allowed must then be NULL). */
+static void reference_with(const int32_t *prompt, int n, int gen, smp_sampler *smp, const uint32_t *allowed,
+                           int32_t *out) {
     model *m;
     model_params mp = {.n_threads = 2, .max_batch = 256};
     if (model_load(model_path, &mp, &m, &e)) return;
@@ -144,9 +146,9 @@ static void reference_with(const int32_t *prompt, int n, int gen, smp_sampler *s
     model_batch b = {.n_tokens = n, .token = tok, .pos = pos, .seq_id = sid, .seqs = seqs, .n_seqs = 1};
     for (int g = 0; g < gen; g++) {
         model_forward(m, kv, &b, lg, 1, &e);
-        int32_t best = 0;
-        for (int i = 1; i < nv; i++)
-            if (lg[i] > lg[best]) best = i;
+        int32_t best = -1;
+        for (int i = 0; i < nv; i++)
+            if ((!allowed || (allowed[i >> 5] >> (i & 31) & 1)) && (best < 0 || lg[i] > lg[best])) best = i;
         if (smp) smp_accept(smp, best = smp_sample(smp, lg));
         out[g] = best;
         tok[0] = best;
@@ -159,7 +161,9 @@ static void reference_with(const int32_t *prompt, int n, int gen, smp_sampler *s
     model_free(m);
 }
 
-static void reference(const int32_t *prompt, int n, int gen, int32_t *out) { reference_with(prompt, n, gen, NULL, out); }
+static void reference(const int32_t *prompt, int n, int gen, const uint32_t *allowed, int32_t *out) {
+    reference_with(prompt, n, gen, NULL, allowed, out);
+}
 
 static int32_t n_vocab;
 
@@ -171,7 +175,7 @@ static void test_basic(void) {
     }
     int32_t prompt[40], want[12];
     make_tokens(prompt, 40, 7, n_vocab);
-    reference(prompt, 40, 12, want);
+    reference(prompt, 40, 12, NULL, want);
     coll c;
     coll_init(&c, g);
     CHECK(submit(g, &c, prompt, 40, 12, NULL) == HN_OK);
@@ -221,7 +225,7 @@ static void test_penalize_prompt(void) {
     for (int pen = 0; pen < 2; pen++) {
         smp_sampler *smp = smp_new(&sp, n_vocab);
         for (int i = 0; pen && i < NP; i++) smp_accept(smp, prompt[i]);
-        reference_with(prompt, NP, NG, smp, want[pen]);
+        reference_with(prompt, NP, NG, smp, NULL, want[pen]);
         smp_free(smp);
         coll c;
         coll_init(&c, g);
@@ -235,6 +239,71 @@ static void test_penalize_prompt(void) {
         coll_destroy(&c);
     }
     CHECKF(memcmp(want[0], want[1], sizeof want[0]), "penalizing the prompt changes the tokens of this prompt");
+    eng_free(g);
+}
+
+/* The allowed-token hook: a bitmask of a few hundred tokens per request, one
+ * request whose hook returns NULL (everything allowed); the tokens equal a
+ * greedy decode restricted to the mask, the hook runs once per token and
+ * accept sees every token. */
+typedef struct {
+    uint32_t *bits;
+    int calls, accepted;
+    int32_t last;
+} allow_ctx;
+static const uint32_t *allow_fn(void *ctx) {
+    allow_ctx *a = ctx;
+    a->calls++;
+    return a->bits;
+}
+static void allow_accept(void *ctx, int32_t tok) {
+    allow_ctx *a = ctx;
+    a->accepted++;
+    a->last = tok;
+}
+
+static void test_allowed(void) {
+    eng_engine *g = engine(16, 0, true, 64, 8);
+    if (!g) {
+        CHECK(0);
+        return;
+    }
+    int32_t words = (n_vocab + 31) / 32;
+    allow_ctx ac[3] = {{0}};
+    coll c[3];
+    int32_t prompt[3][24], want[3][10];
+    for (int k = 0; k < 3; k++) {
+        make_tokens(prompt[k], 24, 100 + (uint64_t)k, n_vocab);
+        if (k < 2) { /* every 7th (k = 0) or 13th (k = 1) token, plus a few from the prompt */
+            ac[k].bits = hn_calloc((size_t)words, sizeof(uint32_t));
+            for (int32_t t = k; t < n_vocab; t += k ? 13 : 7) ac[k].bits[t >> 5] |= 1u << (t & 31);
+            for (int i = 0; i < 4; i++) ac[k].bits[prompt[k][i] >> 5] |= 1u << (prompt[k][i] & 31);
+        }
+        reference(prompt[k], 24, 10, ac[k].bits, want[k]);
+        coll_init(&c[k], g);
+    }
+    for (int k = 0; k < 3; k++) {
+        eng_request r = {.prompt = prompt[k], .n_prompt = 24, .max_tokens = 10, .ignore_eog = true,
+                         .allowed = allow_fn, .accept = allow_accept, .mask_ctx = &ac[k], .on_event = on_event, .ctx = &c[k]};
+        r.sampling = smp_default_params();
+        r.sampling.temp = 0;
+        eng_req_id id;
+        CHECK(eng_submit(g, &r, &id, &e) == HN_OK);
+    }
+    for (int k = 0; k < 3; k++) {
+        CHECK(coll_wait(&c[k], 120));
+        int in_mask = 1;
+        for (int i = 0; k < 2 && i < c[k].n && i < 10; i++) in_mask &= ac[k].bits[c[k].toks[i] >> 5] >> (c[k].toks[i] & 31) & 1;
+        CHECKF(c[k].n == 10 && in_mask && !memcmp(c[k].toks, want[k], sizeof want[k]),
+               "allowed hook %d: %d tokens, equal to the masked greedy decode", k, c[k].n);
+        CHECKF(ac[k].calls == 10 && ac[k].accepted == 10 && ac[k].last == c[k].toks[9], "hook %d: %d calls, %d accepted", k,
+               ac[k].calls, ac[k].accepted);
+        coll_destroy(&c[k]);
+        hn_free(ac[k].bits);
+    }
+    int32_t free0[10]; /* the mask mattered: unconstrained, prompt 0 leaves it */
+    reference(prompt[0], 24, 10, NULL, free0);
+    CHECK(memcmp(free0, want[0], sizeof free0) != 0);
     eng_free(g);
 }
 
@@ -547,6 +616,7 @@ int main(void) {
     model_free(m);
     test_basic();
     test_penalize_prompt();
+    test_allowed();
     test_prefix_turns();
     test_shared_start();
     test_preempt();

@@ -7,7 +7,10 @@
  *    JSON valid against the schema (a validator for the subset below), and
  *    every tool call parses (template/toolcall) with an offered name and
  *    arguments valid against that tool's schema.
- * 3. The same with the real Qwen3 vocabulary. */
+ * 3. The same with the real Qwen3 vocabulary.
+ * 4. For both vocabularies, the exported allowed-token bitmask in every state
+ *    of random paths through several grammars, against gr_state_accept token
+ *    by token, and the float mask hook against applying the bitmask. */
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -659,6 +662,166 @@ static void run_tools(gen_ctx *c, const gr_vocab *v, int seeds, const char *labe
     json_decref(tools);
 }
 
+/* ---- the exported bitmask ---- */
+
+static int bit(const uint32_t *m, int32_t t) { return (int)((m[t >> 5] >> (t & 31)) & 1u); }
+
+/* Puts b back at the path's end: reset, then accept every path token. */
+static int replay(gr_state *b, const int32_t *path, int n) {
+    gr_state_reset(b);
+    for (int i = 0; i < n; i++)
+        if (gr_state_accept(b, path[i], NULL) != HN_OK) return 0;
+    return 1;
+}
+
+typedef struct {
+    int64_t states, oracle, allowed_seen, refused_seen, eog_seen;
+    int pad_ok, hook_ok, wide_ok, allows_ok, oracle_ok, end_ok;
+} bm_stats;
+
+/* Walks `paths` random allowed paths of up to `steps` tokens through g and
+ * checks, in every state met: the bitmask against an oracle that offers each
+ * token to gr_state_accept on a second state brought to the same point (every
+ * token when n_probe <= 0, else n_probe random tokens plus n_probe allowed
+ * ones); the bits past the vocabulary clear; gr_state_mask (the float mask
+ * hook) == smp_apply_allowed(gr_state_allowed) on random logits, also for a
+ * row wider than the vocabulary; gr_state_allows == the bit; after an EOG
+ * token an all-zero mask. */
+static void walk_bitmasks(const gr_grammar *g, const gr_vocab *v, const uint8_t *flags, int paths, int steps,
+                          int n_probe, uint64_t seed, bm_stats *st) {
+    int32_t nv = gr_vocab_n(v), words = (nv + 31) / 32, wide = nv + 37;
+    gr_state *a = NULL, *b = NULL;
+    if (gr_state_new(g, v, &a, NULL) != HN_OK || gr_state_new(g, v, &b, NULL) != HN_OK) {
+        st->oracle_ok = 0;
+        gr_state_free(a);
+        return;
+    }
+    uint32_t *m = malloc(sizeof(uint32_t) * (size_t)words);
+    float *x = malloc(sizeof(float) * (size_t)wide), *hook = malloc(sizeof(float) * (size_t)wide),
+          *ap = malloc(sizeof(float) * (size_t)wide);
+    int32_t *path = malloc(sizeof(int32_t) * (size_t)(steps + 1)), *allowed = malloc(sizeof(int32_t) * (size_t)nv);
+    rng_state = seed * 0x9E3779B97F4A7C15ull + 7;
+    for (int pi = 0; pi < paths; pi++) {
+        gr_state_reset(a);
+        int n = 0, b_at = -1; /* b sits at the end of path[0..b_at) (-1: unknown) */
+        for (int step = 0; step <= steps; step++) {
+            memcpy(m, gr_state_allowed(a), sizeof(uint32_t) * (size_t)words);
+            st->states++;
+            if (nv % 32) st->pad_ok &= (m[words - 1] >> (nv % 32)) == 0;
+            for (int32_t t = 0; t < wide; t++) x[t] = (float)(rnd() % 2001) / 100.0f - 10.0f;
+            memcpy(hook, x, sizeof(float) * (size_t)wide);
+            memcpy(ap, x, sizeof(float) * (size_t)wide);
+            gr_state_mask(a, hook, nv);
+            smp_apply_allowed(ap, m, nv);
+            st->hook_ok &= !memcmp(hook, ap, sizeof(float) * (size_t)nv);
+            memcpy(hook, x, sizeof(float) * (size_t)wide);
+            gr_state_mask(a, hook, wide);
+            int w_ok = !memcmp(hook, ap, sizeof(float) * (size_t)nv);
+            for (int32_t t = nv; t < wide; t++) w_ok &= hook[t] == -INFINITY;
+            st->wide_ok &= w_ok;
+            int32_t n_allowed = 0;
+            for (int32_t t = 0; t < nv; t++)
+                if (bit(m, t)) allowed[n_allowed++] = t;
+            /* the oracle */
+            int32_t n_check = n_probe <= 0 ? nv : 2 * n_probe;
+            for (int32_t k = 0; k < n_check; k++) {
+                int32_t t = n_probe <= 0 ? k
+                            : k < n_probe || !n_allowed ? (int32_t)(rnd() % (uint64_t)nv)
+                                                        : allowed[rnd() % (uint64_t)n_allowed];
+                if (b_at != n) {
+                    if (!replay(b, path, n)) {
+                        st->oracle_ok = 0;
+                        break;
+                    }
+                    b_at = n;
+                }
+                int ok = gr_state_accept(b, t, NULL) == HN_OK;
+                if (ok) b_at = -1; /* b moved on */
+                st->oracle++;
+                if (ok != bit(m, t) && st->oracle_ok)
+                    fprintf(stderr, "bitmask: token %d: bit %d, accept %s (step %d)\n", (int)t, bit(m, t),
+                            ok ? "ok" : "refused", step);
+                st->oracle_ok &= ok == bit(m, t);
+                st->allows_ok &= gr_state_allows(a, t) == (bit(m, t) != 0);
+                if (ok) st->allowed_seen++;
+                else st->refused_seen++;
+            }
+            if (!n_allowed || step == steps) break;
+            /* next: a random allowed token, EOG only now and then */
+            int32_t tok = allowed[rnd() % (uint64_t)n_allowed];
+            for (int tries = 0; tries < 8 && (flags[tok] & GR_TOK_EOG) && n_allowed > 1 && rnd() % 4; tries++)
+                tok = allowed[rnd() % (uint64_t)n_allowed];
+            if (gr_state_accept(a, tok, NULL) != HN_OK) {
+                st->oracle_ok = 0;
+                break;
+            }
+            path[n++] = tok;
+            if (flags[tok] & GR_TOK_EOG) {
+                st->eog_seen++;
+                const uint32_t *z = gr_state_allowed(a);
+                int zero = 1;
+                for (int32_t w = 0; w < words; w++) zero &= z[w] == 0;
+                st->end_ok &= zero;
+            }
+        }
+    }
+    free(m);
+    free(x);
+    free(hook);
+    free(ap);
+    free(path);
+    free(allowed);
+    gr_state_free(a);
+    gr_state_free(b);
+}
+
+/* The bitmask over every schema, any object and each tool-call format. */
+static void check_bitmasks(const gr_vocab *v, const uint8_t *flags, int paths, int steps, int n_probe,
+                           const char *label) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    bm_stats st = {0};
+    st.pad_ok = st.hook_ok = st.wide_ok = st.allows_ok = st.oracle_ok = st.end_ok = 1;
+    int n_grammars = 0;
+    json_t *tools = js(TOOLS);
+    for (size_t k = 0; k <= sizeof SCHEMAS / sizeof SCHEMAS[0]; k++) {
+        json_t *sch = k < sizeof SCHEMAS / sizeof SCHEMAS[0] ? js(SCHEMAS[k]) : NULL;
+        gr_grammar *g = NULL;
+        if ((sch ? gr_from_schema(sch, &g, NULL) : gr_any_object(&g, NULL)) == HN_OK) {
+            walk_bitmasks(g, v, flags, paths, steps, n_probe, 100 + k, &st);
+            n_grammars++;
+        }
+        gr_grammar_free(g);
+        json_decref(sch);
+    }
+    static const gr_tool_opts modes[] = {
+        {TC_FORMAT_HERMES, NULL, false, GR_THINK_NONE},
+        {TC_FORMAT_HERMES, "search", true, GR_THINK_OPTIONAL},
+        {TC_FORMAT_QWEN_XML, NULL, true, GR_THINK_NONE},
+        {TC_FORMAT_QWEN_XML, "edit", false, GR_THINK_OPEN},
+        {TC_FORMAT_LLAMA3, NULL, true, GR_THINK_NONE},
+    };
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+        gr_grammar *g = NULL;
+        if (gr_from_tools(tools, &modes[k], &g, NULL) == HN_OK) {
+            walk_bitmasks(g, v, flags, paths, steps, n_probe, 200 + k, &st);
+            n_grammars++;
+        }
+        gr_grammar_free(g);
+    }
+    json_decref(tools);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    printf("%s: %lld states, %lld tokens offered to the oracle, %.1f s\n", label, (long long)st.states,
+           (long long)st.oracle, (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    CHECKF(n_grammars == 8, "%s: %d grammars built", label, n_grammars);
+    CHECKF(st.oracle_ok, "%s: bitmask == accept oracle (%lld states, %lld tokens: %lld allowed, %lld refused)", label,
+           (long long)st.states, (long long)st.oracle, (long long)st.allowed_seen, (long long)st.refused_seen);
+    CHECKF(st.allowed_seen > 100 && st.refused_seen > 100 && st.states > 50, "%s: the oracle saw both sides", label);
+    CHECKF(st.hook_ok && st.wide_ok, "%s: gr_state_mask == smp_apply_allowed(gr_state_allowed) (and -inf past the vocabulary)", label);
+    CHECKF(st.pad_ok && st.allows_ok, "%s: padding bits clear, gr_state_allows == bit", label);
+    CHECKF(st.end_ok, "%s: all-zero mask after EOG (%lld times)", label, (long long)st.eog_seen);
+}
+
 static void test_synthetic(void) {
     vocab_src vs;
     synth_vocab(&vs);
@@ -668,6 +831,7 @@ static void test_synthetic(void) {
     int seeds = sanitized() ? 12 : 60;
     run_schemas(&c, v, seeds, "synthetic");
     run_tools(&c, v, seeds, "synthetic");
+    check_bitmasks(v, vs.flags, sanitized() ? 2 : 4, 60, 0, "synthetic bitmask");
 
     /* control tokens: <tool_call> may stand for the literal, <|im_start|> never */
     json_t *tools = js(TOOLS);
@@ -736,6 +900,7 @@ static void test_qwen3(void) {
     int seeds = sanitized() ? 2 : 6;
     run_tools(&c, v, seeds, "qwen3");
     run_schemas(&c, v, seeds, "qwen3");
+    check_bitmasks(v, flags, 1, sanitized() ? 12 : 40, 48, "qwen3 bitmask");
     printf("qwen3: %lld steps, mask + sampling %.1f us/token, accept %.1f us/token\n", (long long)c.n_steps,
            c.t_mask / (double)c.n_steps * 1e6, c.t_accept / (double)c.n_steps * 1e6);
     free(c.closing);

@@ -2,6 +2,9 @@
  * penalties, seeding, the distribution it draws from, and the mask hook. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "core/alloc.h"
 #include "sample/sample.h"
@@ -33,7 +36,152 @@ static void mask_all(void *ctx, float *logits, int32_t n) {
     for (int32_t i = 0; i < n; i++) logits[i] = -INFINITY;
 }
 
+/* The old dense rule, kept as the reference: a count per vocabulary token
+ * over the window, then every token with a count is penalised. */
+static void dense_penalties(float *l, int32_t nv, const smp_params *p, const int32_t *win, int32_t n_win, int32_t *cnt) {
+    for (int32_t t = 0; t < nv; t++) cnt[t] = 0;
+    for (int32_t i = 0; i < n_win; i++) cnt[win[i]]++;
+    if (n_win == 0 || (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f))
+        return;
+    for (int32_t t = 0; t < nv; t++) {
+        if (!cnt[t]) continue;
+        float x = l[t];
+        x = x <= 0 ? x * p->repeat_penalty : x / p->repeat_penalty;
+        l[t] = x - (float)cnt[t] * p->frequency_penalty - p->presence_penalty;
+    }
+}
+
+/* Sparse penalties against the dense reference over random histories: the
+ * exported list is exactly the window's distinct tokens and counts, applying
+ * it gives the same bits, and a penalised sampler draws what an unpenalised
+ * one (same seed) draws from the reference's logits. Small alphabets make
+ * repeats, the window wraps many times, some histories start with "prompt"
+ * tokens and out-of-range ids, some are reset halfway, logits tie. */
+static void test_sparse_penalties(void) {
+    static const int32_t nvs[] = {1, 7, 64, 1000};
+    static const int32_t last_ns[] = {0, 1, 3, 8, 64, 300};
+    static const float reps[] = {1.0f, 0.5f, 1.3f, 2.0f}, pres[] = {0.0f, 0.5f, -0.3f}, freqs[] = {0.0f, 0.25f, 1.5f};
+    *test_rng_state() = 0x9e3779b97f4a7c15ull;
+    int list_ok = 1, bits_ok = 1, draw_ok = 1, trials = 0, max_list = 0;
+    int64_t steps = 0;
+    for (int trial = 0; trial < 240; trial++) {
+        int32_t nv = nvs[trial % 4], last_n = last_ns[(trial / 4) % 6];
+        size_t nvz = (uint32_t)nv; /* sizes: (uint32_t) keeps GCC's range analysis from seeing a negative */
+        smp_params p = plain();
+        p.repeat_penalty = reps[test_rnd() % 4];
+        p.presence_penalty = pres[test_rnd() % 3];
+        p.frequency_penalty = freqs[test_rnd() % 3];
+        p.penalty_last_n = last_n;
+        p.seed = test_rnd();
+        p.temp = test_rnd() % 4 ? 0.7f : 0.0f;
+        p.top_k = test_rnd() % 2 ? 20 : 0;
+        p.min_p = test_rnd() % 2 ? 0.05f : 0.0f;
+        smp_params q = p; /* the same chain without penalties */
+        q.repeat_penalty = 1.0f;
+        q.presence_penalty = q.frequency_penalty = 0.0f;
+        q.penalty_last_n = 0;
+        smp_sampler *a = smp_new(&p, nv), *b = smp_new(&q, nv);
+        int32_t alpha = 1 + (int32_t)(test_rnd() % (uint32_t)(nv < 12 ? nv : 12)); /* tokens drawn from [0, alpha) */
+        int32_t len = 3 * last_n + 20 + (int32_t)(test_rnd() % 50), n_hist = 0;
+        int32_t *hist = malloc(sizeof(int32_t) * (size_t)(len + 40)); /* prompt + generated */
+        int32_t *cnt = malloc(sizeof(int32_t) * nvz);
+        uint8_t *seen = malloc(nvz);
+        float *l = malloc(sizeof(float) * nvz), *ref = malloc(sizeof(float) * nvz),
+              *mine = malloc(sizeof(float) * nvz);
+        int32_t n_prompt = trial % 3 ? (int32_t)(test_rnd() % 40) : 0;
+        for (int32_t i = 0; i < n_prompt; i++) { /* prompt tokens, with a few bad ids (ignored) */
+            int32_t t = test_rnd() % 8 == 0 ? (test_rnd() % 2 ? -1 : nv + (int32_t)(test_rnd() % 3)) : (int32_t)(test_rnd() % (uint32_t)alpha);
+            smp_accept(a, t);
+            if (t >= 0 && t < nv) hist[n_hist++] = t;
+        }
+        int32_t reset_at = trial % 5 == 0 ? len / 2 : -1;
+        for (int32_t step = 0; step < len; step++, steps++) {
+            if (step == reset_at) {
+                smp_reset(a);
+                smp_reset(b);
+                n_hist = 0;
+            }
+            int32_t n_win = n_hist < last_n ? n_hist : last_n;
+            const int32_t *win = hist + n_hist - n_win;
+            /* ties and both signs: logits on a coarse grid around 0 */
+            for (int32_t t = 0; t < nv; t++) l[t] = (float)((int32_t)(test_rnd() % 9) - 4) * 0.5f;
+            memcpy(ref, l, sizeof(float) * nvz);
+            memcpy(mine, l, sizeof(float) * nvz);
+            dense_penalties(ref, nv, &p, win, n_win, cnt);
+            const int32_t *lt, *lc;
+            int32_t n = smp_penalty_list(a, &lt, &lc), distinct = 0;
+            memset(seen, 0, nvz);
+            for (int32_t t = 0; t < nv; t++) distinct += cnt[t] > 0;
+            int ok = n == distinct;
+            for (int32_t i = 0; ok && i < n; i++) {
+                ok = lt[i] >= 0 && lt[i] < nv && !seen[lt[i]] && lc[i] >= 1 && lc[i] == cnt[lt[i]];
+                if (ok) seen[lt[i]] = 1;
+            }
+            if (!ok && list_ok) fprintf(stderr, "penalty list: trial %d step %d: %d entries, %d distinct\n", trial, (int)step, (int)n, (int)distinct);
+            list_ok &= ok;
+            if (n > max_list) max_list = n;
+            smp_apply_penalties(mine, &p, lt, lc, n);
+            bits_ok &= !memcmp(mine, ref, sizeof(float) * nvz);
+            int32_t ta = smp_sample(a, l), tb = smp_sample(b, ref);
+            if (ta != tb && draw_ok) fprintf(stderr, "penalty draw: trial %d step %d: %d vs %d\n", trial, (int)step, (int)ta, (int)tb);
+            draw_ok &= ta == tb;
+            /* mostly accept the drawn token, sometimes a bad id or one from the alphabet (ties in the window) */
+            int32_t acc = test_rnd() % 16 == 0 ? nv : test_rnd() % 3 ? ta : (int32_t)(test_rnd() % (uint32_t)alpha);
+            smp_accept(a, acc);
+            if (acc >= 0 && acc < nv) hist[n_hist++] = acc;
+        }
+        trials++;
+        free(hist);
+        free(cnt);
+        free(seen);
+        free(l);
+        free(ref);
+        free(mine);
+        smp_free(a);
+        smp_free(b);
+    }
+    CHECKF(list_ok, "sparse penalty list == dense window counts (%d trials, %lld steps)", trials, (long long)steps);
+    CHECKF(bits_ok, "smp_apply_penalties == dense reference, bit for bit");
+    CHECKF(draw_ok, "penalised sampler == unpenalised sampler on the reference's logits");
+    CHECKF(max_list > 1 && max_list <= 300, "the list held up to %d tokens", max_list);
+}
+
+/* smp_apply_allowed against a per-token reference, at row lengths around word
+ * boundaries and with all-clear, all-set and mixed words. */
+static void test_apply_allowed(void) {
+    static const int32_t nvs[] = {1, 5, 31, 32, 33, 63, 64, 65, 1000, 1023, 4096};
+    *test_rng_state() = 0xdeadbeefcafef00dull;
+    int ok = 1, cleared = 0, kept = 0;
+    for (size_t k = 0; k < sizeof nvs / sizeof nvs[0]; k++) {
+        int32_t nv = nvs[k], words = (nv + 31) / 32;
+        for (int rep = 0; rep < 20; rep++) {
+            uint32_t *bits = malloc(sizeof(uint32_t) * (size_t)words);
+            float *row = malloc(sizeof(float) * (size_t)nv), *ref = malloc(sizeof(float) * (size_t)nv);
+            for (int32_t w = 0; w < words; w++) {
+                uint32_t r = test_rnd() % 4;
+                bits[w] = r == 0 ? 0 : r == 1 ? 0xffffffffu : test_rnd() & test_rnd();
+            }
+            for (int32_t t = 0; t < nv; t++) row[t] = ref[t] = test_gauss();
+            for (int32_t t = 0; t < nv; t++)
+                if (!((bits[t / 32] >> (t % 32)) & 1)) ref[t] = -INFINITY;
+            smp_apply_allowed(row, bits, nv);
+            ok &= !memcmp(row, ref, sizeof(float) * (size_t)nv);
+            for (int32_t t = 0; t < nv; t++) {
+                cleared += ref[t] == -INFINITY;
+                kept += ref[t] != -INFINITY;
+            }
+            free(bits);
+            free(row);
+            free(ref);
+        }
+    }
+    CHECKF(ok && cleared > 1000 && kept > 1000, "smp_apply_allowed == per-token reference (%d cleared, %d kept)", cleared, kept);
+}
+
 int main(void) {
+    test_sparse_penalties();
+    test_apply_allowed();
+
     enum { NV = 1000 };
     static float logits[NV];
     uint64_t x = 12345;

@@ -260,6 +260,12 @@ static void test_prefix_stability(void) {
     CHECKF(pairs >= 20, "%d follow-up pairs checked", pairs);
 }
 
+/* What the engine does with a request's constraint before sampling. */
+static void constrain(const eng_request *er, float *logits, int32_t nv) {
+    const uint32_t *a = er->allowed ? er->allowed(er->mask_ctx) : NULL;
+    if (a) smp_apply_allowed(logits, a, nv);
+}
+
 /* Walks text through a request's constraint: returns the number of tokens
  * the mask allowed before the first refused one (all: n + 1 with EOG). */
 static int walk(const char *body_json, api_kind api, const char *text, bool eog, int *n_out) {
@@ -286,7 +292,7 @@ static int walk(const char *body_json, api_kind api, const char *text, bool eog,
         allowed = 0;
         for (int64_t i = 0; i < n; i++) {
             memset(logits, 0, (size_t)nv * sizeof(float));
-            er.mask(er.mask_ctx, logits, nv);
+            constrain(&er, logits, nv);
             if (logits[toks[i]] != 0.0f) break;
             er.accept(er.mask_ctx, toks[i]);
             allowed++;
@@ -325,7 +331,7 @@ static void test_close_at_budget(const char *req) {
     bool eog = false;
     while (c && n < er.max_tokens) {
         for (int32_t i = 0; i < nv; i++) logits[i] = 0;
-        er.mask(er.mask_ctx, logits, nv);
+        constrain(&er, logits, nv);
         int32_t want = n < ns ? script[n] : a_tok, pick = -1, allowed = 0;
         for (int32_t i = 0; i < nv; i++)
             if (logits[i] == 0) {

@@ -9,8 +9,10 @@
  * is a byte set, or the stack is empty = complete), sorted and deduplicated,
  * interned in a per-state pool. trans(c, byte, mode) -> c' is memoised in a
  * hash table, so the automaton is a DFA built lazily over the configurations
- * actually met. A configuration's token mask (a bitset) is cached in one of
- * GR_SLOTS slots. When the tables outgrow their limits they are flushed
+ * actually met. A configuration's token mask (the allowed-token bitmask of
+ * sample.h: (n_vocab + 31) / 32 little-endian uint32 words) is cached in one
+ * of GR_SLOTS slots; one more all-zero mask stands for "nothing" (after the
+ * end). When the tables outgrow their limits they are flushed
  * between steps (only the current configuration survives). */
 #include <math.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 #include "../core/alloc.h"
 #include "../tokenizer/tokenizer.h"
 #include "grammar_int.h"
+#include "sample.h"
 
 #define GR_MAX_DEPTH 256        /* frames per stack (JSON nesting ~ depth / 2) */
 #define GR_MAX_STACKS 512       /* stacks per configuration */
@@ -93,7 +96,7 @@ struct gr_state {
     int32_t *scratch;
     int32_t scratch_top;
     /* masks */
-    uint64_t *masks; /* GR_SLOTS x words */
+    uint32_t *masks; /* (GR_SLOTS + 1) x words; the last stays all zero */
     int32_t words;
     int32_t slot_cfg[GR_SLOTS];
     int64_t slot_cost[GR_SLOTS]; /* trie nodes its walk visited, aged: cheap masks are evicted first */
@@ -578,9 +581,9 @@ hn_status gr_state_new(const gr_grammar *g, const gr_vocab *v, gr_state **out, h
     if (!s) return hn_errf(err, HN_ERR_NOMEM, "grammar: out of memory");
     s->g = g;
     s->v = v;
-    s->words = (v->n_vocab + 63) / 64;
+    s->words = (v->n_vocab + 31) / 32;
     s->scratch = hn_malloc(GR_SCRATCH * sizeof *s->scratch);
-    s->masks = hn_malloc((size_t)GR_SLOTS * (size_t)s->words * sizeof *s->masks);
+    s->masks = hn_calloc((size_t)(GR_SLOTS + 1) * (size_t)s->words, sizeof *s->masks);
     s->walk = hn_malloc(((size_t)v->max_len + 1) * sizeof *s->walk);
     for (int i = 0; i < GR_SLOTS; i++) s->slot_cfg[i] = -1;
     if (!s->scratch || !s->masks || !s->walk) {
@@ -606,7 +609,7 @@ void gr_state_reset(gr_state *s) {
 /* ---- masks ---- */
 
 /* Sets the bits of the tokens that can follow; returns the nodes visited. */
-static int64_t walk_trie(gr_state *s, const gr_trie *t, int mode, uint64_t *bits) {
+static int64_t walk_trie(gr_state *s, const gr_trie *t, int mode, uint32_t *bits) {
     const gr_node *nd = t->nodes;
     int32_t *cur = s->walk;
     int64_t visited = 0;
@@ -621,16 +624,16 @@ static int64_t walk_trie(gr_state *s, const gr_trie *t, int mode, uint64_t *bits
         cur[nd[i].depth] = nx;
         for (int32_t k = 0; k < nd[i].tok_n; k++) {
             int32_t id = t->toks[nd[i].tok_first + k];
-            bits[id >> 6] |= 1ull << (id & 63);
+            bits[id >> 5] |= 1u << (id & 31);
         }
         i++;
     }
     return visited;
 }
 
-/* The current configuration's mask (computed or cached); NULL if finished. */
-static const uint64_t *cur_mask(gr_state *s) {
-    if (s->finished || s->cur < 0) return NULL;
+/* The current configuration's mask (computed or cached); the zero mask if finished. */
+static const uint32_t *cur_mask(gr_state *s) {
+    if (s->finished || s->cur < 0) return s->masks + (size_t)GR_SLOTS * (size_t)s->words;
     int32_t c = s->cur;
     if (s->cfgs[c].slot >= 0) return s->masks + (size_t)s->cfgs[c].slot * (size_t)s->words;
     int32_t slot = 0;
@@ -644,11 +647,11 @@ static const uint64_t *cur_mask(gr_state *s) {
     for (int i = 0; i < GR_SLOTS; i++) s->slot_cost[i] -= s->slot_cost[i] >> 4;
     if (s->slot_cfg[slot] >= 0 && s->slot_cfg[slot] < s->n_cfgs) s->cfgs[s->slot_cfg[slot]].slot = -1;
     s->slot_cfg[slot] = -1;
-    uint64_t *bits = s->masks + (size_t)slot * (size_t)s->words;
+    uint32_t *bits = s->masks + (size_t)slot * (size_t)s->words;
     memset(bits, 0, (size_t)s->words * sizeof *bits);
     s->slot_cost[slot] = walk_trie(s, &s->v->trie, 0, bits) + walk_trie(s, &s->v->strie, 1, bits);
     if (s->cfgs[c].accepting)
-        for (int32_t i = 0; i < s->v->n_eog; i++) bits[s->v->eog[i] >> 6] |= 1ull << (s->v->eog[i] & 63);
+        for (int32_t i = 0; i < s->v->n_eog; i++) bits[s->v->eog[i] >> 5] |= 1u << (s->v->eog[i] & 31);
     s->n_masks++;
     if (s->mem != HN_OK) return bits; /* partial: not cached */
     s->slot_cfg[slot] = c;
@@ -656,30 +659,20 @@ static const uint64_t *cur_mask(gr_state *s) {
     return bits;
 }
 
-void gr_state_mask(gr_state *s, float *logits, int32_t n_vocab) {
+const uint32_t *gr_state_allowed(gr_state *s) {
     maybe_flush(s);
-    const uint64_t *bits = cur_mask(s);
+    return cur_mask(s);
+}
+
+void gr_state_mask(gr_state *s, float *logits, int32_t n_vocab) {
     int32_t nv = s->v->n_vocab < n_vocab ? s->v->n_vocab : n_vocab;
-    if (!bits) nv = 0;
-    int32_t full = nv / 64;
-    for (int32_t w = 0; w < full; w++) {
-        uint64_t m = ~bits[w];
-        while (m) {
-            int b = __builtin_ctzll(m);
-            logits[w * 64 + b] = -INFINITY;
-            m &= m - 1;
-        }
-    }
-    for (int32_t i = full * 64; i < nv; i++)
-        if (!(bits[i >> 6] >> (i & 63) & 1)) logits[i] = -INFINITY;
+    smp_apply_allowed(logits, gr_state_allowed(s), nv);
     for (int32_t i = nv; i < n_vocab; i++) logits[i] = -INFINITY;
 }
 
 bool gr_state_allows(gr_state *s, int32_t token) {
     if (token < 0 || token >= s->v->n_vocab) return false;
-    maybe_flush(s);
-    const uint64_t *bits = cur_mask(s);
-    return bits && (bits[token >> 6] >> (token & 63) & 1);
+    return gr_state_allowed(s)[token >> 5] >> (token & 31) & 1;
 }
 
 /* ---- advancing ---- */
@@ -785,6 +778,7 @@ void gr_state_counters(const gr_state *s, int64_t *n_cfgs, int64_t *n_masks) {
 }
 
 void gr_mask_fn(void *ctx, float *logits, int32_t n_vocab) { gr_state_mask(ctx, logits, n_vocab); }
+const uint32_t *gr_allowed_fn(void *ctx) { return gr_state_allowed(ctx); }
 
 void gr_accept_fn(void *ctx, int32_t token) {
     gr_state *s = ctx;

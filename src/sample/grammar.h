@@ -17,7 +17,9 @@
  * subtrees, and is cached per configuration. Inside a string or a number the
  * configuration repeats, so most steps cost a cache lookup plus applying the
  * bitmask to the logits; nothing allocates per token once the memo tables
- * have grown to the request's working set.
+ * have grown to the request's working set. The mask is exported as it is
+ * kept, in sample.h's allowed-token bitmask format (gr_state_allowed), so a
+ * device can apply it to a logits row in one op (the backend's mask_logits).
  *
  * JSON is generated in one canonical layout, the one Python's json.dumps and
  * the chat templates' tojson use: ", " between items and ": " after keys, no
@@ -119,8 +121,20 @@ hn_status gr_state_new(const gr_grammar *g, const gr_vocab *v, gr_state **out, h
 void gr_state_free(gr_state *s);
 /* Back to the start of the grammar (keeps the memo tables). */
 void gr_state_reset(gr_state *s);
+/* The tokens that may come next as an allowed-token bitmask (sample.h's
+ * format): (gr_vocab_n(v) + 31) / 32 little-endian words, bit t set = token t
+ * allowed, the bits past the vocabulary clear; all zero after an EOG token.
+ * Owned by s and valid until the next call on s other than gr_state_done,
+ * gr_state_failed and gr_state_counters; never NULL. Cached per configuration
+ * (GR_SLOTS of them, cheap ones evicted first): the first visit of a
+ * configuration, or a visit after its mask was evicted, walks the
+ * vocabulary's trie against the DFA memo, which may grow it (the only
+ * allocation; on out of memory the mask may be partial and is not cached);
+ * later visits are a lookup. */
+const uint32_t *gr_state_allowed(gr_state *s);
 /* Sets logits[i] = -INFINITY for every token i < n_vocab that cannot come next
- * (ids outside the vocabulary included). Allocates only while the memo grows. */
+ * (ids outside the vocabulary included): gr_state_allowed applied with
+ * smp_apply_allowed. Allocates only while the memo grows. */
 void gr_state_mask(gr_state *s, float *logits, int32_t n_vocab);
 /* Returns whether token may come next (the mask's answer for one token). */
 bool gr_state_allows(gr_state *s, int32_t token);
@@ -141,10 +155,11 @@ bool gr_state_failed(const gr_state *s);
 /* Distinct configurations interned and masks computed so far (for benchmarks). */
 void gr_state_counters(const gr_state *s, int64_t *n_cfgs, int64_t *n_masks);
 
-/* Adapters: ctx is a gr_state. gr_mask_fn matches smp_mask_fn and
- * eng_request.mask; gr_accept_fn matches eng_request.accept (a refused token
- * marks the state failed, see gr_state_failed). */
+/* Adapters: ctx is a gr_state. gr_mask_fn matches smp_mask_fn,
+ * gr_allowed_fn eng_request.allowed, gr_accept_fn eng_request.accept (a
+ * refused token marks the state failed, see gr_state_failed). */
 void gr_mask_fn(void *ctx, float *logits, int32_t n_vocab);
+const uint32_t *gr_allowed_fn(void *ctx);
 void gr_accept_fn(void *ctx, int32_t token);
 
 #endif

@@ -1,8 +1,13 @@
 /* sample.c: the sampler chain described in sample.h.
  *
  * Scratch (sized at smp_new): a copy of the logits, a candidate array
- * {id, logit}, per-token counts over the penalty window and the window itself
- * as a ring buffer. Top-k uses a quickselect; top-p avoids sorting the whole
+ * {id, logit}, the penalty window as a ring buffer and, beside it, the sparse
+ * list of the window's distinct tokens with their counts (smp_penalty_list).
+ * The list is kept up to date by smp_accept in O(1): a per-token index into
+ * it (slot_of, -1 when absent) finds an entry, and an entry whose count drops
+ * to 0 is replaced by the list's last one. Penalties walk only the list;
+ * nothing walks the vocabulary for them (smp_reset clears only the listed
+ * entries of the index). Top-k uses a quickselect; top-p avoids sorting the whole
  * vocabulary by first bucketing candidates by log2 of their probability
  * ratio to the best one, then sorting only the buckets that reach top_p.
  * The PRNG is xoshiro256** seeded through splitmix64. */
@@ -23,9 +28,12 @@ struct smp_sampler {
     int32_t n_vocab;
     float *logits; /* [n_vocab] working copy */
     cand *cands;   /* [n_vocab] */
-    int32_t *counts; /* [n_vocab] occurrences in the window */
-    int32_t *ring;   /* [penalty_last_n] */
+    int32_t *ring;     /* [penalty_last_n] the window, oldest at ring_pos once full */
     int32_t ring_len, ring_pos;
+    int32_t *pen_tok;  /* [penalty_last_n] distinct tokens of the window */
+    int32_t *pen_cnt;  /* [penalty_last_n] their occurrences (>= 1) */
+    int32_t n_pen;
+    int32_t *slot_of;  /* [n_vocab] index into pen_tok, or -1 */
     uint64_t rng[4];
     smp_mask_fn mask;
     void *mask_ctx;
@@ -85,12 +93,16 @@ smp_sampler *smp_new(const smp_params *p, int32_t n_vocab) {
     s->n_vocab = n_vocab;
     s->logits = hn_malloc((size_t)n_vocab * sizeof(float));
     s->cands = hn_malloc((size_t)n_vocab * sizeof(cand));
-    s->counts = hn_calloc((size_t)n_vocab, sizeof(int32_t));
-    s->ring = hn_malloc((size_t)(p->penalty_last_n ? p->penalty_last_n : 1) * sizeof(int32_t));
-    if (!s->logits || !s->cands || !s->counts || !s->ring) {
+    size_t win = (size_t)(p->penalty_last_n ? p->penalty_last_n : 1);
+    s->ring = hn_malloc(win * sizeof(int32_t));
+    s->pen_tok = hn_malloc(win * sizeof(int32_t));
+    s->pen_cnt = hn_malloc(win * sizeof(int32_t));
+    s->slot_of = hn_malloc((size_t)n_vocab * sizeof(int32_t));
+    if (!s->logits || !s->cands || !s->ring || !s->pen_tok || !s->pen_cnt || !s->slot_of) {
         smp_free(s);
         return NULL;
     }
+    memset(s->slot_of, 0xff, (size_t)n_vocab * sizeof(int32_t)); /* -1: not in the list */
     smp_reset(s);
     return s;
 }
@@ -99,13 +111,16 @@ void smp_free(smp_sampler *s) {
     if (!s) return;
     hn_free(s->logits);
     hn_free(s->cands);
-    hn_free(s->counts);
     hn_free(s->ring);
+    hn_free(s->pen_tok);
+    hn_free(s->pen_cnt);
+    hn_free(s->slot_of);
     hn_free(s);
 }
 
 void smp_reset(smp_sampler *s) {
-    memset(s->counts, 0, (size_t)s->n_vocab * sizeof(int32_t));
+    for (int32_t i = 0; i < s->n_pen; i++) s->slot_of[s->pen_tok[i]] = -1;
+    s->n_pen = 0;
     s->ring_len = s->ring_pos = 0;
     rng_seed(s->rng, s->p.seed);
 }
@@ -117,38 +132,68 @@ void smp_set_mask(smp_sampler *s, smp_mask_fn fn, void *ctx) {
 
 const smp_params *smp_get_params(const smp_sampler *s) { return &s->p; }
 
+int32_t smp_penalty_list(const smp_sampler *s, const int32_t **tokens, const int32_t **counts) {
+    *tokens = s->pen_tok;
+    *counts = s->pen_cnt;
+    return s->n_pen;
+}
+
 void smp_accept(smp_sampler *s, int32_t token) {
     int32_t cap = s->p.penalty_last_n;
     if (token < 0 || token >= s->n_vocab || cap == 0) return;
-    if (s->ring_len == cap) {
-        s->counts[s->ring[s->ring_pos]]--; /* evict the oldest */
+    if (s->ring_len == cap) { /* evict the oldest */
+        int32_t old = s->ring[s->ring_pos], k = s->slot_of[old];
+        if (--s->pen_cnt[k] == 0) { /* gone from the window: the last entry takes its place */
+            int32_t last = --s->n_pen;
+            s->pen_tok[k] = s->pen_tok[last];
+            s->pen_cnt[k] = s->pen_cnt[last];
+            s->slot_of[s->pen_tok[k]] = k;
+            s->slot_of[old] = -1;
+        }
     } else {
         s->ring_len++;
     }
     s->ring[s->ring_pos] = token;
-    s->counts[token]++;
     s->ring_pos = (s->ring_pos + 1) % cap;
+    int32_t k = s->slot_of[token];
+    if (k >= 0) {
+        s->pen_cnt[k]++;
+    } else {
+        s->slot_of[token] = s->n_pen;
+        s->pen_tok[s->n_pen] = token;
+        s->pen_cnt[s->n_pen++] = 1;
+    }
 }
 
 /* ---- the chain ---- */
 
-static void apply_penalties(smp_sampler *s) {
-    const smp_params *p = &s->p;
-    if (s->ring_len == 0 || (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f))
-        return;
-    /* each distinct token once: a count is negated once it has been applied */
-    for (int32_t i = 0; i < s->ring_len; i++) {
-        int32_t t = s->ring[i], c = s->counts[t];
-        if (c <= 0) continue;
-        float l = s->logits[t];
+void smp_apply_penalties(float *logits, const smp_params *p, const int32_t *tokens, const int32_t *counts, int32_t n) {
+    if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f) return;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t t = tokens[i];
+        float l = logits[t];
         l = l <= 0 ? l * p->repeat_penalty : l / p->repeat_penalty;
-        s->logits[t] = l - (float)c * p->frequency_penalty - p->presence_penalty;
-        s->counts[t] = -c;
+        logits[t] = l - (float)counts[i] * p->frequency_penalty - p->presence_penalty;
     }
-    for (int32_t i = 0; i < s->ring_len; i++) {
-        int32_t t = s->ring[i];
-        if (s->counts[t] < 0) s->counts[t] = -s->counts[t];
+}
+
+void smp_apply_allowed(float *logits, const uint32_t *allowed, int32_t n_vocab) {
+    int32_t full = n_vocab / 32;
+    for (int32_t w = 0; w < full; w++) {
+        uint32_t m = ~allowed[w]; /* the refused tokens of this word */
+        if (!m) continue;
+        float *l = logits + (size_t)w * 32;
+        if (m == 0xffffffffu) {
+            for (int b = 0; b < 32; b++) l[b] = -INFINITY;
+            continue;
+        }
+        do {
+            l[__builtin_ctz(m)] = -INFINITY;
+            m &= m - 1;
+        } while (m);
     }
+    for (int32_t t = full * 32; t < n_vocab; t++)
+        if (!(allowed[t >> 5] >> (t & 31) & 1)) logits[t] = -INFINITY;
 }
 
 /* Strict "better than": higher logit, then lower id. */
@@ -253,7 +298,7 @@ int32_t smp_sample(smp_sampler *s, const float *logits) {
     int32_t nv = s->n_vocab;
     memcpy(s->logits, logits, (size_t)nv * sizeof(float));
     if (s->mask) s->mask(s->mask_ctx, s->logits, nv);
-    apply_penalties(s);
+    smp_apply_penalties(s->logits, p, s->pen_tok, s->pen_cnt, s->n_pen);
 
     if (p->temp <= 0) {
         int32_t best = -1;

@@ -5,6 +5,16 @@
  * sampling a token allocates nothing. Same parameters, same seed, same logits
  * and accepted tokens give the same tokens.
  *
+ * Two stages are also exported on their own, in the form a device can run
+ * (the host functions below are their reference):
+ *   - a constraint as an allowed-token bitmask: (n_vocab + 31) / 32
+ *     little-endian uint32 words, bit t (word t / 32, bit t % 32) set = token
+ *     t allowed (the grammar's gr_state_allowed, eng_request.allowed, the
+ *     backend's mask_logits); smp_apply_allowed applies one to a row;
+ *   - the penalty window as a sparse list of its distinct tokens and their
+ *     counts (smp_penalty_list, at most penalty_last_n entries);
+ *     smp_apply_penalties applies such a list to a row.
+ *
  * The chain, in order (llama.cpp's default order for these stages):
  *   1. mask hook (optional: a callback sets disallowed logits to -inf)
  *   2. penalties over the last penalty_last_n accepted tokens: a token seen
@@ -64,6 +74,24 @@ void smp_reset(smp_sampler *s);
 void smp_set_mask(smp_sampler *s, smp_mask_fn fn, void *ctx);
 /* Returns the parameters the sampler was created with. */
 const smp_params *smp_get_params(const smp_sampler *s);
+/* The penalty window as a sparse list: sets *tokens and *counts to arrays of
+ * the distinct tokens among the last penalty_last_n accepted ones and how
+ * often each occurs (every count >= 1; the order is unspecified), owned by the
+ * sampler and valid until the next smp_accept or smp_reset; returns their
+ * number (0 when the window is empty or penalty_last_n is 0). */
+int32_t smp_penalty_list(const smp_sampler *s, const int32_t **tokens, const int32_t **counts);
+/* Applies stage 2 of the chain for the n listed tokens: a token t = tokens[i]
+ * (must be < the row's length) seen c = counts[i] times gets, in float and in
+ * this order, l = logit <= 0 ? logit * repeat_penalty : logit / repeat_penalty,
+ * then logit = l - (float)c * frequency_penalty - presence_penalty (a device
+ * version must keep the order to give the same bits). Nothing when all three
+ * penalties are neutral. Each token is treated on its own, so the list's
+ * order does not matter. */
+void smp_apply_penalties(float *logits, const smp_params *p, const int32_t *tokens, const int32_t *counts, int32_t n);
+/* Sets logits[t] = -INFINITY for every t < n_vocab whose bit is clear in
+ * allowed ((n_vocab + 31) / 32 words, the format above); leaves the others
+ * unchanged. One pass over the row; allocates nothing. */
+void smp_apply_allowed(float *logits, const uint32_t *allowed, int32_t n_vocab);
 /* Frees the sampler (NULL is fine). */
 void smp_free(smp_sampler *s);
 

@@ -105,6 +105,7 @@ struct eng_engine {
     bool *b_want;
     kv_seq **b_seqs;
     ereq **b_req;            /* request of each batch sequence slot */
+    const uint32_t **masks;  /* this step's allowed-token bitmask of each logits row (NULL: none) */
     uint64_t *b_hash;        /* next-block hashes of this step's prefill chunks */
     step_plan splan;         /* this step's plan (the backend reads it) */
     const kv_seq **chk;      /* debug_check */
@@ -349,7 +350,8 @@ restart:;
 
 /* Samples the next token of a request from its logits row; returns false if
  * the request finished (the caller removes it). */
-static bool take_token(eng_engine *e, ereq *q, const float *row, eng_finish *fin, hn_status *st, const char **msg) {
+static bool take_token(eng_engine *e, ereq *q, float *row, eng_finish *fin, hn_status *st, const char **msg) {
+    /* a constraint's bitmask was applied to this row in the step (model_step's masks) */
     int32_t tok = smp_sample(q->smp, row);
     if (tok < 0) {
         *fin = ENG_FINISH_ERROR;
@@ -413,8 +415,16 @@ static void step(eng_engine *e) {
         step_batch b = {.n_tokens = n, .token = e->b_tok, .pos = e->b_pos, .seq_id = e->b_sid,
                         .want_logits = e->b_want, .seqs = e->b_seqs, .n_seqs = n_seqs};
         hn_err err;
+        /* constraints: each wanted row's allowed-token bitmask, applied on the backend */
+        bool any_mask = false;
+        for (int32_t i = 0; i < e->n_running; i++) {
+            ereq *q = e->running[i];
+            if (q->logit_row < 0) continue;
+            e->masks[q->logit_row] = q->r.allowed ? q->r.allowed(q->r.mask_ctx) : NULL;
+            any_mask |= e->masks[q->logit_row] != NULL;
+        }
         hn_status st = plan_build(&e->splan, e->kv, &b, e->n_vocab, e->p.max_running, &err);
-        if (st == HN_OK) st = model_step(e->m, e->kv, &e->splan, NULL, &err);
+        if (st == HN_OK) st = model_step(e->m, e->kv, &e->splan, any_mask ? e->masks : NULL, &err);
         if (st == HN_OK) plan_finish(&e->splan);
         const float *logits = model_logits(e->m);
         e->steps++;
@@ -614,9 +624,10 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     e->b_seqs = hn_malloc(sizeof(kv_seq *) * (size_t)R);
     e->b_req = hn_malloc(sizeof(ereq *) * (size_t)R);
     e->b_hash = hn_malloc(sizeof(uint64_t) * (size_t)R);
+    e->masks = hn_calloc((size_t)R, sizeof *e->masks);
     e->chk = hn_malloc(sizeof(kv_seq *) * (size_t)R);
     if (!e->running || !e->b_tok || !e->b_pos || !e->b_sid || !e->b_want || !e->b_seqs || !e->b_req || !e->b_hash ||
-        !e->chk) {
+        !e->chk || !e->masks) {
         st = hn_errf(err, HN_ERR_NOMEM, "engine: out of memory");
         goto fail;
     }
@@ -656,6 +667,7 @@ void eng_free(eng_engine *e) {
     hn_free(e->b_seqs);
     hn_free(e->b_req);
     hn_free(e->b_hash);
+    hn_free(e->masks);
     hn_free(e->chk);
     plan_free(&e->splan);
     pthread_cond_destroy(&e->trim_cv);
@@ -677,6 +689,9 @@ hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err
     if (r->n_prompt > e->n_ctx)
         return hn_errf(err, HN_ERR_RANGE, "engine: the prompt has %d tokens, the context holds %d", (int)r->n_prompt,
                        (int)e->n_ctx);
+    if (r->allowed && tok_n_vocab(e->vocab) < e->n_vocab)
+        return hn_errf(err, HN_ERR_UNSUPPORTED, "engine: constrained decoding needs a token for each of the model's %d "
+                       "logits, the tokenizer has %d", (int)e->n_vocab, (int)tok_n_vocab(e->vocab));
     ereq *q = hn_calloc(1, sizeof *q);
     if (!q) return hn_errf(err, HN_ERR_NOMEM, "engine: out of memory");
     q->r = *r;
@@ -699,7 +714,6 @@ hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err
         hn_free(q);
         return st;
     }
-    if (r->mask) smp_set_mask(q->smp, r->mask, r->mask_ctx);
     for (int32_t i = 0; r->penalize_prompt && i < r->n_prompt; i++) smp_accept(q->smp, r->prompt[i]);
     memcpy(q->toks, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
     q->n_toks = r->n_prompt;

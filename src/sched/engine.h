@@ -96,9 +96,16 @@ typedef struct eng_request {
     int32_t max_tokens;        /* <= 0: until the context is full */
     bool ignore_eog;
     bool penalize_prompt;      /* the prompt's tokens start the penalty history (as hone run has always done) */
-    /* Optional constraint (grammar): mask runs before each sample, accept
-     * after each sampled token; both on the engine thread, with mask_ctx. */
-    smp_mask_fn mask;
+    /* Optional constraint (grammar), both on the engine thread, with mask_ctx.
+     * allowed runs before each sample and returns the allowed-token bitmask
+     * (sample.h's format, covering the model's n_vocab; NULL: every token),
+     * which the step applies to the request's logits row on the backend
+     * (mask_logits) before smp_sample; the pointer must stay valid until the
+     * step's sampling (the next accept). accept runs after each sampled token.
+     * eng_submit refuses allowed (HN_ERR_UNSUPPORTED) when the model has more
+     * logits rows than its tokenizer has tokens, since a mask built over the
+     * tokenizer's vocabulary would not cover them. */
+    const uint32_t *(*allowed)(void *mask_ctx);
     void (*accept)(void *mask_ctx, int32_t token);
     void *mask_ctx;
     eng_event_fn on_event;     /* required */

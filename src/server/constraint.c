@@ -1,7 +1,6 @@
 /* constraint.c: grammar-constrained decoding for requests (see constraint.h). */
 #include "constraint.h"
 
-#include <math.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -28,32 +27,36 @@ struct cst_req {
     int32_t budget; /* the request's max_tokens (<= 0: none) */
     int32_t n;      /* tokens accepted so far */
     int32_t eog;    /* the end token to finish with */
+    int32_t n_vocab; /* the grammar vocabulary's */
+    uint32_t *one;  /* a bitmask with only bit `forced` set (all zero while forced < 0) */
+    int32_t forced;
 };
 
-/* Keeps only token `keep` (if the grammar allows it). */
-static void force(float *logits, int32_t n_vocab, int32_t keep) {
-    if (keep < 0 || keep >= n_vocab || logits[keep] == -INFINITY) return;
-    float v = logits[keep];
-    for (int32_t i = 0; i < n_vocab; i++) logits[i] = -INFINITY;
-    logits[keep] = v;
-}
-
-static void cst_mask(void *ctx, float *logits, int32_t n_vocab) {
-    cst_req *c = ctx;
-    gr_state_mask(c->st, logits, n_vocab);
+/* The token to steer towards near the end of the budget, or -1 for none. */
+static int32_t steer(cst_req *c) {
     int32_t left = c->budget - c->n;
-    if (c->budget <= 0 || left > CST_CLOSE_WINDOW) return;
-    if (gr_state_done(c->st)) {
-        force(logits, n_vocab, c->eog);
-        return;
-    }
+    if (c->budget <= 0 || left > CST_CLOSE_WINDOW) return -1;
+    if (gr_state_done(c->st)) return c->eog;
     char text[1024];
     int64_t len = gr_state_completion(c->st, text, sizeof text);
-    if (len <= 0 || len >= (int64_t)sizeof text) return;
+    if (len <= 0 || len >= (int64_t)sizeof text) return -1;
     int32_t toks[512];
     int64_t nt = tok_encode(c->vocab, text, (size_t)len, false, true, toks, 512);
     /* leave room for the end token */
-    if (nt > 0 && nt <= 512 && nt + 1 >= left) force(logits, n_vocab, toks[0]);
+    return nt > 0 && nt <= 512 && nt + 1 >= left ? toks[0] : -1;
+}
+
+/* eng_request.allowed: the grammar's bitmask, or only the steered token if
+ * the grammar allows it. */
+static const uint32_t *cst_allowed(void *ctx) {
+    cst_req *c = ctx;
+    int32_t keep = steer(c);
+    const uint32_t *bits = gr_state_allowed(c->st);
+    if (keep < 0 || keep >= c->n_vocab || !(bits[keep >> 5] >> (keep & 31) & 1)) return bits;
+    if (c->forced >= 0) c->one[c->forced >> 5] = 0;
+    c->one[keep >> 5] = 1u << (keep & 31);
+    c->forced = keep;
+    return c->one;
 }
 
 static void cst_accept(void *ctx, int32_t token) {
@@ -95,6 +98,7 @@ void cst_req_free(cst_req *c) {
     if (!c) return;
     gr_state_free(c->st);
     gr_grammar_free(c->g);
+    hn_free(c->one);
     hn_free(c);
 }
 
@@ -125,6 +129,9 @@ bool cst_attach(cst_shared *s, const creq *r, const prm_prompt *p, eng_request *
         st = gr_any_object(&c->g, &err);
     }
     if (st == HN_OK) st = gr_state_new(c->g, v, &c->st, &err);
+    c->n_vocab = gr_vocab_n(v);
+    c->forced = -1;
+    if (st == HN_OK && !(c->one = hn_calloc(((size_t)c->n_vocab + 31) / 32, sizeof *c->one))) st = HN_ERR_NOMEM;
     if (st != HN_OK) {
         cst_req_free(c);
         if (st == HN_ERR_NOMEM) api_seterr(e, APIE_INTERNAL, NULL, "out of memory building the grammar");
@@ -134,7 +141,7 @@ bool cst_attach(cst_shared *s, const creq *r, const prm_prompt *p, eng_request *
     c->vocab = s->pm->vocab;
     c->budget = er->max_tokens;
     c->eog = tok_eos(s->pm->vocab);
-    er->mask = cst_mask;
+    er->allowed = cst_allowed;
     er->accept = cst_accept;
     er->mask_ctx = c;
     *out = c;

@@ -1,5 +1,6 @@
 /* constraint.h: constrained decoding for a request, through the grammar
- * module (sample/grammar.h) and eng_request.mask/accept.
+ * module (sample/grammar.h) and eng_request.allowed/accept: each step the
+ * engine applies the grammar state's allowed-token bitmask to the logits row.
  *
  *   tool_choice required / named (with tools, in a known tool-call format):
  *       the whole answer is one or more calls (one when parallel_tool_calls
@@ -9,8 +10,9 @@
  * The grammar's vocabulary index is built once per server (on first use) and
  * shared; each request gets its own matcher state, which lives until the
  * engine has ended the request. Within the last tokens of max_tokens the
- * answer is steered along the grammar's shortest completion, so a forced
- * call (or JSON value) is closed rather than cut off. */
+ * answer is steered along the grammar's shortest completion (the bitmask then
+ * holds only the next token of it), so a forced call (or JSON value) is
+ * closed rather than cut off. */
 #ifndef HN_SERVER_CONSTRAINT_H
 #define HN_SERVER_CONSTRAINT_H
 
@@ -31,7 +33,7 @@ cst_shared *cst_shared_new(const prm_model *pm);
 void cst_shared_free(cst_shared *s);
 
 /* Builds the constraint a request asks for, if any, and installs it in er
- * (mask, accept, mask_ctx; er->max_tokens must already be final); *out is
+ * (allowed, accept, mask_ctx; er->max_tokens must already be final); *out is
  * NULL when the request is unconstrained.
  * Fails (400) for a named tool that is not offered or a schema that cannot be
  * compiled. */
