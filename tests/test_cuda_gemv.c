@@ -127,14 +127,15 @@ static void test_type(qt_type t, const shape *sh) {
     if (!st && !is_f) st = hc_gemv_scratch_init(&s, k, &err);
     CHECKF(st == HN_OK, "%s device buffers: %s", tr->name, err.msg);
     for (int na = 1; na <= MAXR && !st; na++) {
-        /* variant -1: the reference kernel; else rows per warp 1, 2, 4 */
-        for (int v = -1; v < 3 && !st; v++) {
+        /* variant -1: the reference kernel; 0..2: rows per warp 1, 2, 4; 3: the
+         * default choice reusing the x that variant 2 quantized */
+        for (int v = -1; v < 4 && !st; v++) {
             st = hc_fill_f32(dy, (size_t)(MAXR * n), NAN, &err);
             if (!st) {
                 if (v < 0) {
                     st = hc_gemv_ref(&w, dx, na, dy, NULL, &err);
                 } else {
-                    hc_gemv_params p = {1 << v};
+                    hc_gemv_params p = {v < 3 ? 1 << v : 0, v == 3};
                     st = hc_gemv(&w, dx, na, dy, &s, &p, NULL, &err);
                 }
             }
@@ -145,8 +146,8 @@ static void test_type(qt_type t, const shape *sh) {
             if (st) break;
             int bad = v < 0 ? compare(y, want, tol_ref, na, n) : compare(y, want_q, tol_q, na, n);
             if (v >= 0) bad += compare(y, want, tol_x, na, n);
-            CHECKF(bad == 0, "%s k=%lld n=%lld na=%d %s%d: %d outputs out of bounds", tr->name, (long long)k,
-                   (long long)n, na, v < 0 ? "reference" : "rows per warp ", v < 0 ? 0 : 1 << v, bad);
+            CHECKF(bad == 0, "%s k=%lld n=%lld na=%d variant %d (-1: reference, 0..2: rows per warp 1 2 4, 3: reuse_x): %d outputs out of bounds",
+                   tr->name, (long long)k, (long long)n, na, v, bad);
             /* the rows past na stay untouched (poisoned) */
             if (na < MAXR && v >= 0) {
                 float tail;
@@ -197,7 +198,7 @@ static void test_errors(void) {
         CHECK(hc_gemv(&w, d, 0, d, &s, NULL, NULL, &err) == HN_ERR_INVALID);
         CHECK(hc_gemv(&w, d, 9, d, &s, NULL, NULL, &err) == HN_ERR_INVALID);
         CHECK(hc_gemv(&w, d, 1, d, NULL, NULL, NULL, &err) == HN_ERR_INVALID);
-        hc_gemv_params bad = {3};
+        hc_gemv_params bad = {3, 0};
         CHECK(hc_gemv(&w, d, 1, d, &s, &bad, NULL, &err) == HN_ERR_INVALID);
         /* a scratch made for shorter rows is refused, not overrun */
         hc_weight w2;

@@ -63,6 +63,11 @@ hn_status hc_probe(hc_device *out, hn_err *err);
  * (rounded down to 16), median of `reps` timed copies after a warm-up. */
 hn_status hc_copy_bandwidth(size_t bytes, int reps, double *gbps, hn_err *err);
 
+/* Read bandwidth in GB/s: a kernel that only reads `bytes` (16 bytes per
+ * thread per step, summed into one word per thread), the ceiling of a
+ * matrix-vector product, which reads its weights and writes almost nothing. */
+hn_status hc_read_bandwidth(size_t bytes, int reps, double *gbps, hn_err *err);
+
 /* ---- memory and streams (thin wrappers that turn errors into hn_status) ---- */
 hn_status hc_malloc(void **p, size_t bytes, hn_err *err);
 void hc_free(void *p);
@@ -121,11 +126,15 @@ typedef struct hc_gemv_scratch {
 hn_status hc_gemv_scratch_init(hc_gemv_scratch *s, int64_t max_k, hn_err *err);
 void hc_gemv_scratch_free(hc_gemv_scratch *s);
 
-/* Kernel parameters (0: the built-in choice). They change speed only.
- * rows_per_warp: output rows one warp computes together (1, 2 or 4): the
- * activation values a lane loads serve that many weight rows. */
+/* Kernel parameters (0: the built-in choice). rows_per_warp changes speed
+ * only: output rows one warp computes together (1, 2 or 4), so that the
+ * activation values a lane loads serve that many weight rows. reuse_x: the
+ * scratch already holds this x, quantized by the previous call on the same
+ * stream with the same x, na and k (weights sharing an input, as q/k/v or
+ * gate/up do, convert it once); ignored for f16/bf16. */
 typedef struct hc_gemv_params {
     int rows_per_warp;
+    int reuse_x;
 } hc_gemv_params;
 
 /* Queues y = W x (see the top of this file) on `stream` (a cudaStream_t;

@@ -118,11 +118,34 @@ static __global__ void fill_f32(float *p, size_t n, float f) {
         p[i] = f;
 }
 
-/* 16 bytes per thread per step, grid-stride: the best plain copy we know how
- * to write, which is the ceiling the gemv kernels are measured against. */
+/* The ceilings the gemv kernels are measured against: 16 bytes per thread
+ * per load, 4 independent loads in flight per thread, one resident wave of
+ * blocks striding over the buffer (n a multiple of 4 words). */
 static __global__ void copy16(const int4 *__restrict__ src, int4 *__restrict__ dst, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = __ldcs(src + i);
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += 4 * stride) {
+        int4 v[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (i + j * stride < n) v[j] = __ldcs(src + i + j * stride);
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (i + j * stride < n) __stcs(dst + i + j * stride, v[j]);
+    }
+}
+
+/* reads n 16-byte words; one word per thread written, so nothing is dead */
+static __global__ void read16(const int4 *__restrict__ src, size_t n, unsigned *__restrict__ out) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    unsigned acc = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += 4 * stride) {
+        int4 v[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) v[j] = i + j * stride < n ? __ldcs(src + i + j * stride) : make_int4(0, 0, 0, 0);
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc ^= (unsigned)(v[j].x ^ v[j].y ^ v[j].z ^ v[j].w);
+    }
+    out[blockIdx.x * (size_t)blockDim.x + threadIdx.x] = acc;
 }
 
 static int cmp_float(const void *a, const void *b) {
@@ -140,39 +163,41 @@ hn_status hc_fill_f32(float *p, size_t n, float f, hn_err *err) {
     return HN_OK;
 }
 
-hn_status hc_copy_bandwidth(size_t bytes, int reps, double *gbps, hn_err *err) {
+/* times reps runs of copy16 (read_only false) or read16 over `bytes`; GB/s of bytes moved */
+static hn_status bandwidth(size_t bytes, int reps, bool read_only, double *gbps, hn_err *err) {
     *gbps = 0;
     bytes &= ~(size_t)15;
-    if (!bytes || reps < 1 || reps > 1000) return hn_errf(err, HN_ERR_INVALID, "cuda: copy bandwidth: bad size or reps");
+    if (!bytes || reps < 1 || reps > 1000) return hn_errf(err, HN_ERR_INVALID, "cuda: bandwidth: bad size or reps");
     int dev = 0, sms = 0;
     HC_TRY(cudaGetDevice(&dev), err, "cudaGetDevice");
     HC_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), err, "multiprocessor count");
+    const unsigned grid = (unsigned)sms * 4, block = 512; /* 2048 threads an SM: one wave */
     void *a = NULL, *b = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     float *ms = (float *)malloc(sizeof(float) * (size_t)reps);
-    hn_status st = ms ? HN_OK : hn_errf(err, HN_ERR_NOMEM, "cuda: copy bandwidth: out of host memory");
+    hn_status st = ms ? HN_OK : hn_errf(err, HN_ERR_NOMEM, "cuda: bandwidth: out of host memory");
     if (!st) st = hc_malloc(&a, bytes, err);
-    if (!st) st = hc_malloc(&b, bytes, err);
+    if (!st) st = hc_malloc(&b, read_only ? (size_t)grid * block * 4 : bytes, err);
     if (!st) {
         cudaError_t e = cudaEventCreate(&e0);
         if (e == cudaSuccess) e = cudaEventCreate(&e1);
         if (e == cudaSuccess) e = cudaMemset(a, 0x5a, bytes);
         const size_t n = bytes / 16;
-        const unsigned grid = (unsigned)sms * 8;
         for (int i = -2; i < reps && e == cudaSuccess; i++) {
             cudaEventRecord(e0);
-            copy16<<<grid, 512>>>((const int4 *)a, (int4 *)b, n);
+            if (read_only) read16<<<grid, block>>>((const int4 *)a, n, (unsigned *)b);
+            else copy16<<<grid, block>>>((const int4 *)a, (int4 *)b, n);
             cudaEventRecord(e1);
             e = cudaEventSynchronize(e1);
             if (e == cudaSuccess) e = cudaGetLastError();
             if (e == cudaSuccess && i >= 0) e = cudaEventElapsedTime(&ms[i], e0, e1);
         }
-        if (e != cudaSuccess) st = hc_fail(err, e, "copy bandwidth");
+        if (e != cudaSuccess) st = hc_fail(err, e, "bandwidth kernel");
     }
     if (!st) {
         qsort(ms, (size_t)reps, sizeof *ms, cmp_float);
-        float med = ms[reps / 2];
-        *gbps = med > 0 ? 2.0 * (double)bytes / (med * 1e-3) / 1e9 : 0;
+        const float med = ms[reps / 2];
+        *gbps = med > 0 ? (read_only ? 1.0 : 2.0) * (double)bytes / (med * 1e-3) / 1e9 : 0;
     }
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
@@ -180,6 +205,14 @@ hn_status hc_copy_bandwidth(size_t bytes, int reps, double *gbps, hn_err *err) {
     hc_free(b);
     free(ms);
     return st;
+}
+
+hn_status hc_copy_bandwidth(size_t bytes, int reps, double *gbps, hn_err *err) {
+    return bandwidth(bytes, reps, false, gbps, err);
+}
+
+hn_status hc_read_bandwidth(size_t bytes, int reps, double *gbps, hn_err *err) {
+    return bandwidth(bytes, reps, true, gbps, err);
 }
 
 hn_status hc_timer_init(hc_timer *t, hn_err *err) {

@@ -15,10 +15,11 @@
  * unit's 16 code bytes with one 16-byte load (plus its scales), the matching
  * 2 x 16 int8 of each activation row, and does 8 dp4a per row. Consecutive
  * lanes take consecutive units, so a warp instruction reads 512 contiguous
- * bytes of codes. A warp computes RPW rows at once (the x registers serve
- * all of them) and keeps 4 units of loads in flight per lane (UN = 4 / RPW
- * units of RPW rows) before it computes; 4 warps a block; the warp's lanes
- * then sum by shuffles. f16/bf16: the same shape with 8 weights a unit and
+ * bytes of codes. A unit is decoded once (prep: int8 values, scales, min
+ * factors) and then serves every activation row. A warp computes RPW rows at
+ * once (the x registers serve all of them) and keeps 4 units of loads in
+ * flight per lane (UN = 4 / RPW units of RPW rows) before it computes; 4
+ * warps a block; the warp's lanes then sum by shuffles. f16/bf16: the same shape with 8 weights a unit and
  * f32 x read directly. */
 #include <stdint.h>
 #include <string.h>
@@ -118,10 +119,10 @@ static __device__ __forceinline__ int lut16(int idx, unsigned t0, unsigned t1, u
 }
 
 /* iq4_nl/iq4_xs values {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113} as bytes */
-#define IQ4_T0 0xbfadd081u
-#define IQ4_T1 0xf6eadde8u /* -49 -35 -22 -10 */
-#define IQ4_T2 0x26190d01u
-#define IQ4_T3 0x71594535u
+#define IQ4_T0 0xbfad9881u /* -127 -104 -83 -65 */
+#define IQ4_T1 0xf6eaddcfu /* -49 -35 -22 -10 */
+#define IQ4_T2 0x26190d01u /* 1 13 25 38 */
+#define IQ4_T3 0x71594535u /* 53 69 89 113 */
 /* mxfp4 doubled E2M1 values {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12} */
 #define FP4_T0 0x03020100u
 #define FP4_T1 0x0c080604u
@@ -158,37 +159,52 @@ static __device__ __forceinline__ void kscale(const int4 &h, int j, float *sc, f
     }
 }
 
-/* one unit's activations for one row: the runs A and B (16 codes each) and their blocks' scales */
+/* one unit's activations for one row: the runs A and B (16 codes each) and
+ * their blocks' scales d and scaled sums s (when A and B lie in one block,
+ * only the first of each is loaded) */
 struct XU {
     int4 a, b;
     float da, db, sa, sb;
 };
 
-template <bool SUMS>
+template <bool SUMS, bool ONE_BLOCK>
 static __device__ __forceinline__ void xload(const xview &x, int r, int pa, int pb, XU &o) {
     const int8_t *q = x.q + r * x.ld;
     o.a = __ldg((const int4 *)(q + pa));
     o.b = __ldg((const int4 *)(q + pb));
     const float *d = x.d + r * x.ldb;
     o.da = __ldg(d + pa / 32);
-    o.db = __ldg(d + pb / 32);
+    o.db = ONE_BLOCK ? o.da : __ldg(d + pb / 32);
+    o.sa = o.sb = 0;
     if (SUMS) {
         const float *s = x.s + r * x.ldb;
         o.sa = __ldg(s + pa / 32);
-        o.sb = __ldg(s + pb / 32);
-    } else {
-        o.sa = o.sb = 0;
+        if (!ONE_BLOCK) o.sb = __ldg(s + pb / 32);
     }
 }
 
+/* a unit of weights made ready for the activation rows: int8 values of the
+ * runs A and B, their scales fa, fb, and the factors ma, mb of the
+ * activation sums (q4_0's offset 8 and the K-quants' mins): the unit adds
+ * fa * da * (A . xa) + fb * db * (B . xb) - ma * sa - mb * sb per row */
+struct PU {
+    int4 a, b;
+    float fa, fb, ma, mb;
+};
+
+static __device__ __forceinline__ float pdot(const PU &w, const XU &x) {
+    float r = w.fa * x.da * (float)dot4(w.a, x.a, 0) + w.fb * x.db * (float)dot4(w.b, x.b, 0);
+    return r - w.ma * x.sa - w.mb * x.sb;
+}
+
 /* ---- per-type units: load (loads only, so that several units' loads are in
- * flight before the first use), pos (where the unit's runs A and B lie in
- * the row), dot (the unit's contribution for one activation row) ---- */
+ * flight before the first use), prep (decoding, once per unit and weight
+ * row), pos (where the unit's runs A and B lie in the row) ---- */
 
 template <int T> struct TT;
 
 template <> struct TT<QT_Q4_0> {
-    static constexpr bool SUMS = true;
+    static constexpr bool SUMS = true, ONE_BLOCK = true;
     struct W { int4 q; unsigned short d; };
     static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
         const int64_t b = row * (w.k / 32) + u;
@@ -198,14 +214,14 @@ template <> struct TT<QT_Q4_0> {
         return o;
     }
     static __device__ __forceinline__ void pos(int u, int &pa, int &pb) { pa = 32 * u; pb = pa + 16; }
-    static __device__ __forceinline__ float dot(const W &w, const XU &x, int) {
-        const int s = dot4(hi4(w.q), x.b, dot4(lo4(w.q), x.a, 0));
-        return h2f(w.d) * (x.da * (float)s - 8.0f * x.sa);
+    static __device__ __forceinline__ PU prep(const W &w, int) {
+        const float d = h2f(w.d);
+        return PU{lo4(w.q), hi4(w.q), d, d, 8.0f * d, 0.0f};
     }
 };
 
 template <> struct TT<QT_Q8_0> {
-    static constexpr bool SUMS = false;
+    static constexpr bool SUMS = false, ONE_BLOCK = true;
     struct W { int4 q0, q1; unsigned short d; };
     static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
         const int64_t b = row * (w.k / 32) + u;
@@ -216,8 +232,9 @@ template <> struct TT<QT_Q8_0> {
         return o;
     }
     static __device__ __forceinline__ void pos(int u, int &pa, int &pb) { pa = 32 * u; pb = pa + 16; }
-    static __device__ __forceinline__ float dot(const W &w, const XU &x, int) {
-        return h2f(w.d) * x.da * (float)dot4(w.q1, x.b, dot4(w.q0, x.a, 0));
+    static __device__ __forceinline__ PU prep(const W &w, int) {
+        const float d = h2f(w.d);
+        return PU{w.q0, w.q1, d, d, 0.0f, 0.0f};
     }
 };
 
@@ -231,18 +248,17 @@ static __device__ __forceinline__ void kpos(int u, int &pa, int &pb) {
     pb = pa + 32;
 }
 
-static __device__ __forceinline__ float kfinish(const int4 &h, int c, int sa, int sb, const XU &x) {
+static __device__ __forceinline__ PU kprep(const int4 &h, int c, int4 a, int4 b) {
     const float d = h2f((unsigned short)(h.x & 0xffff)), dmin = h2f((unsigned short)((unsigned)h.x >> 16));
     float sca, ma, scb, mb;
     kscale(h, 2 * (c >> 1), &sca, &ma);
     kscale(h, 2 * (c >> 1) + 1, &scb, &mb);
-    float r = d * (sca * x.da * (float)sa + scb * x.db * (float)sb);
-    if (!(c & 1)) r -= dmin * (ma * x.sa + mb * x.sb);
-    return r;
+    const float odd = (c & 1) ? 0.0f : dmin;
+    return PU{a, b, d * sca, d * scb, odd * ma, odd * mb};
 }
 
 template <> struct TT<QT_Q4_K> {
-    static constexpr bool SUMS = true;
+    static constexpr bool SUMS = true, ONE_BLOCK = false;
     struct W { int4 q, h; };
     static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
         const uint8_t *blk = w.p[0] + (row * (w.k / 256) + (u >> 3)) * 144;
@@ -252,13 +268,11 @@ template <> struct TT<QT_Q4_K> {
         return o;
     }
     static __device__ __forceinline__ void pos(int u, int &pa, int &pb) { kpos(u, pa, pb); }
-    static __device__ __forceinline__ float dot(const W &w, const XU &x, int u) {
-        return kfinish(w.h, u & 7, dot4(lo4(w.q), x.a, 0), dot4(hi4(w.q), x.b, 0), x);
-    }
+    static __device__ __forceinline__ PU prep(const W &w, int u) { return kprep(w.h, u & 7, lo4(w.q), hi4(w.q)); }
 };
 
 template <> struct TT<QT_Q5_K> {
-    static constexpr bool SUMS = true;
+    static constexpr bool SUMS = true, ONE_BLOCK = false;
     struct W { int4 q, qh, h; };
     static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
         const uint8_t *blk = w.p[0] + (row * (w.k / 256) + (u >> 3)) * 176;
@@ -269,7 +283,7 @@ template <> struct TT<QT_Q5_K> {
         return o;
     }
     static __device__ __forceinline__ void pos(int u, int &pa, int &pb) { kpos(u, pa, pb); }
-    static __device__ __forceinline__ float dot(const W &w, const XU &x, int u) {
+    static __device__ __forceinline__ PU prep(const W &w, int u) {
         const int sh = 2 * ((u & 7) >> 1);
         int4 l = lo4(w.q), h = hi4(w.q);
         l.x |= (((unsigned)w.qh.x >> sh) & 0x01010101u) << 4;
@@ -280,7 +294,7 @@ template <> struct TT<QT_Q5_K> {
         h.y |= (((unsigned)w.qh.y >> (sh + 1)) & 0x01010101u) << 4;
         h.z |= (((unsigned)w.qh.z >> (sh + 1)) & 0x01010101u) << 4;
         h.w |= (((unsigned)w.qh.w >> (sh + 1)) & 0x01010101u) << 4;
-        return kfinish(w.h, u & 7, dot4(l, x.a, 0), dot4(h, x.b, 0), x);
+        return kprep(w.h, u & 7, l, h);
     }
 };
 
@@ -294,7 +308,7 @@ static __device__ __forceinline__ int q6v(unsigned ql, unsigned qh, int sh) {
 }
 
 template <> struct TT<QT_Q6_K> {
-    static constexpr bool SUMS = false;
+    static constexpr bool SUMS = false, ONE_BLOCK = false;
     struct W { int4 ql, qh; uint2 sc; unsigned short d; };
     static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
         const int64_t b = row * (w.k / 256) + (u >> 3);
@@ -310,21 +324,21 @@ template <> struct TT<QT_Q6_K> {
         pa = 256 * (u >> 3) + 128 * ((u & 7) >> 2) + 16 * (u & 3);
         pb = pa + 64;
     }
-    static __device__ __forceinline__ float dot(const W &w, const XU &x, int u) {
+    static __device__ __forceinline__ PU prep(const W &w, int u) {
         const int c4 = u & 3, sh = 2 * (c4 >> 1);
         const int4 l = make_int4(q6v(w.ql.x, w.qh.x, sh), q6v(w.ql.y, w.qh.y, sh), q6v(w.ql.z, w.qh.z, sh),
                                  q6v(w.ql.w, w.qh.w, sh));
         const int4 h = make_int4(q6v(w.ql.x >> 4, w.qh.x, sh + 4), q6v(w.ql.y >> 4, w.qh.y, sh + 4),
                                  q6v(w.ql.z >> 4, w.qh.z, sh + 4), q6v(w.ql.w >> 4, w.qh.w, sh + 4));
-        const float sca = (float)(int8_t)(w.sc.x >> (8 * c4)), scb = (float)(int8_t)(w.sc.y >> (8 * c4));
-        return h2f(w.d) * (sca * x.da * (float)dot4(l, x.a, 0) + scb * x.db * (float)dot4(h, x.b, 0));
+        const float d = h2f(w.d);
+        return PU{l, h, d * (float)(int8_t)(w.sc.x >> (8 * c4)), d * (float)(int8_t)(w.sc.y >> (8 * c4)), 0.0f, 0.0f};
     }
 };
 
 /* iq4_xs unit u = 8 * block + ib: sub-block ib, 16 code bytes (low nibbles
  * values 0..15, high 16..31), scale from the block's 8-byte header */
 template <> struct TT<QT_IQ4_XS> {
-    static constexpr bool SUMS = false;
+    static constexpr bool SUMS = false, ONE_BLOCK = true;
     struct W { int4 q; uint2 h; };
     static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
         const int64_t b = row * (w.k / 256) + (u >> 3);
@@ -334,17 +348,16 @@ template <> struct TT<QT_IQ4_XS> {
         return o;
     }
     static __device__ __forceinline__ void pos(int u, int &pa, int &pb) { pa = 32 * u; pb = pa + 16; }
-    static __device__ __forceinline__ float dot(const W &w, const XU &x, int u) {
+    static __device__ __forceinline__ PU prep(const W &w, int u) {
         const int ib = u & 7;
         const int ls = (int)((w.h.y >> (4 * ib)) & 0xf) | (int)(((w.h.x >> (16 + 2 * ib)) & 3) << 4);
         const float dl = h2f((unsigned short)(w.h.x & 0xffff)) * (float)(ls - 32);
-        const int s = dot4(lut4(hi4(w.q), true), x.b, dot4(lut4(lo4(w.q), true), x.a, 0));
-        return dl * x.da * (float)s;
+        return PU{lut4(lo4(w.q), true), lut4(hi4(w.q), true), dl, dl, 0.0f, 0.0f};
     }
 };
 
 template <> struct TT<QT_MXFP4> {
-    static constexpr bool SUMS = false;
+    static constexpr bool SUMS = false, ONE_BLOCK = true;
     struct W { int4 q; unsigned char e; };
     static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
         const int64_t b = row * (w.k / 32) + u;
@@ -354,9 +367,9 @@ template <> struct TT<QT_MXFP4> {
         return o;
     }
     static __device__ __forceinline__ void pos(int u, int &pa, int &pb) { pa = 32 * u; pb = pa + 16; }
-    static __device__ __forceinline__ float dot(const W &w, const XU &x, int) {
-        const int s = dot4(lut4(hi4(w.q), false), x.b, dot4(lut4(lo4(w.q), false), x.a, 0));
-        return e8m0_half(w.e) * x.da * (float)s;
+    static __device__ __forceinline__ PU prep(const W &w, int) {
+        const float d = e8m0_half(w.e);
+        return PU{lut4(lo4(w.q), false), lut4(hi4(w.q), false), d, d, 0.0f, 0.0f};
     }
 };
 
@@ -407,12 +420,15 @@ static __global__ void __launch_bounds__(WARPS * 32) mmv_q(wview w, xview x, flo
             if (u >= units) break;
             int pa, pb;
             U::pos(u, pa, pb);
+            PU pw[RPW];
+#pragma unroll
+            for (int rr = 0; rr < RPW; rr++) pw[rr] = U::prep(wd[rr][j], u);
 #pragma unroll
             for (int r = 0; r < NA; r++) {
                 XU xu;
-                xload<U::SUMS>(x, r, pa, pb, xu);
+                xload<U::SUMS, U::ONE_BLOCK>(x, r, pa, pb, xu);
 #pragma unroll
-                for (int rr = 0; rr < RPW; rr++) acc[rr][r] += U::dot(wd[rr][j], xu, u);
+                for (int rr = 0; rr < RPW; rr++) acc[rr][r] += pdot(pw[rr], xu);
             }
         }
     }
@@ -654,10 +670,14 @@ static rkern rkernel(qt_type t) {
     }
 }
 
-/* the built-in rows per warp: more rows share each activation load as na grows */
-static int default_rpw(qt_type t, int na) {
-    (void)t;
-    return na <= 1 ? 1 : na <= 3 ? 2 : 4;
+/* the built-in rows per warp, from bench_cuda_gemv on an H200 (bench/README.md):
+ * more rows share each activation load as na grows; one row of a huge
+ * matrix (the output) gains from 4 rows of loads in flight per warp */
+static int default_rpw(qt_type t, int na, int64_t n) {
+    if (na == 1) return n >= 65536 ? 4 : 2;
+    if (na == 2) return 2;
+    if (na <= 4) return 4;
+    return t == QT_Q8_0 || t == QT_Q4_0 ? 2 : 4;
 }
 
 extern "C" {
@@ -758,7 +778,7 @@ hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_
     hn_status st = check_args(w, x, na, y, err);
     if (st) return st;
     cudaStream_t cs = (cudaStream_t)stream;
-    int rpw = p && p->rows_per_warp ? p->rows_per_warp : default_rpw(w->type, na);
+    int rpw = p && p->rows_per_warp ? p->rows_per_warp : default_rpw(w->type, na, w->n);
     if (rpw != 1 && rpw != 2 && rpw != 4) return hn_errf(err, HN_ERR_INVALID, "cuda: gemv: rows per warp %d (1, 2 or 4)", rpw);
     const unsigned grid = (unsigned)((w->n + WARPS * rpw - 1) / (WARPS * rpw));
     if (is_float_type(w->type)) {
@@ -774,8 +794,10 @@ hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_
         return hn_errf(err, HN_ERR_INVALID, "cuda: gemv: row length %lld over the scratch's %lld", (long long)w->k,
                        (long long)(s ? s->max_k : 0));
     const int64_t nb = w->k / 32;
-    quant_x<<<dim3((unsigned)((nb + 3) / 4), (unsigned)na), 128, 0, cs>>>(x, w->k, s->xq, s->xd, s->xs);
-    HC_LAUNCHED(err, "activation quantization kernel");
+    if (!p || !p->reuse_x) {
+        quant_x<<<dim3((unsigned)((nb + 3) / 4), (unsigned)na), 128, 0, cs>>>(x, w->k, s->xq, s->xd, s->xs);
+        HC_LAUNCHED(err, "activation quantization kernel");
+    }
     xview xv = {s->xq, s->xd, s->xs, w->k, nb};
     qkernel(w->type, na, rpw)<<<grid, WARPS * 32, 0, cs>>>(view_of(w), xv, y);
     HC_LAUNCHED(err, "gemv kernel");
