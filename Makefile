@@ -7,6 +7,13 @@
 # AVX2+FMA+F16C, *_avx512.c for AVX-512 F+BW on top, *_vnni.c for AVX-512
 # F+BW+VL+VNNI on top, *_avx512bf16.c for AVX-512 F+BW+BF16; all only called
 # after a run-time CPU check.
+#
+# CUDA (src/backend/cuda/*.cu) is built when nvcc is found: NVCC from the
+# command line, else nvcc on PATH, else $(CUDA_HOME)/bin/nvcc; CUDA=0 builds
+# without. Its kernels go into $(BUILD)/libhone_cuda.a, HN_HAVE_CUDA is
+# defined for the C side, and the CUDA runtime is linked statically: it finds
+# the driver when it runs, so the same binaries run the CPU engine (and skip
+# the GPU tests) on a machine without a GPU or driver.
 
 CC      ?= cc
 OPT     ?= -O2
@@ -26,6 +33,30 @@ OBJ_LIB := $(SRC_LIB:%.c=$(BUILD)/%.o)
 OBJ_CLI := $(SRC_CLI:%.c=$(BUILD)/%.o)
 BIN_TST := $(SRC_TST:tests/%.c=$(BUILD)/tests/%)
 
+CUDA      ?= 1
+CUDA_HOME ?= /usr/local/cuda
+ifeq ($(CUDA),1)
+ifndef NVCC
+NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nvcc))
+endif
+else
+NVCC :=
+endif
+ifneq ($(strip $(NVCC)),)
+CUDA_ROOT  := $(abspath $(dir $(realpath $(NVCC)))/..)
+CUDA_LDIR  := $(firstword $(dir $(wildcard $(CUDA_ROOT)/lib64/libcudart_static.a $(CUDA_ROOT)/targets/*/lib/libcudart_static.a)))
+# sm_90 machine code plus its PTX, which newer GPUs compile at load
+CUDA_ARCH  ?= -gencode arch=compute_90,code=[sm_90,compute_90]
+NVCCFLAGS  ?= -O3 -lineinfo
+# no C++ runtime: the C link needs no libstdc++
+NVCC_WARN   = -std=c++17 -Xcompiler -Wall,-Wextra,-fno-exceptions,-fno-threadsafe-statics -Werror all-warnings
+SRC_CU     := $(sort $(wildcard src/backend/cuda/*.cu))
+OBJ_CU     := $(SRC_CU:%.cu=$(BUILD)/%.o)
+CUDA_LIB   := $(BUILD)/libhone_cuda.a
+CUDA_LIBS  := $(if $(CUDA_LDIR),-L$(CUDA_LDIR)) -lcudart_static -ldl -lrt -lpthread
+DEFS       += -DHN_HAVE_CUDA
+endif
+
 ifeq ($(ARCH),x86_64)
 SIMD_AVX2 = -mavx2 -mfma -mf16c
 SIMD_AVX512 = $(SIMD_AVX2) -mavx512f -mavx512bw
@@ -33,19 +64,27 @@ SIMD_VNNI = $(SIMD_AVX512) -mavx512vl -mavx512vnni
 SIMD_AVX512BF16 = $(SIMD_AVX512) -mavx512bf16
 endif
 
-.PHONY: all check test asan-test setup demo clean
+.PHONY: all check test asan-test setup demo clean bench-cuda
 
 all: hone
 
 hone: $(BUILD)/hone
 	@ln -sf $(BUILD)/hone hone
 
-$(BUILD)/hone: $(OBJ_CLI) $(BUILD)/libhone.a
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(OBJ_CLI) $(BUILD)/libhone.a $(LIBS)
+$(BUILD)/hone: $(OBJ_CLI) $(BUILD)/libhone.a $(CUDA_LIB)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(OBJ_CLI) $(CUDA_LIB) $(BUILD)/libhone.a $(LIBS) $(CUDA_LIBS)
 
 $(BUILD)/libhone.a: $(OBJ_LIB)
 	@rm -f $@
 	ar rcs $@ $^
+
+$(BUILD)/libhone_cuda.a: $(OBJ_CU)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/src/backend/cuda/%.o: src/backend/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(NVCC_WARN) $(CUDA_ARCH) $(DEFS) -MMD -MP -c -o $@ $<
 
 # the tuner's cached winners are keyed by a checksum of the kernel sources, so
 # a binary whose kernels changed tunes again
@@ -74,9 +113,16 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(DEFS) $(DEPFLAGS) -c -o $@ $<
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libhone.a tests/test.h
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libhone.a $(CUDA_LIB) tests/test.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(WARN) $(DEFS) -Isrc -o $@ $< $(BUILD)/libhone.a $(LIBS)
+	$(CC) $(CFLAGS) $(WARN) $(DEFS) -Isrc -o $@ $< $(CUDA_LIB) $(BUILD)/libhone.a $(LIBS) $(CUDA_LIBS)
+
+# the CUDA matrix-vector benchmark (needs nvcc; runs on a machine with a GPU)
+bench-cuda: $(BUILD)/bench/bench_cuda_gemv
+$(BUILD)/bench/bench_cuda_gemv: bench/bench_cuda_gemv.c $(BUILD)/libhone.a $(CUDA_LIB)
+	@test -n "$(CUDA_LIB)" || { echo "bench-cuda: no nvcc found (set NVCC or CUDA_HOME)"; exit 1; }
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) $(DEFS) -Isrc -o $@ $< $(CUDA_LIB) $(BUILD)/libhone.a $(LIBS) $(CUDA_LIBS)
 
 tests: $(BIN_TST)
 
@@ -107,4 +153,4 @@ demo: setup
 clean:
 	rm -rf build build-asan hone
 
--include $(OBJ_LIB:.o=.d) $(OBJ_CLI:.o=.d)
+-include $(OBJ_LIB:.o=.d) $(OBJ_CLI:.o=.d) $(OBJ_CU:.o=.d)

@@ -1,0 +1,152 @@
+/* cuda.h: the CUDA foundation of the future cuda backend (DESIGN.md,
+ * "backend/ cuda"): device probe, CUDA errors as hn_status, device memory,
+ * and the quantized matrix-vector kernels of decode.
+ *
+ * This is C, callable from the C engine; the kernels live in *.cu files
+ * compiled by nvcc into libhone_cuda.a (only when the build found nvcc: then
+ * HN_HAVE_CUDA is defined). The CUDA runtime is linked statically and finds
+ * the driver at run time, so a machine without a driver or GPU still runs the
+ * CPU engine: hc_init() then fails with HN_ERR_UNSUPPORTED and a message.
+ *
+ * No function aborts: every CUDA error becomes an hn_status plus a message
+ * naming the call ("cuda: cudaMalloc(1073741824 bytes): out of memory").
+ * Functions that queue work on a stream report launch errors at once;
+ * errors of the work itself appear at the next hc_sync.
+ *
+ * Matrix-vector product (decode): y[r][j] = dot(W[j], x[r]) for r < na
+ * (1..HC_GEMV_MAX_ROWS activation rows), W an N x K matrix in its GGUF type
+ * in device memory (hc_weight), x f32 [na][K] and y f32 [na][N], both device
+ * memory, row-major. For the integer types (q4_0, q8_0, q4_K, q5_K, q6_K,
+ * iq4_xs, mxfp4) x is first quantized on the device to 8 bits per value in
+ * blocks of 32 (one f32 scale and the block's sum, like the CPU's q8_1), so
+ * the inner product is dp4a on int8; f16 and bf16 weights multiply f32 x
+ * directly. Every type also has a scalar reference kernel (one thread per
+ * output, f32 x, f64 sum, each weight decoded on its own from the device
+ * layout) that tests compare with the CPU's dequantizer. */
+#ifndef HN_CUDA_H
+#define HN_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" { /* the C headers below too: hn_errf is a C function */
+#endif
+
+#include "../../core/status.h"
+#include "../../quant/blocks.h"
+
+#define HC_GEMV_MAX_ROWS 8
+
+typedef struct hc_device {
+    int index;
+    char name[256];
+    int cc_major, cc_minor;   /* compute capability */
+    int sm_count;
+    int l2_bytes;
+    int smem_per_block_optin; /* largest dynamic shared memory a block may ask for */
+    int clock_khz, mem_clock_khz, mem_bus_bits;
+    size_t mem_total, mem_free;
+    int driver_version, runtime_version; /* 13000 = 13.0 */
+} hc_device;
+
+/* Selects device `index` and makes its context. HN_ERR_UNSUPPORTED (with the
+ * reason) when there is no driver, no device or no such device. */
+hn_status hc_init(int index, hn_err *err);
+/* Number of CUDA devices (0 without a driver or device; never fails). */
+int hc_device_count(void);
+/* Properties of the current device (after hc_init). */
+hn_status hc_probe(hc_device *out, hn_err *err);
+/* Device-to-device copy bandwidth in GB/s (bytes read + written, 1e9),
+ * measured with a 16-byte-per-thread copy kernel over two buffers of `bytes`
+ * (rounded down to 16), median of `reps` timed copies after a warm-up. */
+hn_status hc_copy_bandwidth(size_t bytes, int reps, double *gbps, hn_err *err);
+
+/* Read bandwidth in GB/s: a kernel that only reads `bytes` (16 bytes per
+ * thread per step, summed into one word per thread), the ceiling of a
+ * matrix-vector product, which reads its weights and writes almost nothing. */
+hn_status hc_read_bandwidth(size_t bytes, int reps, double *gbps, hn_err *err);
+
+/* ---- memory and streams (thin wrappers that turn errors into hn_status) ---- */
+hn_status hc_malloc(void **p, size_t bytes, hn_err *err);
+void hc_free(void *p);
+hn_status hc_upload(void *dst, const void *src, size_t bytes, hn_err *err);
+hn_status hc_download(void *dst, const void *src, size_t bytes, hn_err *err);
+/* Fills n floats at p (device) with f, e.g. NaN to poison an output (queued on the default stream). */
+hn_status hc_fill_f32(float *p, size_t n, float f, hn_err *err);
+/* Waits for the device; the first error of queued work. */
+hn_status hc_sync(hn_err *err);
+
+/* Times device work with two CUDA events on a stream (NULL: the default). */
+typedef struct hc_timer {
+    void *start, *stop;
+} hc_timer;
+hn_status hc_timer_init(hc_timer *t, hn_err *err);
+void hc_timer_free(hc_timer *t);
+void hc_timer_start(hc_timer *t, void *stream);
+void hc_timer_stop(hc_timer *t, void *stream);
+/* Waits for the stop event; milliseconds between the two events. */
+hn_status hc_timer_ms(hc_timer *t, float *ms, hn_err *err);
+
+/* ---- weights ---- */
+
+/* A matrix of n rows of k elements in GGUF type `type` on the device. The
+ * bytes are those of the file, possibly split into planes (all block scales
+ * of the matrix in one array, all codes in another), so that the kernels
+ * read 16 aligned bytes at a time: blocks of 18, 34, 136, 210 or 17 bytes
+ * are not 16-byte aligned in the file layout. q4_K, q5_K (144, 176 bytes),
+ * f16 and bf16 stay in the file layout. gguf_bytes is what one product reads. */
+typedef struct hc_weight {
+    qt_type type;
+    int64_t k, n;
+    size_t gguf_bytes;
+    void *mem;                 /* the one allocation (owned) */
+    const uint8_t *plane[4];   /* views into mem */
+} hc_weight;
+
+/* True if hc_gemv has kernels for the type. */
+bool hc_gemv_supports(qt_type t);
+/* Uploads n rows of k elements of type t from host memory (the file bytes:
+ * n * qt_row_size(t, k)) and repacks them on the device. k must be a whole
+ * number of blocks; bad shapes or types give HN_ERR_INVALID/UNSUPPORTED. */
+hn_status hc_weight_upload(hc_weight *w, qt_type t, int64_t k, int64_t n, const void *host, hn_err *err);
+void hc_weight_free(hc_weight *w);
+
+/* ---- matrix-vector products ---- */
+
+/* Scratch for the quantized activations (device memory, made once). */
+typedef struct hc_gemv_scratch {
+    int64_t max_k;
+    int8_t *xq;    /* [HC_GEMV_MAX_ROWS][max_k] */
+    float *xd;     /* [HC_GEMV_MAX_ROWS][max_k / 32]: block scales */
+    float *xs;     /* [HC_GEMV_MAX_ROWS][max_k / 32]: scale * sum of the block's codes */
+} hc_gemv_scratch;
+
+hn_status hc_gemv_scratch_init(hc_gemv_scratch *s, int64_t max_k, hn_err *err);
+void hc_gemv_scratch_free(hc_gemv_scratch *s);
+
+/* Kernel parameters (0: the built-in choice). rows_per_warp changes speed
+ * only: output rows one warp computes together (1, 2 or 4), so that the
+ * activation values a lane loads serve that many weight rows. reuse_x: the
+ * scratch already holds this x, quantized by the previous call on the same
+ * stream with the same x, na and k (weights sharing an input, as q/k/v or
+ * gate/up do, convert it once); ignored for f16/bf16. */
+typedef struct hc_gemv_params {
+    int rows_per_warp;
+    int reuse_x;
+} hc_gemv_params;
+
+/* Queues y = W x (see the top of this file) on `stream` (a cudaStream_t;
+ * NULL: the default stream). p may be NULL. Fails on bad arguments (na out of
+ * 1..8, k over the scratch) or a launch error. */
+hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_scratch *s,
+                  const hc_gemv_params *p, void *stream, hn_err *err);
+/* The scalar reference: same contract, one thread per output, no scratch. */
+hn_status hc_gemv_ref(const hc_weight *w, const float *x, int na, float *y, void *stream, hn_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,815 @@
+/* cuda_gemv.cu: weights on the device and the decode matrix-vector kernels
+ * (cuda.h has the contract).
+ *
+ * Layout. A weight is one allocation of up to four planes: for q4_0, q8_0,
+ * q6_K, iq4_xs and mxfp4 each field of the GGUF block (codes, high bits,
+ * scales, super-scale) goes to its own plane, so a row's codes are contiguous
+ * and 16-byte aligned; q4_K, q5_K, f16 and bf16 keep the file layout, whose
+ * blocks (144, 176 bytes) already are. The repack runs on the device once,
+ * at upload; the bytes are the file's, only their order changes.
+ *
+ * Kernels (integer types). x is quantized first (quant_x: 32 values per
+ * block, int8 codes, f32 scale d and d * sum of codes). Each lane of a warp
+ * owns "units" of 32 weights of a row (one 32-block, or an eighth of a
+ * 256-super-block) that cover two 16-value runs of x, A and B: it loads the
+ * unit's 16 code bytes with one 16-byte load (plus its scales), the matching
+ * 2 x 16 int8 of each activation row, and does 8 dp4a per row. Consecutive
+ * lanes take consecutive units, so a warp instruction reads 512 contiguous
+ * bytes of codes. A unit is decoded once (prep: int8 values, scales, min
+ * factors) and then serves every activation row. A warp computes RPW rows at
+ * once (the x registers serve all of them) and keeps 4 units of loads in
+ * flight per lane (UN = 4 / RPW units of RPW rows) before it computes; 4
+ * warps a block; the warp's lanes then sum by shuffles. f16/bf16: the same shape with 8 weights a unit and
+ * f32 x read directly. */
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda_int.cuh"
+
+/* ---- layouts ---- */
+
+typedef struct layout {
+    int blck, size, nplanes;
+    int off[4], len[4]; /* plane p holds bytes [off, off + len) of every block */
+} layout;
+
+static bool layout_of(qt_type t, layout *L) {
+    static const layout tab[] = {
+        /* blck size np  offsets          lengths */
+        {32, 18, 2, {2, 0}, {16, 2}},                  /* q4_0: codes, d */
+        {32, 34, 2, {2, 0}, {32, 2}},                  /* q8_0: codes, d */
+        {256, 144, 1, {0}, {144}},                     /* q4_K: as in the file */
+        {256, 176, 1, {0}, {176}},                     /* q5_K: as in the file */
+        {256, 210, 4, {0, 128, 192, 208}, {128, 64, 16, 2}}, /* q6_K: ql, qh, scales, d */
+        {256, 136, 2, {8, 0}, {128, 8}},               /* iq4_xs: codes, d + scales */
+        {32, 17, 2, {1, 0}, {16, 1}},                  /* mxfp4: codes, e */
+        {1, 2, 1, {0}, {2}},                           /* f16 */
+        {1, 2, 1, {0}, {2}},                           /* bf16 */
+    };
+    int i;
+    switch (t) {
+    case QT_Q4_0: i = 0; break;
+    case QT_Q8_0: i = 1; break;
+    case QT_Q4_K: i = 2; break;
+    case QT_Q5_K: i = 3; break;
+    case QT_Q6_K: i = 4; break;
+    case QT_IQ4_XS: i = 5; break;
+    case QT_MXFP4: i = 6; break;
+    case QT_F16: i = 7; break;
+    case QT_BF16: i = 8; break;
+    default: return false;
+    }
+    *L = tab[i];
+    return true;
+}
+
+static bool is_float_type(qt_type t) { return t == QT_F16 || t == QT_BF16; }
+
+/* what a kernel sees of a weight */
+struct wview {
+    const uint8_t *p[4];
+    int64_t k, n;
+};
+
+/* the quantized activations: row r's codes at q + r * ld, scales at d/s + r * ldb */
+struct xview {
+    const int8_t *q;
+    const float *d, *s;
+    int64_t ld, ldb;
+};
+
+static wview view_of(const hc_weight *w) {
+    wview v;
+    for (int i = 0; i < 4; i++) v.p[i] = w->plane[i];
+    v.k = w->k;
+    v.n = w->n;
+    return v;
+}
+
+/* ---- small device helpers ---- */
+
+static __device__ __forceinline__ float h2f(unsigned short h) { return __half2float(__ushort_as_half(h)); }
+
+static __device__ __forceinline__ int dot4(int4 w, int4 x, int acc) {
+    acc = __dp4a(w.x, x.x, acc);
+    acc = __dp4a(w.y, x.y, acc);
+    acc = __dp4a(w.z, x.z, acc);
+    return __dp4a(w.w, x.w, acc);
+}
+
+static __device__ __forceinline__ int4 lo4(int4 q) {
+    return make_int4(q.x & 0x0f0f0f0f, q.y & 0x0f0f0f0f, q.z & 0x0f0f0f0f, q.w & 0x0f0f0f0f);
+}
+static __device__ __forceinline__ int4 hi4(int4 q) {
+    return make_int4((q.x >> 4) & 0x0f0f0f0f, (q.y >> 4) & 0x0f0f0f0f, (q.z >> 4) & 0x0f0f0f0f, (q.w >> 4) & 0x0f0f0f0f);
+}
+
+/* 4 bytes each holding a 4-bit index -> the 4 int8 entries of a 16-entry
+ * table held as 4 words (t0 entries 0-3 ... t3 entries 12-15), by two byte
+ * permutes and a select on each index's bit 3 */
+static __device__ __forceinline__ int lut16(int idx, unsigned t0, unsigned t1, unsigned t2, unsigned t3) {
+    const unsigned v = (unsigned)idx & 0x07070707u, t = v | (v >> 4);
+    const unsigned sel = (t & 0xffu) | ((t >> 8) & 0xff00u);
+    const unsigned lo = __byte_perm(t0, t1, sel), hi = __byte_perm(t2, t3, sel);
+    const unsigned m = (((unsigned)idx >> 3) & 0x01010101u) * 0xffu;
+    return (int)((hi & m) | (lo & ~m));
+}
+
+/* iq4_nl/iq4_xs values {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113} as bytes */
+#define IQ4_T0 0xbfad9881u /* -127 -104 -83 -65 */
+#define IQ4_T1 0xf6eaddcfu /* -49 -35 -22 -10 */
+#define IQ4_T2 0x26190d01u /* 1 13 25 38 */
+#define IQ4_T3 0x71594535u /* 53 69 89 113 */
+/* mxfp4 doubled E2M1 values {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12} */
+#define FP4_T0 0x03020100u
+#define FP4_T1 0x0c080604u
+#define FP4_T2 0xfdfeff00u
+#define FP4_T3 0xf4f8fafcu
+
+static __device__ __forceinline__ int4 lut4(int4 q, bool iq4) {
+    if (iq4)
+        return make_int4(lut16(q.x, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3), lut16(q.y, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3),
+                         lut16(q.z, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3), lut16(q.w, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3));
+    return make_int4(lut16(q.x, FP4_T0, FP4_T1, FP4_T2, FP4_T3), lut16(q.y, FP4_T0, FP4_T1, FP4_T2, FP4_T3),
+                     lut16(q.z, FP4_T0, FP4_T1, FP4_T2, FP4_T3), lut16(q.w, FP4_T0, FP4_T1, FP4_T2, FP4_T3));
+}
+
+/* 2^(e-128): the mxfp4 scale (the table above holds doubled values) */
+static __device__ __forceinline__ float e8m0_half(unsigned e) {
+    const unsigned bits = e < 2 ? 0x00200000u << e : (e - 1) << 23;
+    return __uint_as_float(bits);
+}
+
+/* byte i (0..11) of the K-quant scale bytes held in h.y, h.z, h.w */
+static __device__ __forceinline__ unsigned kbyte(const int4 &h, int i) {
+    const unsigned w = i < 4 ? (unsigned)h.y : i < 8 ? (unsigned)h.z : (unsigned)h.w;
+    return (w >> (8 * (i & 3))) & 0xffu;
+}
+/* the 6-bit scale and min of sub-block j (0..7) of a q4_K/q5_K block */
+static __device__ __forceinline__ void kscale(const int4 &h, int j, float *sc, float *m) {
+    if (j < 4) {
+        *sc = (float)(kbyte(h, j) & 63);
+        *m = (float)(kbyte(h, j + 4) & 63);
+    } else {
+        *sc = (float)((kbyte(h, j + 4) & 0xf) | ((kbyte(h, j - 4) >> 6) << 4));
+        *m = (float)((kbyte(h, j + 4) >> 4) | ((kbyte(h, j) >> 6) << 4));
+    }
+}
+
+/* one unit's activations for one row: the runs A and B (16 codes each) and
+ * their blocks' scales d and scaled sums s (when A and B lie in one block,
+ * only the first of each is loaded) */
+struct XU {
+    int4 a, b;
+    float da, db, sa, sb;
+};
+
+template <bool SUMS, bool ONE_BLOCK>
+static __device__ __forceinline__ void xload(const xview &x, int r, int pa, int pb, XU &o) {
+    const int8_t *q = x.q + r * x.ld;
+    o.a = __ldg((const int4 *)(q + pa));
+    o.b = __ldg((const int4 *)(q + pb));
+    const float *d = x.d + r * x.ldb;
+    o.da = __ldg(d + pa / 32);
+    o.db = ONE_BLOCK ? o.da : __ldg(d + pb / 32);
+    o.sa = o.sb = 0;
+    if (SUMS) {
+        const float *s = x.s + r * x.ldb;
+        o.sa = __ldg(s + pa / 32);
+        if (!ONE_BLOCK) o.sb = __ldg(s + pb / 32);
+    }
+}
+
+/* a unit of weights made ready for the activation rows: int8 values of the
+ * runs A and B, their scales fa, fb, and the factors ma, mb of the
+ * activation sums (q4_0's offset 8 and the K-quants' mins): the unit adds
+ * fa * da * (A . xa) + fb * db * (B . xb) - ma * sa - mb * sb per row */
+struct PU {
+    int4 a, b;
+    float fa, fb, ma, mb;
+};
+
+static __device__ __forceinline__ float pdot(const PU &w, const XU &x) {
+    float r = w.fa * x.da * (float)dot4(w.a, x.a, 0) + w.fb * x.db * (float)dot4(w.b, x.b, 0);
+    return r - w.ma * x.sa - w.mb * x.sb;
+}
+
+/* ---- per-type units: load (loads only, so that several units' loads are in
+ * flight before the first use), prep (decoding, once per unit and weight
+ * row), pos (where the unit's runs A and B lie in the row) ---- */
+
+template <int T> struct TT;
+
+template <> struct TT<QT_Q4_0> {
+    static constexpr bool SUMS = true, ONE_BLOCK = true;
+    struct W { int4 q; unsigned short d; };
+    static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
+        const int64_t b = row * (w.k / 32) + u;
+        W o;
+        o.q = __ldg((const int4 *)(w.p[0] + b * 16));
+        o.d = __ldg((const unsigned short *)w.p[1] + b);
+        return o;
+    }
+    static __device__ __forceinline__ void pos(int u, int &pa, int &pb) { pa = 32 * u; pb = pa + 16; }
+    static __device__ __forceinline__ PU prep(const W &w, int) {
+        const float d = h2f(w.d);
+        return PU{lo4(w.q), hi4(w.q), d, d, 8.0f * d, 0.0f};
+    }
+};
+
+template <> struct TT<QT_Q8_0> {
+    static constexpr bool SUMS = false, ONE_BLOCK = true;
+    struct W { int4 q0, q1; unsigned short d; };
+    static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
+        const int64_t b = row * (w.k / 32) + u;
+        W o;
+        o.q0 = __ldg((const int4 *)(w.p[0] + b * 32));
+        o.q1 = __ldg((const int4 *)(w.p[0] + b * 32 + 16));
+        o.d = __ldg((const unsigned short *)w.p[1] + b);
+        return o;
+    }
+    static __device__ __forceinline__ void pos(int u, int &pa, int &pb) { pa = 32 * u; pb = pa + 16; }
+    static __device__ __forceinline__ PU prep(const W &w, int) {
+        const float d = h2f(w.d);
+        return PU{w.q0, w.q1, d, d, 0.0f, 0.0f};
+    }
+};
+
+/* q4_K/q5_K unit u = 8 * block + c: 16-byte chunk c of the codes; its low
+ * nibbles are sub-block 2p (p = c / 2) values 16 (c & 1) .. +16, its high
+ * nibbles the same values of sub-block 2p + 1. The min term covers a whole
+ * sub-block, so the even chunk of each pair adds it. */
+static __device__ __forceinline__ void kpos(int u, int &pa, int &pb) {
+    const int c = u & 7;
+    pa = 256 * (u >> 3) + 64 * (c >> 1) + 16 * (c & 1);
+    pb = pa + 32;
+}
+
+static __device__ __forceinline__ PU kprep(const int4 &h, int c, int4 a, int4 b) {
+    const float d = h2f((unsigned short)(h.x & 0xffff)), dmin = h2f((unsigned short)((unsigned)h.x >> 16));
+    float sca, ma, scb, mb;
+    kscale(h, 2 * (c >> 1), &sca, &ma);
+    kscale(h, 2 * (c >> 1) + 1, &scb, &mb);
+    const float odd = (c & 1) ? 0.0f : dmin;
+    return PU{a, b, d * sca, d * scb, odd * ma, odd * mb};
+}
+
+template <> struct TT<QT_Q4_K> {
+    static constexpr bool SUMS = true, ONE_BLOCK = false;
+    struct W { int4 q, h; };
+    static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
+        const uint8_t *blk = w.p[0] + (row * (w.k / 256) + (u >> 3)) * 144;
+        W o;
+        o.h = __ldg((const int4 *)blk);
+        o.q = __ldg((const int4 *)(blk + 16 + 16 * (u & 7)));
+        return o;
+    }
+    static __device__ __forceinline__ void pos(int u, int &pa, int &pb) { kpos(u, pa, pb); }
+    static __device__ __forceinline__ PU prep(const W &w, int u) { return kprep(w.h, u & 7, lo4(w.q), hi4(w.q)); }
+};
+
+template <> struct TT<QT_Q5_K> {
+    static constexpr bool SUMS = true, ONE_BLOCK = false;
+    struct W { int4 q, qh, h; };
+    static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
+        const uint8_t *blk = w.p[0] + (row * (w.k / 256) + (u >> 3)) * 176;
+        W o;
+        o.h = __ldg((const int4 *)blk);
+        o.qh = __ldg((const int4 *)(blk + 16 + 16 * (u & 1)));
+        o.q = __ldg((const int4 *)(blk + 48 + 16 * (u & 7)));
+        return o;
+    }
+    static __device__ __forceinline__ void pos(int u, int &pa, int &pb) { kpos(u, pa, pb); }
+    static __device__ __forceinline__ PU prep(const W &w, int u) {
+        const int sh = 2 * ((u & 7) >> 1);
+        int4 l = lo4(w.q), h = hi4(w.q);
+        l.x |= (((unsigned)w.qh.x >> sh) & 0x01010101u) << 4;
+        l.y |= (((unsigned)w.qh.y >> sh) & 0x01010101u) << 4;
+        l.z |= (((unsigned)w.qh.z >> sh) & 0x01010101u) << 4;
+        l.w |= (((unsigned)w.qh.w >> sh) & 0x01010101u) << 4;
+        h.x |= (((unsigned)w.qh.x >> (sh + 1)) & 0x01010101u) << 4;
+        h.y |= (((unsigned)w.qh.y >> (sh + 1)) & 0x01010101u) << 4;
+        h.z |= (((unsigned)w.qh.z >> (sh + 1)) & 0x01010101u) << 4;
+        h.w |= (((unsigned)w.qh.w >> (sh + 1)) & 0x01010101u) << 4;
+        return kprep(w.h, u & 7, l, h);
+    }
+};
+
+/* q6_K unit u = 8 * block + c: chunk c of ql (16 bytes) in half hf = c / 4;
+ * with c4 = c % 4 its low nibbles are values 128 hf + 16 c4 .. +16 (scale
+ * 8 hf + c4), its high nibbles those + 64 (scale + 4); the two high bits
+ * come from qh bytes 32 hf + 16 (c4 & 1) .. +16, shifted by 2 (c4 / 2) and
+ * that + 4. */
+static __device__ __forceinline__ int q6v(unsigned ql, unsigned qh, int sh) {
+    return (int)__vsub4((ql & 0x0f0f0f0fu) | (((qh >> sh) & 0x03030303u) << 4), 0x20202020u);
+}
+
+template <> struct TT<QT_Q6_K> {
+    static constexpr bool SUMS = false, ONE_BLOCK = false;
+    struct W { int4 ql, qh; uint2 sc; unsigned short d; };
+    static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
+        const int64_t b = row * (w.k / 256) + (u >> 3);
+        const int c = u & 7, hf = c >> 2;
+        W o;
+        o.ql = __ldg((const int4 *)(w.p[0] + b * 128 + 16 * c));
+        o.qh = __ldg((const int4 *)(w.p[1] + b * 64 + 32 * hf + 16 * (c & 1)));
+        o.sc = __ldg((const uint2 *)(w.p[2] + b * 16 + 8 * hf));
+        o.d = __ldg((const unsigned short *)w.p[3] + b);
+        return o;
+    }
+    static __device__ __forceinline__ void pos(int u, int &pa, int &pb) {
+        pa = 256 * (u >> 3) + 128 * ((u & 7) >> 2) + 16 * (u & 3);
+        pb = pa + 64;
+    }
+    static __device__ __forceinline__ PU prep(const W &w, int u) {
+        const int c4 = u & 3, sh = 2 * (c4 >> 1);
+        const int4 l = make_int4(q6v(w.ql.x, w.qh.x, sh), q6v(w.ql.y, w.qh.y, sh), q6v(w.ql.z, w.qh.z, sh),
+                                 q6v(w.ql.w, w.qh.w, sh));
+        const int4 h = make_int4(q6v(w.ql.x >> 4, w.qh.x, sh + 4), q6v(w.ql.y >> 4, w.qh.y, sh + 4),
+                                 q6v(w.ql.z >> 4, w.qh.z, sh + 4), q6v(w.ql.w >> 4, w.qh.w, sh + 4));
+        const float d = h2f(w.d);
+        return PU{l, h, d * (float)(int8_t)(w.sc.x >> (8 * c4)), d * (float)(int8_t)(w.sc.y >> (8 * c4)), 0.0f, 0.0f};
+    }
+};
+
+/* iq4_xs unit u = 8 * block + ib: sub-block ib, 16 code bytes (low nibbles
+ * values 0..15, high 16..31), scale from the block's 8-byte header */
+template <> struct TT<QT_IQ4_XS> {
+    static constexpr bool SUMS = false, ONE_BLOCK = true;
+    struct W { int4 q; uint2 h; };
+    static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
+        const int64_t b = row * (w.k / 256) + (u >> 3);
+        W o;
+        o.q = __ldg((const int4 *)(w.p[0] + b * 128 + 16 * (u & 7)));
+        o.h = __ldg((const uint2 *)(w.p[1] + b * 8));
+        return o;
+    }
+    static __device__ __forceinline__ void pos(int u, int &pa, int &pb) { pa = 32 * u; pb = pa + 16; }
+    static __device__ __forceinline__ PU prep(const W &w, int u) {
+        const int ib = u & 7;
+        const int ls = (int)((w.h.y >> (4 * ib)) & 0xf) | (int)(((w.h.x >> (16 + 2 * ib)) & 3) << 4);
+        const float dl = h2f((unsigned short)(w.h.x & 0xffff)) * (float)(ls - 32);
+        return PU{lut4(lo4(w.q), true), lut4(hi4(w.q), true), dl, dl, 0.0f, 0.0f};
+    }
+};
+
+template <> struct TT<QT_MXFP4> {
+    static constexpr bool SUMS = false, ONE_BLOCK = true;
+    struct W { int4 q; unsigned char e; };
+    static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
+        const int64_t b = row * (w.k / 32) + u;
+        W o;
+        o.q = __ldg((const int4 *)(w.p[0] + b * 16));
+        o.e = __ldg(w.p[1] + b);
+        return o;
+    }
+    static __device__ __forceinline__ void pos(int u, int &pa, int &pb) { pa = 32 * u; pb = pa + 16; }
+    static __device__ __forceinline__ PU prep(const W &w, int) {
+        const float d = e8m0_half(w.e);
+        return PU{lut4(lo4(w.q), false), lut4(hi4(w.q), false), d, d, 0.0f, 0.0f};
+    }
+};
+
+#define WARPS 4
+
+/* sums acc over the warp and lets lane rr * NA + r write y[r][row0 + rr] */
+template <int NA, int RPW>
+static __device__ __forceinline__ void warp_store(float (&acc)[RPW][NA], int64_t row0, int64_t n, float *y) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int rr = 0; rr < RPW; rr++)
+#pragma unroll
+        for (int r = 0; r < NA; r++) {
+            float v = acc[rr][r];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == (rr * NA + r) % 32 && row0 + rr < n) y[r * n + row0 + rr] = v;
+        }
+}
+
+template <int T, int NA, int RPW>
+static __global__ void __launch_bounds__(WARPS * 32) mmv_q(wview w, xview x, float *__restrict__ y) {
+    typedef TT<T> U;
+    constexpr int UN = 4 / RPW;
+    const int lane = threadIdx.x & 31;
+    const int64_t row0 = ((int64_t)blockIdx.x * WARPS + threadIdx.x / 32) * RPW;
+    if (row0 >= w.n) return;
+    const int units = (int)(w.k / 32);
+    int64_t rows[RPW];
+#pragma unroll
+    for (int rr = 0; rr < RPW; rr++) rows[rr] = row0 + rr < w.n ? row0 + rr : w.n - 1;
+    float acc[RPW][NA];
+#pragma unroll
+    for (int rr = 0; rr < RPW; rr++)
+#pragma unroll
+        for (int r = 0; r < NA; r++) acc[rr][r] = 0.0f;
+
+    for (int u0 = lane; u0 < units; u0 += 32 * UN) {
+        typename U::W wd[RPW][UN];
+#pragma unroll
+        for (int j = 0; j < UN; j++)
+            if (u0 + 32 * j < units)
+#pragma unroll
+                for (int rr = 0; rr < RPW; rr++) wd[rr][j] = U::load(w, rows[rr], u0 + 32 * j);
+#pragma unroll
+        for (int j = 0; j < UN; j++) {
+            const int u = u0 + 32 * j;
+            if (u >= units) break;
+            int pa, pb;
+            U::pos(u, pa, pb);
+            PU pw[RPW];
+#pragma unroll
+            for (int rr = 0; rr < RPW; rr++) pw[rr] = U::prep(wd[rr][j], u);
+#pragma unroll
+            for (int r = 0; r < NA; r++) {
+                XU xu;
+                xload<U::SUMS, U::ONE_BLOCK>(x, r, pa, pb, xu);
+#pragma unroll
+                for (int rr = 0; rr < RPW; rr++) acc[rr][r] += pdot(pw[rr], xu);
+            }
+        }
+    }
+    warp_store<NA, RPW>(acc, row0, w.n, y);
+}
+
+/* f16/bf16: unit = 8 weights (16 bytes); k % 8 == 0 */
+static __device__ __forceinline__ void f8(int4 q, bool bf, float (&f)[8]) {
+    const unsigned v[4] = {(unsigned)q.x, (unsigned)q.y, (unsigned)q.z, (unsigned)q.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if (bf) {
+            f[2 * i] = __uint_as_float(v[i] << 16);
+            f[2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
+        } else {
+            const float2 p = __half22float2(*(const __half2 *)&v[i]);
+            f[2 * i] = p.x;
+            f[2 * i + 1] = p.y;
+        }
+    }
+}
+
+template <int T, int NA, int RPW>
+static __global__ void __launch_bounds__(WARPS * 32) mmv_f(wview w, const float *__restrict__ x, float *__restrict__ y) {
+    constexpr int UN = 4 / RPW;
+    constexpr bool BF = T == QT_BF16;
+    const int lane = threadIdx.x & 31;
+    const int64_t row0 = ((int64_t)blockIdx.x * WARPS + threadIdx.x / 32) * RPW;
+    if (row0 >= w.n) return;
+    const int units = (int)(w.k / 8);
+    const int4 *rowp[RPW];
+#pragma unroll
+    for (int rr = 0; rr < RPW; rr++) rowp[rr] = (const int4 *)(w.p[0] + (row0 + rr < w.n ? row0 + rr : w.n - 1) * w.k * 2);
+    float acc[RPW][NA];
+#pragma unroll
+    for (int rr = 0; rr < RPW; rr++)
+#pragma unroll
+        for (int r = 0; r < NA; r++) acc[rr][r] = 0.0f;
+
+    for (int u0 = lane; u0 < units; u0 += 32 * UN) {
+        int4 wd[RPW][UN];
+#pragma unroll
+        for (int j = 0; j < UN; j++)
+            if (u0 + 32 * j < units)
+#pragma unroll
+                for (int rr = 0; rr < RPW; rr++) wd[rr][j] = __ldg(rowp[rr] + u0 + 32 * j);
+#pragma unroll
+        for (int j = 0; j < UN; j++) {
+            const int u = u0 + 32 * j;
+            if (u >= units) break;
+            float wf[RPW][8];
+#pragma unroll
+            for (int rr = 0; rr < RPW; rr++) f8(wd[rr][j], BF, wf[rr]);
+#pragma unroll
+            for (int r = 0; r < NA; r++) {
+                const float4 *xp = (const float4 *)(x + r * w.k + 8 * (int64_t)u);
+                const float4 a = __ldg(xp), b = __ldg(xp + 1);
+#pragma unroll
+                for (int rr = 0; rr < RPW; rr++)
+                    acc[rr][r] += wf[rr][0] * a.x + wf[rr][1] * a.y + wf[rr][2] * a.z + wf[rr][3] * a.w +
+                                  wf[rr][4] * b.x + wf[rr][5] * b.y + wf[rr][6] * b.z + wf[rr][7] * b.w;
+            }
+        }
+    }
+    warp_store<NA, RPW>(acc, row0, w.n, y);
+}
+
+/* x [na][k] f32 -> codes, scales and scaled sums of 32-blocks; one warp a block */
+static __global__ void quant_x(const float *__restrict__ x, int64_t k, int8_t *__restrict__ q, float *__restrict__ d,
+                               float *__restrict__ s) {
+    const int64_t nb = k / 32, b = (int64_t)blockIdx.x * 4 + threadIdx.x / 32;
+    const int r = blockIdx.y, lane = threadIdx.x & 31;
+    if (b >= nb) return;
+    const float v = x[r * k + b * 32 + lane];
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float dd = amax / 127.0f;
+    const int c = dd > 0.0f ? __float2int_rn(v / dd) : 0;
+    int sum = c;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    q[r * k + b * 32 + lane] = (int8_t)c;
+    if (lane == 0) {
+        d[r * nb + b] = dd;
+        s[r * nb + b] = dd * (float)sum;
+    }
+}
+
+/* ---- the scalar reference: element e of row `row`, decoded on its own ---- */
+
+__constant__ int8_t c_iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+__constant__ int8_t c_fp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static __device__ float kscale_ref(const uint8_t *s, int j, float *m) {
+    if (j < 4) {
+        *m = (float)(s[j + 4] & 63);
+        return (float)(s[j] & 63);
+    }
+    *m = (float)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    return (float)((s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4));
+}
+
+template <int T>
+static __device__ float wref(const wview &w, int64_t row, int64_t e) {
+    if (T == QT_F16) return h2f(((const unsigned short *)w.p[0])[row * w.k + e]);
+    if (T == QT_BF16) return __uint_as_float((unsigned)((const unsigned short *)w.p[0])[row * w.k + e] << 16);
+    if (T == QT_Q4_0 || T == QT_Q8_0 || T == QT_MXFP4) {
+        const int64_t b = row * (w.k / 32) + e / 32;
+        const int j = (int)(e % 32);
+        if (T == QT_Q8_0) return h2f(((const unsigned short *)w.p[1])[b]) * (float)((const int8_t *)w.p[0])[b * 32 + j];
+        const uint8_t q = w.p[0][b * 16 + j % 16];
+        const int nib = j < 16 ? q & 15 : q >> 4;
+        if (T == QT_Q4_0) return h2f(((const unsigned short *)w.p[1])[b]) * (float)(nib - 8);
+        return e8m0_half(w.p[1][b]) * (float)c_fp4[nib];
+    }
+    const int64_t b = row * (w.k / 256) + e / 256;
+    const int j = (int)(e % 256);
+    if (T == QT_Q4_K || T == QT_Q5_K) {
+        const int bs = T == QT_Q4_K ? 144 : 176;
+        const uint8_t *blk = w.p[0] + b * bs, *qs = blk + (T == QT_Q4_K ? 16 : 48), *qh = blk + 16;
+        const float d = h2f(*(const unsigned short *)blk), dmin = h2f(*(const unsigned short *)(blk + 2));
+        const int pair = j / 64, within = j % 64, sub = 2 * pair + (within >= 32), l = within % 32;
+        const uint8_t q = qs[32 * pair + l];
+        int v = within < 32 ? q & 15 : q >> 4;
+        if (T == QT_Q5_K) v += ((qh[l] >> sub) & 1) * 16;
+        float m;
+        const float sc = kscale_ref(blk + 4, sub, &m);
+        return d * sc * (float)v - dmin * m;
+    }
+    if (T == QT_Q6_K) {
+        const int hf = j / 128, jj = j % 128, quarter = jj / 32, l = jj % 32;
+        const uint8_t ql = w.p[0][b * 128 + 64 * hf + l + 32 * (quarter & 1)];
+        const uint8_t qh = w.p[1][b * 64 + 32 * hf + l];
+        const int q = ((quarter >= 2 ? ql >> 4 : ql & 15) | (((qh >> (2 * quarter)) & 3) << 4)) - 32;
+        const int8_t sc = ((const int8_t *)w.p[2])[b * 16 + 8 * hf + l / 16 + 2 * quarter];
+        return h2f(((const unsigned short *)w.p[3])[b]) * (float)sc * (float)q;
+    }
+    /* iq4_xs */
+    const uint8_t *h = w.p[1] + b * 8;
+    const int ib = j / 32, jj = j % 32;
+    const uint8_t q = w.p[0][b * 128 + 16 * ib + jj % 16];
+    const int ls = ((h[4 + ib / 2] >> (4 * (ib % 2))) & 0xf) | (((*(const unsigned short *)(h + 2) >> (2 * ib)) & 3) << 4);
+    return h2f(*(const unsigned short *)h) * (float)(ls - 32) * (float)c_iq4[jj < 16 ? q & 15 : q >> 4];
+}
+
+template <int T>
+static __global__ void mmv_ref(wview w, const float *__restrict__ x, float *__restrict__ y) {
+    const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y;
+    if (row >= w.n) return;
+    double acc = 0;
+    for (int64_t e = 0; e < w.k; e++) acc += (double)wref<T>(w, row, e) * (double)x[r * w.k + e];
+    y[r * w.n + row] = (float)acc;
+}
+
+/* ---- repack: block i's bytes [off, off + len) -> plane p at i * len ---- */
+
+struct planes_arg {
+    uint8_t *dst[4];
+    int off[4], len[4];
+    int np, size;
+};
+
+static __global__ void repack(const uint8_t *__restrict__ src, int64_t nblocks, planes_arg a) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nblocks; i += (int64_t)gridDim.x * blockDim.x) {
+        const uint8_t *s = src + i * a.size;
+        for (int p = 0; p < a.np; p++)
+            for (int j = 0; j < a.len[p]; j++) a.dst[p][i * a.len[p] + j] = s[a.off[p] + j];
+    }
+}
+
+/* ---- dispatch ---- */
+
+typedef void (*qkern)(wview, xview, float *);
+typedef void (*fkern)(wview, const float *, float *);
+typedef void (*rkern)(wview, const float *, float *);
+
+template <int T, int RPW>
+static qkern pick_q_na(int na) {
+    switch (na) {
+    case 1: return mmv_q<T, 1, RPW>;
+    case 2: return mmv_q<T, 2, RPW>;
+    case 3: return mmv_q<T, 3, RPW>;
+    case 4: return mmv_q<T, 4, RPW>;
+    case 5: return mmv_q<T, 5, RPW>;
+    case 6: return mmv_q<T, 6, RPW>;
+    case 7: return mmv_q<T, 7, RPW>;
+    default: return mmv_q<T, 8, RPW>;
+    }
+}
+template <int T, int RPW>
+static fkern pick_f_na(int na) {
+    switch (na) {
+    case 1: return mmv_f<T, 1, RPW>;
+    case 2: return mmv_f<T, 2, RPW>;
+    case 3: return mmv_f<T, 3, RPW>;
+    case 4: return mmv_f<T, 4, RPW>;
+    case 5: return mmv_f<T, 5, RPW>;
+    case 6: return mmv_f<T, 6, RPW>;
+    case 7: return mmv_f<T, 7, RPW>;
+    default: return mmv_f<T, 8, RPW>;
+    }
+}
+template <int T>
+static qkern pick_q(int na, int rpw) {
+    return rpw == 1 ? pick_q_na<T, 1>(na) : rpw == 2 ? pick_q_na<T, 2>(na) : pick_q_na<T, 4>(na);
+}
+template <int T>
+static fkern pick_f(int na, int rpw) {
+    return rpw == 1 ? pick_f_na<T, 1>(na) : rpw == 2 ? pick_f_na<T, 2>(na) : pick_f_na<T, 4>(na);
+}
+
+static qkern qkernel(qt_type t, int na, int rpw) {
+    switch (t) {
+    case QT_Q4_0: return pick_q<QT_Q4_0>(na, rpw);
+    case QT_Q8_0: return pick_q<QT_Q8_0>(na, rpw);
+    case QT_Q4_K: return pick_q<QT_Q4_K>(na, rpw);
+    case QT_Q5_K: return pick_q<QT_Q5_K>(na, rpw);
+    case QT_Q6_K: return pick_q<QT_Q6_K>(na, rpw);
+    case QT_IQ4_XS: return pick_q<QT_IQ4_XS>(na, rpw);
+    case QT_MXFP4: return pick_q<QT_MXFP4>(na, rpw);
+    default: return NULL;
+    }
+}
+
+static rkern rkernel(qt_type t) {
+    switch (t) {
+    case QT_Q4_0: return mmv_ref<QT_Q4_0>;
+    case QT_Q8_0: return mmv_ref<QT_Q8_0>;
+    case QT_Q4_K: return mmv_ref<QT_Q4_K>;
+    case QT_Q5_K: return mmv_ref<QT_Q5_K>;
+    case QT_Q6_K: return mmv_ref<QT_Q6_K>;
+    case QT_IQ4_XS: return mmv_ref<QT_IQ4_XS>;
+    case QT_MXFP4: return mmv_ref<QT_MXFP4>;
+    case QT_F16: return mmv_ref<QT_F16>;
+    case QT_BF16: return mmv_ref<QT_BF16>;
+    default: return NULL;
+    }
+}
+
+/* the built-in rows per warp, from bench_cuda_gemv on an H200 (bench/README.md):
+ * more rows share each activation load as na grows; one row of a huge
+ * matrix (the output) gains from 4 rows of loads in flight per warp */
+static int default_rpw(qt_type t, int na, int64_t n) {
+    if (na == 1) return n >= 65536 ? 4 : 2;
+    if (na == 2) return 2;
+    if (na <= 4) return 4;
+    return t == QT_Q8_0 || t == QT_Q4_0 ? 2 : 4;
+}
+
+extern "C" {
+
+bool hc_gemv_supports(qt_type t) {
+    layout L;
+    return layout_of(t, &L);
+}
+
+void hc_weight_free(hc_weight *w) {
+    if (!w) return;
+    hc_free(w->mem);
+    memset(w, 0, sizeof *w);
+}
+
+hn_status hc_weight_upload(hc_weight *w, qt_type t, int64_t k, int64_t n, const void *host, hn_err *err) {
+    memset(w, 0, sizeof *w);
+    layout L;
+    if (!layout_of(t, &L)) return hn_errf(err, HN_ERR_UNSUPPORTED, "cuda: no matrix-vector kernel for type %d", (int)t);
+    if (k <= 0 || n <= 0 || k % L.blck || k > (1 << 28) || n > (1 << 28) || !host)
+        return hn_errf(err, HN_ERR_INVALID, "cuda: bad weight shape %lld x %lld for a type of %d-element blocks",
+                       (long long)n, (long long)k, L.blck);
+    const int64_t nblocks = n * (k / L.blck);
+    const size_t bytes = (size_t)nblocks * (size_t)L.size;
+    size_t plane_off[4], total = 0;
+    for (int p = 0; p < L.nplanes; p++) {
+        plane_off[p] = total;
+        total += ((size_t)nblocks * (size_t)L.len[p] + 255) & ~(size_t)255;
+    }
+    hn_status st = hc_malloc(&w->mem, total, err);
+    if (st) return st;
+    w->type = t;
+    w->k = k;
+    w->n = n;
+    w->gguf_bytes = bytes;
+    for (int p = 0; p < L.nplanes; p++) w->plane[p] = (const uint8_t *)w->mem + plane_off[p];
+    if (L.nplanes == 1) {
+        st = hc_upload(w->mem, host, bytes, err);
+    } else {
+        void *stage = NULL;
+        st = hc_malloc(&stage, bytes, err);
+        if (!st) st = hc_upload(stage, host, bytes, err);
+        if (!st) {
+            planes_arg a;
+            memset(&a, 0, sizeof a);
+            for (int p = 0; p < L.nplanes; p++) {
+                a.dst[p] = (uint8_t *)w->mem + plane_off[p];
+                a.off[p] = L.off[p];
+                a.len[p] = L.len[p];
+            }
+            a.np = L.nplanes;
+            a.size = L.size;
+            const int64_t grid = (nblocks + 255) / 256;
+            repack<<<(unsigned)(grid < 65536 ? grid : 65536), 256>>>((const uint8_t *)stage, nblocks, a);
+            cudaError_t e = cudaGetLastError();
+            if (e == cudaSuccess) e = cudaDeviceSynchronize();
+            if (e != cudaSuccess) st = hc_fail(err, e, "weight repack");
+        }
+        hc_free(stage);
+    }
+    if (st) hc_weight_free(w);
+    return st;
+}
+
+hn_status hc_gemv_scratch_init(hc_gemv_scratch *s, int64_t max_k, hn_err *err) {
+    memset(s, 0, sizeof *s);
+    if (max_k <= 0 || max_k % 32 || max_k > (1 << 28))
+        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv scratch: bad row length %lld", (long long)max_k);
+    hn_status st = hc_malloc((void **)&s->xq, (size_t)(HC_GEMV_MAX_ROWS * max_k), err);
+    if (!st) st = hc_malloc((void **)&s->xd, sizeof(float) * (size_t)(HC_GEMV_MAX_ROWS * max_k / 32), err);
+    if (!st) st = hc_malloc((void **)&s->xs, sizeof(float) * (size_t)(HC_GEMV_MAX_ROWS * max_k / 32), err);
+    if (st) {
+        hc_gemv_scratch_free(s);
+        return st;
+    }
+    s->max_k = max_k;
+    return HN_OK;
+}
+
+void hc_gemv_scratch_free(hc_gemv_scratch *s) {
+    if (!s) return;
+    hc_free(s->xq);
+    hc_free(s->xd);
+    hc_free(s->xs);
+    memset(s, 0, sizeof *s);
+}
+
+static hn_status check_args(const hc_weight *w, const float *x, int na, const float *y, hn_err *err) {
+    if (!w || !w->mem || !x || !y) return hn_errf(err, HN_ERR_INVALID, "cuda: gemv: missing weight, input or output");
+    if (!hc_gemv_supports(w->type)) return hn_errf(err, HN_ERR_UNSUPPORTED, "cuda: gemv: unsupported type %d", (int)w->type);
+    if (na < 1 || na > HC_GEMV_MAX_ROWS)
+        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv: %d activation rows (1..%d)", na, HC_GEMV_MAX_ROWS);
+    return HN_OK;
+}
+
+hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_scratch *s, const hc_gemv_params *p,
+                  void *stream, hn_err *err) {
+    hn_status st = check_args(w, x, na, y, err);
+    if (st) return st;
+    cudaStream_t cs = (cudaStream_t)stream;
+    int rpw = p && p->rows_per_warp ? p->rows_per_warp : default_rpw(w->type, na, w->n);
+    if (rpw != 1 && rpw != 2 && rpw != 4) return hn_errf(err, HN_ERR_INVALID, "cuda: gemv: rows per warp %d (1, 2 or 4)", rpw);
+    const unsigned grid = (unsigned)((w->n + WARPS * rpw - 1) / (WARPS * rpw));
+    if (is_float_type(w->type)) {
+        if (w->k % 8) { /* rows not 16-byte aligned: the scalar path */
+            return hc_gemv_ref(w, x, na, y, stream, err);
+        }
+        fkern f = w->type == QT_F16 ? pick_f<QT_F16>(na, rpw) : pick_f<QT_BF16>(na, rpw);
+        f<<<grid, WARPS * 32, 0, cs>>>(view_of(w), x, y);
+        HC_LAUNCHED(err, "gemv kernel");
+        return HN_OK;
+    }
+    if (!s || !s->xq || w->k > s->max_k)
+        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv: row length %lld over the scratch's %lld", (long long)w->k,
+                       (long long)(s ? s->max_k : 0));
+    const int64_t nb = w->k / 32;
+    if (!p || !p->reuse_x) {
+        quant_x<<<dim3((unsigned)((nb + 3) / 4), (unsigned)na), 128, 0, cs>>>(x, w->k, s->xq, s->xd, s->xs);
+        HC_LAUNCHED(err, "activation quantization kernel");
+    }
+    xview xv = {s->xq, s->xd, s->xs, w->k, nb};
+    qkernel(w->type, na, rpw)<<<grid, WARPS * 32, 0, cs>>>(view_of(w), xv, y);
+    HC_LAUNCHED(err, "gemv kernel");
+    return HN_OK;
+}
+
+hn_status hc_gemv_ref(const hc_weight *w, const float *x, int na, float *y, void *stream, hn_err *err) {
+    hn_status st = check_args(w, x, na, y, err);
+    if (st) return st;
+    rkernel(w->type)<<<dim3((unsigned)((w->n + 127) / 128), (unsigned)na), 128, 0, (cudaStream_t)stream>>>(view_of(w), x, y);
+    HC_LAUNCHED(err, "reference gemv kernel");
+    return HN_OK;
+}
+
+} /* extern "C" */

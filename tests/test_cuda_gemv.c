@@ -1,0 +1,251 @@
+/* test_cuda_gemv: the CUDA decode matrix-vector kernels (backend/cuda/cuda.h)
+ * against the CPU's scalar dequantizer, for every supported type, 1..8
+ * activation rows, each rows-per-warp choice and shapes with K not a multiple
+ * of 256 (where the type allows) and N not a multiple of the rows a block
+ * computes. Skips (passing) without a CUDA build or device.
+ *
+ * Bounds. The reference kernel (f32 x, f64 sum) must match the CPU's f64
+ * product of the dequantized rows to 1e-6 of sum |w x| (float rounding of
+ * the decoded weight only). The fast kernels quantize x to int8 in blocks
+ * of 32 (d = amax / 127, round to nearest): they must match the CPU's f64
+ * product with those same quantized activations to 2e-5 of sum |w x^|
+ * (float scales and partial sums), and the exact product to within the
+ * quantization's worst case, sum_k |w_k| * amax(block of k) / 254. f16 and
+ * bf16 use x as it is: 2e-5 of sum |w x| for both. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda.h"
+#include "quant/quant.h"
+#include "test.h"
+
+#ifndef HN_HAVE_CUDA
+int main(void) {
+    printf("SKIP: built without CUDA\n");
+    TEST_DONE();
+}
+#else
+
+#define MAXR HC_GEMV_MAX_ROWS
+
+typedef struct shape {
+    int64_t k, n;
+} shape;
+
+static const shape shapes_k[] = {{256, 1}, {1280, 37}, {4096, 130}, {11008, 9}};
+static const shape shapes_32[] = {{32, 5}, {96, 37}, {1120, 130}, {4096, 67}, {4160, 9}};
+static const shape shapes_f[] = {{8, 3}, {100, 37}, {1032, 130}, {4096, 67}};
+
+/* the fast kernels' activation quantization, on the host */
+static void quant_x(const float *x, int64_t k, float *xq, float *amaxb) {
+    for (int64_t b = 0; b < k / 32; b++) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[b * 32 + j]));
+        const float d = amax / 127.0f;
+        for (int j = 0; j < 32; j++) xq[b * 32 + j] = d > 0 ? d * (float)(int)nearbyintf(x[b * 32 + j] / d) : 0.0f;
+        amaxb[b] = amax;
+    }
+}
+
+static int n_fail_print;
+
+/* y (na x n) against want with per-output bounds tol; counts bad outputs */
+static int compare(const float *y, const double *want, const double *tol, int na, int64_t n) {
+    int bad = 0;
+    for (int r = 0; r < na; r++)
+        for (int64_t j = 0; j < n; j++) {
+            const double v = y[r * n + j], d = fabs(v - want[r * n + j]);
+            if (!(d <= tol[r * n + j])) { /* NaN (unwritten) fails too */
+                if (n_fail_print++ < 12)
+                    fprintf(stderr, "  row %d col %lld: got %.9g want %.9g (diff %.3g, bound %.3g)\n", r, (long long)j, v,
+                            want[r * n + j], d, tol[r * n + j]);
+                bad++;
+            }
+        }
+    return bad;
+}
+
+static void test_type(qt_type t, const shape *sh) {
+    const qt_type_traits *tr = qt_traits(t);
+    const int64_t k = sh->k, n = sh->n;
+    const bool is_f = t == QT_F16 || t == QT_BF16;
+    const size_t wbytes = (size_t)n * qt_row_size(t, k);
+    float *wf = malloc(sizeof(float) * (size_t)(n * k)), *wd = malloc(sizeof(float) * (size_t)(n * k));
+    void *wq = malloc(wbytes);
+    float *x = malloc(sizeof(float) * (size_t)(MAXR * k)), *xq = malloc(sizeof(float) * (size_t)(MAXR * k));
+    float *amax = malloc(sizeof(float) * (size_t)(MAXR * k / 32 + 1)), *y = malloc(sizeof(float) * (size_t)(MAXR * n));
+    double *want = malloc(sizeof(double) * (size_t)(MAXR * n)), *want_q = malloc(sizeof(double) * (size_t)(MAXR * n));
+    double *tol_ref = malloc(sizeof(double) * (size_t)(MAXR * n)), *tol_q = malloc(sizeof(double) * (size_t)(MAXR * n));
+    double *tol_x = malloc(sizeof(double) * (size_t)(MAXR * n));
+    if (!wf || !wd || !wq || !x || !xq || !amax || !y || !want || !want_q || !tol_ref || !tol_q || !tol_x) {
+        CHECK(!"out of host memory");
+        goto done;
+    }
+    for (int64_t i = 0; i < n * k; i++) wf[i] = 0.05f * test_gauss();
+    tr->from_float(wf, wq, n * k);
+    tr->to_float(wq, wd, n * k);
+    for (int r = 0; r < MAXR; r++)
+        for (int64_t i = 0; i < k; i++) x[r * k + i] = (1.0f + (float)r) * test_gauss();
+    for (int64_t i = 0; i < k && i < 32; i++) x[1 * k + i] = 0.0f; /* an all-zero block: scale 0 */
+    x[2 * k + k / 2] = 40.0f;                                         /* an outlier */
+    for (int r = 0; r < MAXR; r++) {
+        if (!is_f) quant_x(x + r * k, k, xq + r * k, amax);
+        for (int64_t j = 0; j < n; j++) {
+            const float *w = wd + j * k;
+            double s = 0, sq = 0, sabs = 0, sabsq = 0, qerr = 0;
+            for (int64_t i = 0; i < k; i++) {
+                s += (double)w[i] * x[r * k + i];
+                sabs += fabs((double)w[i] * x[r * k + i]);
+                if (!is_f) {
+                    sq += (double)w[i] * xq[r * k + i];
+                    sabsq += fabs((double)w[i] * xq[r * k + i]);
+                    qerr += fabs((double)w[i]) * amax[i / 32] / 254.0 * 1.0001;
+                }
+            }
+            want[r * n + j] = s;
+            want_q[r * n + j] = is_f ? s : sq;
+            tol_ref[r * n + j] = 1e-6 * sabs + 1e-30;
+            tol_q[r * n + j] = 2e-5 * (is_f ? sabs : sabsq) + 1e-30;
+            tol_x[r * n + j] = is_f ? tol_q[r * n + j] : qerr + 2e-5 * sabs + 1e-30;
+        }
+    }
+
+    hn_err err;
+    hc_weight w;
+    float *dx = NULL, *dy = NULL;
+    hc_gemv_scratch s;
+    memset(&s, 0, sizeof s);
+    hn_status st = hc_weight_upload(&w, t, k, n, wq, &err);
+    CHECKF(st == HN_OK, "%s upload: %s", tr->name, err.msg);
+    if (st) goto done;
+    CHECK(w.gguf_bytes == wbytes);
+    st = hc_malloc((void **)&dx, sizeof(float) * (size_t)(MAXR * k), &err);
+    if (!st) st = hc_malloc((void **)&dy, sizeof(float) * (size_t)(MAXR * n), &err);
+    if (!st) st = hc_upload(dx, x, sizeof(float) * (size_t)(MAXR * k), &err);
+    if (!st && !is_f) st = hc_gemv_scratch_init(&s, k, &err);
+    CHECKF(st == HN_OK, "%s device buffers: %s", tr->name, err.msg);
+    for (int na = 1; na <= MAXR && !st; na++) {
+        /* variant -1: the reference kernel; 0..2: rows per warp 1, 2, 4; 3: the
+         * default choice reusing the x that variant 2 quantized */
+        for (int v = -1; v < 4 && !st; v++) {
+            st = hc_fill_f32(dy, (size_t)(MAXR * n), NAN, &err);
+            if (!st) {
+                if (v < 0) {
+                    st = hc_gemv_ref(&w, dx, na, dy, NULL, &err);
+                } else {
+                    hc_gemv_params p = {v < 3 ? 1 << v : 0, v == 3};
+                    st = hc_gemv(&w, dx, na, dy, &s, &p, NULL, &err);
+                }
+            }
+            if (!st) st = hc_sync(&err);
+            if (!st) st = hc_download(y, dy, sizeof(float) * (size_t)(na * n), &err);
+            CHECKF(st == HN_OK, "%s k=%lld n=%lld na=%d variant %d: %s", tr->name, (long long)k, (long long)n, na, v,
+                   err.msg);
+            if (st) break;
+            int bad = v < 0 ? compare(y, want, tol_ref, na, n) : compare(y, want_q, tol_q, na, n);
+            if (v >= 0) bad += compare(y, want, tol_x, na, n);
+            CHECKF(bad == 0, "%s k=%lld n=%lld na=%d variant %d (-1: reference, 0..2: rows per warp 1 2 4, 3: reuse_x): %d outputs out of bounds",
+                   tr->name, (long long)k, (long long)n, na, v, bad);
+            /* the rows past na stay untouched (poisoned) */
+            if (na < MAXR && v >= 0) {
+                float tail;
+                st = hc_download(&tail, dy + (size_t)na * (size_t)n, sizeof tail, &err);
+                CHECKF(!st && isnan(tail), "%s na=%d wrote past its rows", tr->name, na);
+            }
+        }
+    }
+    hc_gemv_scratch_free(&s);
+    hc_free(dx);
+    hc_free(dy);
+    hc_weight_free(&w);
+done:
+    free(wf);
+    free(wd);
+    free(wq);
+    free(x);
+    free(xq);
+    free(amax);
+    free(y);
+    free(want);
+    free(want_q);
+    free(tol_ref);
+    free(tol_q);
+    free(tol_x);
+}
+
+static void test_errors(void) {
+    hn_err err;
+    void *p = (void *)1;
+    hn_status st = hc_malloc(&p, (size_t)1 << 60, &err);
+    CHECKF(st == HN_ERR_NOMEM && p == NULL && strstr(err.msg, "cudaMalloc"), "huge cudaMalloc: %d %s", st, err.msg);
+    hc_weight w;
+    uint8_t buf[4096] = {0};
+    st = hc_weight_upload(&w, QT_Q2_K, 256, 1, buf, &err);
+    CHECKF(st == HN_ERR_UNSUPPORTED && err.msg[0], "q2_K upload: %d", st);
+    st = hc_weight_upload(&w, QT_Q4_K, 100, 1, buf, &err);
+    CHECKF(st == HN_ERR_INVALID && err.msg[0], "q4_K k=100 upload: %d", st);
+    st = hc_weight_upload(&w, QT_Q8_0, 32, 4, buf, &err);
+    CHECKF(st == HN_OK, "q8_0 upload: %s", err.msg);
+    if (st) return;
+    float *d = NULL;
+    hc_gemv_scratch s;
+    st = hc_malloc((void **)&d, 4096, &err);
+    if (!st) st = hc_gemv_scratch_init(&s, 32, &err);
+    CHECKF(st == HN_OK, "buffers: %s", err.msg);
+    if (!st) {
+        CHECK(hc_gemv(&w, d, 0, d, &s, NULL, NULL, &err) == HN_ERR_INVALID);
+        CHECK(hc_gemv(&w, d, 9, d, &s, NULL, NULL, &err) == HN_ERR_INVALID);
+        CHECK(hc_gemv(&w, d, 1, d, NULL, NULL, NULL, &err) == HN_ERR_INVALID);
+        hc_gemv_params bad = {3, 0};
+        CHECK(hc_gemv(&w, d, 1, d, &s, &bad, NULL, &err) == HN_ERR_INVALID);
+        /* a scratch made for shorter rows is refused, not overrun */
+        hc_weight w2;
+        st = hc_weight_upload(&w2, QT_Q8_0, 64, 1, buf, &err);
+        CHECK(st == HN_OK);
+        if (!st) {
+            CHECK(hc_gemv(&w2, d, 1, d, &s, NULL, NULL, &err) == HN_ERR_INVALID && strstr(err.msg, "scratch"));
+            hc_weight_free(&w2);
+        }
+        CHECK(hc_sync(&err) == HN_OK);
+        hc_gemv_scratch_free(&s);
+    }
+    hc_free(d);
+    hc_weight_free(&w);
+}
+
+int main(void) {
+    hn_err err;
+    if (hc_device_count() == 0) {
+        hn_status st = hc_init(0, &err);
+        CHECKF(st == HN_ERR_UNSUPPORTED && err.msg[0], "hc_init without a device: %d", st);
+        printf("SKIP: no CUDA device (%s)\n", err.msg);
+        TEST_DONE();
+    }
+    hn_status st = hc_init(0, &err);
+    CHECKF(st == HN_OK, "hc_init: %s", err.msg);
+    if (st) TEST_DONE();
+    hc_device dev;
+    st = hc_probe(&dev, &err);
+    CHECKF(st == HN_OK && dev.sm_count > 0 && dev.mem_total > 0, "probe: %s", err.msg);
+    printf("device: %s, sm_%d%d, %d SMs, %.1f GiB (%.1f free), L2 %d KiB, driver %d, runtime %d\n", dev.name,
+           dev.cc_major, dev.cc_minor, dev.sm_count, dev.mem_total / 1073741824.0, dev.mem_free / 1073741824.0,
+           dev.l2_bytes / 1024, dev.driver_version, dev.runtime_version);
+    test_errors();
+    static const qt_type types[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_XS, QT_MXFP4, QT_F16, QT_BF16};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        const qt_type t = types[i];
+        CHECK(hc_gemv_supports(t));
+        const qt_type_traits *tr = qt_traits(t);
+        const shape *sh = tr->blck_size == 256 ? shapes_k : tr->blck_size == 32 ? shapes_32 : shapes_f;
+        const size_t ns = tr->blck_size == 256 ? sizeof shapes_k / sizeof *shapes_k
+                          : tr->blck_size == 32 ? sizeof shapes_32 / sizeof *shapes_32
+                                                : sizeof shapes_f / sizeof *shapes_f;
+        const int before = test_failed_;
+        for (size_t j = 0; j < ns; j++) test_type(t, &sh[j]);
+        printf("%-7s %s\n", tr->name, test_failed_ == before ? "ok" : "FAILED");
+    }
+    TEST_DONE();
+}
+#endif
