@@ -72,7 +72,7 @@ hone: $(BUILD)/hone
 	@ln -sf $(BUILD)/hone hone
 
 $(BUILD)/hone: $(OBJ_CLI) $(BUILD)/libhone.a $(CUDA_LIB)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(OBJ_CLI) $(CUDA_LIB) $(BUILD)/libhone.a $(LIBS) $(CUDA_LIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(OBJ_CLI) -Wl,--start-group $(BUILD)/libhone.a $(CUDA_LIB) -Wl,--end-group $(LIBS) $(CUDA_LIBS)
 
 $(BUILD)/libhone.a: $(OBJ_LIB)
 	@rm -f $@
@@ -115,14 +115,14 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libhone.a $(CUDA_LIB) tests/test.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(WARN) $(DEFS) -Isrc -o $@ $< $(CUDA_LIB) $(BUILD)/libhone.a $(LIBS) $(CUDA_LIBS)
+	$(CC) $(CFLAGS) $(WARN) $(DEFS) -Isrc -o $@ $< -Wl,--start-group $(BUILD)/libhone.a $(CUDA_LIB) -Wl,--end-group $(LIBS) $(CUDA_LIBS)
 
 # the CUDA matrix-vector benchmark (needs nvcc; runs on a machine with a GPU)
 bench-cuda: $(BUILD)/bench/bench_cuda_gemv
 $(BUILD)/bench/bench_cuda_gemv: bench/bench_cuda_gemv.c $(BUILD)/libhone.a $(CUDA_LIB)
 	@test -n "$(CUDA_LIB)" || { echo "bench-cuda: no nvcc found (set NVCC or CUDA_HOME)"; exit 1; }
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(WARN) $(DEFS) -Isrc -o $@ $< $(CUDA_LIB) $(BUILD)/libhone.a $(LIBS) $(CUDA_LIBS)
+	$(CC) $(CFLAGS) $(WARN) $(DEFS) -Isrc -o $@ $< -Wl,--start-group $(BUILD)/libhone.a $(CUDA_LIB) -Wl,--end-group $(LIBS) $(CUDA_LIBS)
 
 tests: $(BIN_TST)
 
