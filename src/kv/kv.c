@@ -4,6 +4,7 @@
 #include "kv.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -580,8 +581,11 @@ static void host_release(void *ctx, void *base, size_t bytes) {
     hn_vm_release(base, bytes);
 }
 
+static kv_storage host_storage = {.reserve = host_reserve, .map = host_map, .unmap = host_unmap, .release = host_release};
+static pthread_once_t host_once = PTHREAD_ONCE_INIT;
+static void host_init(void) { host_storage.granule = hn_page_size(); }
+
 const kv_storage *kv_host_storage(void) {
-    static kv_storage st = {.reserve = host_reserve, .map = host_map, .unmap = host_unmap, .release = host_release};
-    if (!st.granule) st.granule = hn_page_size();
-    return &st;
+    pthread_once(&host_once, host_init);
+    return &host_storage;
 }
