@@ -347,9 +347,9 @@ static __global__ void __launch_bounds__(AT_THREADS)
                 int layer, const int32_t *pos, const int32_t *seq, const int32_t *bt, int32_t bt_stride) {
     extern __shared__ float sm[];
     float *qs = sm;                    /* [hd] */
-    float *ps = sm + hd;               /* [AT_THREADS] this chunk's weights */
+    float *ps = sm + ((hd + 1) & ~1);  /* [AT_THREADS] this chunk's weights */
     float *red = ps + AT_THREADS;      /* [32] reductions */
-    const uint8_t **vrow = (const uint8_t **)(red + 32); /* [AT_THREADS] (hd + 160 floats: 8-byte aligned) */
+    const uint8_t **vrow = (const uint8_t **)(red + 32); /* [AT_THREADS] (an even number of floats in: 8-byte aligned) */
     const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
     const int kvh = h / (n_head / n_head_kv);
     const float *qr = q + ((int64_t)t * n_head + h) * hd;
