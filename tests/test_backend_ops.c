@@ -9,9 +9,10 @@
  *
  * Ops: matmul (every weight type the CPU computes with; GEMV and GEMM row
  * counts; expert stacks), matmul_multi, moe_route, moe_matmul (shared and
- * per-slot inputs), moe_combine, get_rows, rms_norm, rope (normal, neox),
- * add, add_bias, swiglu, kv_store + attention (GQA, causal, windows, several
- * sequences, block boundaries, f32/f16/q8_0 K and f32/f16/q8_0/q4_1 V),
+ * per-slot inputs), moe_combine, get_rows (every table type, bit for bit),
+ * rms_norm, rope (normal, neox), add, add_bias, swiglu, kv_store + attention
+ * (GQA, causal, windows, several sequences, block boundaries, f32/f16/q8_0 K
+ * and f32/f16/q8_0/q4_0/q4_1 V),
  * gather_out, mask_logits. */
 #include <math.h>
 #include <stdint.h>
@@ -429,7 +430,7 @@ static void test_moe_small(rig *r) {
     CHECKF(err < 1e-5, "%s: moe_combine error %g", r->name, err);
 }
 
-/* get_rows of the plan's tokens from a q8_0 and an f32 table; gather_out; mask_logits */
+/* get_rows of the plan's tokens from tables of every type; gather_out; mask_logits */
 static void test_rows(rig *r) {
     const int K = 64, V = 7;
     size_t rb = qt_row_size(QT_Q8_0, K);
@@ -456,11 +457,34 @@ static void test_rows(rig *r) {
     ok = 1;
     for (int i = 0; i < 5; i++) ok &= !memcmp(got + i * K, ftab + tok[i] * K, sizeof(float) * K);
     CHECKF(ok, "%s: get_rows f32", r->name);
+    /* every type an embedding table may have: bit for bit the CPU's to_float */
+    static const qt_type rt[] = {QT_F16, QT_BF16, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q2_K, QT_Q3_K, QT_Q4_K,
+                                 QT_Q5_K, QT_Q6_K, QT_IQ4_NL, QT_IQ4_XS, QT_MXFP4};
+    for (size_t q = 0; q < sizeof rt / sizeof rt[0]; q++) {
+        const int KR = 256;
+        const size_t rbq = qt_row_size(rt[q], KR);
+        unsigned char *tq = malloc(rbq * (size_t)V);
+        float *tf = malloc(sizeof(float) * (size_t)KR * (size_t)V), *wr = malloc(sizeof(float) * (size_t)KR);
+        make_weights(rt[q], KR, V, tq, tf);
+        be_tensor *TQ = weight(r, rt[q], KR, V, 1, tq, BE_W_ROWS), *OQ = act(r, QT_F32, KR, 5, NULL);
+        r->b->ops->get_rows(r->b, TQ, 5, OQ);
+        got = back(r, OQ, 5);
+        ok = 1;
+        for (int i = 0; i < 5; i++) {
+            qt_traits(rt[q])->to_float(tq + rbq * (size_t)tok[i], wr, KR);
+            ok &= !memcmp(got + i * KR, wr, sizeof(float) * KR);
+        }
+        CHECKF(ok, "%s: get_rows %s", r->name, qt_name(rt[q]));
+        free(tq);
+        free(tf);
+        free(wr);
+    }
     /* gather_out: rows 1, 2, 4 of 5 */
     r->plan.n_out = 3;
     r->plan.out_rows[0] = 1;
     r->plan.out_rows[1] = 2;
     r->plan.out_rows[2] = 4;
+    r->b->ops->plan_set(r->b, &r->plan); /* a changed plan is handed over again (a GPU copies it at plan_set) */
     float x[5 * 64];
     for (int i = 0; i < 5 * K; i++) x[i] = frand();
     be_tensor *X = act(r, QT_F32, K, 5, x), *G = act(r, QT_F32, K, 3, NULL);
@@ -508,11 +532,11 @@ static void run_backend(const char *name, int nth, bool ref) {
     }
     test_multi(&r, 1);
     test_multi(&r, 3);
-    static const qt_type kts[] = {QT_F32, QT_F16, QT_Q8_0}, vts[] = {QT_F32, QT_F16, QT_Q8_0, QT_Q4_1};
+    static const qt_type kts[] = {QT_F32, QT_F16, QT_Q8_0}, vts[] = {QT_F32, QT_F16, QT_Q8_0, QT_Q4_0, QT_Q4_1};
     for (int w = 0; w < 3; w++) {
         int window = w == 0 ? 0 : w == 1 ? 5 : 3;
         for (size_t a = 0; a < 3; a++)
-            for (size_t b = 0; b < 4; b++) test_attention(&r, window, kts[a], vts[b]);
+            for (size_t b = 0; b < 5; b++) test_attention(&r, window, kts[a], vts[b]);
     }
     test_rope(&r, 9);
     test_rope(&r, 128);

@@ -28,6 +28,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda_int.cuh"
+#include "cuda_wdec.cuh"
 
 /* ---- layouts ---- */
 
@@ -68,12 +69,6 @@ static bool layout_of(qt_type t, layout *L) {
 
 static bool is_float_type(qt_type t) { return t == QT_F16 || t == QT_BF16; }
 
-/* what a kernel sees of a weight */
-struct wview {
-    const uint8_t *p[4];
-    int64_t k, n;
-};
-
 /* the quantized activations: row r's codes at q + r * ld, scales at d/s + r * ldb */
 struct xview {
     const int8_t *q;
@@ -90,8 +85,6 @@ static wview view_of(const hc_weight *w) {
 }
 
 /* ---- small device helpers ---- */
-
-static __device__ __forceinline__ float h2f(unsigned short h) { return __half2float(__ushort_as_half(h)); }
 
 static __device__ __forceinline__ int dot4(int4 w, int4 x, int acc) {
     acc = __dp4a(w.x, x.x, acc);
@@ -135,12 +128,6 @@ static __device__ __forceinline__ int4 lut4(int4 q, bool iq4) {
                          lut16(q.z, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3), lut16(q.w, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3));
     return make_int4(lut16(q.x, FP4_T0, FP4_T1, FP4_T2, FP4_T3), lut16(q.y, FP4_T0, FP4_T1, FP4_T2, FP4_T3),
                      lut16(q.z, FP4_T0, FP4_T1, FP4_T2, FP4_T3), lut16(q.w, FP4_T0, FP4_T1, FP4_T2, FP4_T3));
-}
-
-/* 2^(e-128): the mxfp4 scale (the table above holds doubled values) */
-static __device__ __forceinline__ float e8m0_half(unsigned e) {
-    const unsigned bits = e < 2 ? 0x00200000u << e : (e - 1) << 23;
-    return __uint_as_float(bits);
 }
 
 /* byte i (0..11) of the K-quant scale bytes held in h.y, h.z, h.w */
@@ -516,63 +503,6 @@ static __global__ void quant_x(const float *__restrict__ x, int64_t k, int8_t *_
         d[r * nb + b] = dd;
         s[r * nb + b] = dd * (float)sum;
     }
-}
-
-/* ---- the scalar reference: element e of row `row`, decoded on its own ---- */
-
-__constant__ int8_t c_iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-__constant__ int8_t c_fp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
-static __device__ float kscale_ref(const uint8_t *s, int j, float *m) {
-    if (j < 4) {
-        *m = (float)(s[j + 4] & 63);
-        return (float)(s[j] & 63);
-    }
-    *m = (float)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-    return (float)((s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4));
-}
-
-template <int T>
-static __device__ float wref(const wview &w, int64_t row, int64_t e) {
-    if (T == QT_F16) return h2f(((const unsigned short *)w.p[0])[row * w.k + e]);
-    if (T == QT_BF16) return __uint_as_float((unsigned)((const unsigned short *)w.p[0])[row * w.k + e] << 16);
-    if (T == QT_Q4_0 || T == QT_Q8_0 || T == QT_MXFP4) {
-        const int64_t b = row * (w.k / 32) + e / 32;
-        const int j = (int)(e % 32);
-        if (T == QT_Q8_0) return h2f(((const unsigned short *)w.p[1])[b]) * (float)((const int8_t *)w.p[0])[b * 32 + j];
-        const uint8_t q = w.p[0][b * 16 + j % 16];
-        const int nib = j < 16 ? q & 15 : q >> 4;
-        if (T == QT_Q4_0) return h2f(((const unsigned short *)w.p[1])[b]) * (float)(nib - 8);
-        return e8m0_half(w.p[1][b]) * (float)c_fp4[nib];
-    }
-    const int64_t b = row * (w.k / 256) + e / 256;
-    const int j = (int)(e % 256);
-    if (T == QT_Q4_K || T == QT_Q5_K) {
-        const int bs = T == QT_Q4_K ? 144 : 176;
-        const uint8_t *blk = w.p[0] + b * bs, *qs = blk + (T == QT_Q4_K ? 16 : 48), *qh = blk + 16;
-        const float d = h2f(*(const unsigned short *)blk), dmin = h2f(*(const unsigned short *)(blk + 2));
-        const int pair = j / 64, within = j % 64, sub = 2 * pair + (within >= 32), l = within % 32;
-        const uint8_t q = qs[32 * pair + l];
-        int v = within < 32 ? q & 15 : q >> 4;
-        if (T == QT_Q5_K) v += ((qh[l] >> sub) & 1) * 16;
-        float m;
-        const float sc = kscale_ref(blk + 4, sub, &m);
-        return d * sc * (float)v - dmin * m;
-    }
-    if (T == QT_Q6_K) {
-        const int hf = j / 128, jj = j % 128, quarter = jj / 32, l = jj % 32;
-        const uint8_t ql = w.p[0][b * 128 + 64 * hf + l + 32 * (quarter & 1)];
-        const uint8_t qh = w.p[1][b * 64 + 32 * hf + l];
-        const int q = ((quarter >= 2 ? ql >> 4 : ql & 15) | (((qh >> (2 * quarter)) & 3) << 4)) - 32;
-        const int8_t sc = ((const int8_t *)w.p[2])[b * 16 + 8 * hf + l / 16 + 2 * quarter];
-        return h2f(((const unsigned short *)w.p[3])[b]) * (float)sc * (float)q;
-    }
-    /* iq4_xs */
-    const uint8_t *h = w.p[1] + b * 8;
-    const int ib = j / 32, jj = j % 32;
-    const uint8_t q = w.p[0][b * 128 + 16 * ib + jj % 16];
-    const int ls = ((h[4 + ib / 2] >> (4 * (ib % 2))) & 0xf) | (((*(const unsigned short *)(h + 2) >> (2 * ib)) & 3) << 4);
-    return h2f(*(const unsigned short *)h) * (float)(ls - 32) * (float)c_iq4[jj < 16 ? q & 15 : q >> 4];
 }
 
 template <int T>

@@ -1,0 +1,930 @@
+/* cuda_backend.cu: the cuda backend's be_ops (backend.h is the contract,
+ * cuda_backend.h the entry points): device memory for tensors, the KV pool's
+ * storage, the step's plan on the device, the copies, the single error point,
+ * and the compute ops over the kernels of cuda_gemv.cu (decode matmuls),
+ * cuda_mm.cu (dequantizing matmuls, get_rows) and cuda_kern.cu (the rest).
+ *
+ * Everything is queued on one stream; sync waits for it. A CUDA error never
+ * aborts: the first one since the last sync (or a call out of contract) is
+ * recorded with a message naming the op, and sync returns it.
+ *
+ * Memory: activations are carved from one device arena (cudaMalloc at
+ * reserve); weights are uploaded at weight_load, the nine hc_gemv types as an
+ * hc_weight (its planes; expert stacks as one matrix of N x mats rows), the
+ * others, and every weight that get_rows reads (BE_W_ROWS) or that no matmul
+ * reads, as the file's bytes. fetch copies into one pinned host buffer of
+ * arena_bytes (reset at the first fetch after a sync). The KV pool's range is
+ * reserved with the driver's virtual memory API (cuMemAddressReserve, and
+ * cuMemCreate + cuMemMap + cuMemSetAccess per granule as slabs are mapped),
+ * resolved at run time from libcuda.so.1 so that the binary needs no driver
+ * to link or start; without those symbols (or with HONE_CUDA_NO_VMM=1) the
+ * whole range is one cudaMalloc at reserve and map/unmap do nothing.
+ *
+ * Allocations after load: the plan's device buffer and its pinned staging
+ * grow at plan_set when a plan is larger than any before, and the mask buffer
+ * at mask_logits likewise; both stop once the largest step has been seen. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h> /* the driver API's types only: its functions are looked up at run time */
+
+#include "cuda_backend.h"
+#include "cuda_be_int.cuh"
+
+/* ---- state ---- */
+
+/* a handle and what backs it (t first: a be_tensor * is a cu_tensor *) */
+typedef struct cu_tensor {
+    be_tensor t;
+    hc_weight hw;  /* the hc_gemv form (has_hw) */
+    bool has_hw;
+    void *raw;     /* the file's bytes on the device, or NULL */
+} cu_tensor;
+
+/* the driver's virtual memory functions */
+typedef CUresult (*pf_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+typedef CUresult (*pf_free)(CUdeviceptr, size_t);
+typedef CUresult (*pf_create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+typedef CUresult (*pf_release)(CUmemGenericAllocationHandle);
+typedef CUresult (*pf_map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+typedef CUresult (*pf_unmap)(CUdeviceptr, size_t);
+typedef CUresult (*pf_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+typedef CUresult (*pf_gran)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
+typedef CUresult (*pf_errstr)(CUresult, const char **);
+
+typedef struct vmm_api {
+    void *lib;
+    pf_reserve reserve;
+    pf_free addr_free;
+    pf_create create;
+    pf_release release;
+    pf_map map;
+    pf_unmap unmap;
+    pf_access access;
+    pf_gran gran;
+    pf_errstr errstr;
+} vmm_api;
+
+#define KV_RANGES 16
+
+/* one reserved KV range: its granules' handles (0: not mapped) */
+typedef struct kv_range {
+    void *base;
+    size_t bytes;
+    CUmemGenericAllocationHandle *h;
+} kv_range;
+
+typedef struct cu_be {
+    be_backend base;
+    int device;
+    cudaStream_t stream;
+    bool ref;
+    be_limits lim;
+    hc_gemv_scratch gs;
+    /* the activation arena and every handle made */
+    unsigned char *arena;
+    size_t arena_cap, arena_used;
+    cu_tensor **tensors;
+    int n_tensors, cap_tensors;
+    /* the plan on the device: host scalars, device arrays (one buffer), pinned staging */
+    bool have_plan;
+    int32_t n_rows, n_tokens, n_seqs, n_out, bt_stride;
+    int32_t *d_plan, *h_plan;
+    size_t plan_cap; /* int32 words */
+    const int32_t *d_token, *d_pos, *d_seq, *d_slot, *d_seq_len, *d_bt, *d_out_rows;
+    cudaEvent_t plan_ev; /* the last staging copy */
+    bool plan_ev_live;
+    /* fetch: pinned host memory */
+    unsigned char *h_fetch;
+    size_t fetch_cap, fetch_used;
+    bool fetch_fresh;
+    /* mask_logits' bitmasks on the device */
+    uint32_t *d_mask;
+    size_t mask_cap, mask_used; /* words */
+    /* the first error since the last sync */
+    hn_status err;
+    char err_msg[256];
+    /* the KV pool's storage */
+    kv_storage storage;
+    vmm_api vmm;
+    bool use_vmm;
+    CUmemAllocationProp prop;
+    kv_range ranges[KV_RANGES];
+} cu_be;
+
+static inline cu_be *cu_of(be_backend *b) { return (cu_be *)b->impl; }
+static inline float *F(const be_tensor *t) { return (float *)t->data; }
+
+/* ---- errors ---- */
+
+static void cu_errf(cu_be *cb, hn_status st, const char *fmt, ...) {
+    if (cb->err) return;
+    cb->err = st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cb->err_msg, sizeof cb->err_msg, fmt, ap);
+    va_end(ap);
+}
+
+/* records a CUDA error of op `what` (cudaSuccess: nothing) */
+static void cu_cuda(cu_be *cb, cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return;
+    (void)cudaGetLastError();
+    if (e == cudaErrorNotSupported) {
+        cu_errf(cb, HN_ERR_UNSUPPORTED, "cuda backend: %s: not supported", what);
+        return;
+    }
+    cu_errf(cb, hc_status_of(e), "cuda backend: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/* records an hc_* call's failure */
+static void cu_hn(cu_be *cb, hn_status st, const hn_err *e, const char *what) {
+    if (st) cu_errf(cb, st, "cuda backend: %s: %s", what, e->msg);
+}
+
+/* the plan for an op that reads it; without one the op does nothing and sync fails */
+static bool need_plan(cu_be *cb, const char *op) {
+    if (!cb->have_plan) cu_errf(cb, HN_ERR_INVALID, "cuda backend: %s before plan_set", op);
+    return cb->have_plan;
+}
+
+static bool rows_ok(cu_be *cb, const char *op, int n) {
+    if (n < 0 || n > cb->n_rows) {
+        cu_errf(cb, HN_ERR_RANGE, "cuda backend: %s of %d rows, the plan has %d", op, n, (int)cb->n_rows);
+        return false;
+    }
+    return true;
+}
+
+/* ---- the KV pool's storage ---- */
+
+static const char *cu_str(cu_be *cb, CUresult r) {
+    const char *s = NULL;
+    if (cb->vmm.errstr) cb->vmm.errstr(r, &s);
+    return s ? s : "unknown driver error";
+}
+
+static void vmm_load(cu_be *cb) {
+    vmm_api *v = &cb->vmm;
+    memset(v, 0, sizeof *v);
+    const char *off = getenv("HONE_CUDA_NO_VMM");
+    if (off && *off && strcmp(off, "0")) return;
+    v->lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!v->lib) return;
+    v->reserve = (pf_reserve)dlsym(v->lib, "cuMemAddressReserve");
+    v->addr_free = (pf_free)dlsym(v->lib, "cuMemAddressFree");
+    v->create = (pf_create)dlsym(v->lib, "cuMemCreate");
+    v->release = (pf_release)dlsym(v->lib, "cuMemRelease");
+    v->map = (pf_map)dlsym(v->lib, "cuMemMap");
+    v->unmap = (pf_unmap)dlsym(v->lib, "cuMemUnmap");
+    v->access = (pf_access)dlsym(v->lib, "cuMemSetAccess");
+    v->gran = (pf_gran)dlsym(v->lib, "cuMemGetAllocationGranularity");
+    v->errstr = (pf_errstr)dlsym(v->lib, "cuGetErrorString");
+    if (!v->reserve || !v->addr_free || !v->create || !v->release || !v->map || !v->unmap || !v->access || !v->gran)
+        return;
+    memset(&cb->prop, 0, sizeof cb->prop);
+    cb->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    cb->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    cb->prop.location.id = cb->device;
+    size_t g = 0;
+    if (v->gran(&g, &cb->prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || !g || (g & (g - 1))) return;
+    cb->storage.granule = g;
+    cb->use_vmm = true;
+}
+
+static kv_range *range_of(cu_be *cb, void *base) {
+    for (int i = 0; i < KV_RANGES; i++)
+        if (cb->ranges[i].base == base && base) return &cb->ranges[i];
+    return NULL;
+}
+
+static hn_status kvs_reserve(void *ctx, size_t bytes, void **base, hn_err *err) {
+    cu_be *cb = (cu_be *)ctx;
+    *base = NULL;
+    const size_t G = cb->storage.granule;
+    const size_t size = (bytes + G - 1) / G * G;
+    kv_range *r = range_of(cb, NULL);
+    for (int i = 0; i < KV_RANGES && !r; i++)
+        if (!cb->ranges[i].base) r = &cb->ranges[i];
+    if (!r) return hn_errf(err, HN_ERR_FULL, "cuda backend: more than %d KV ranges", KV_RANGES);
+    if (!size) return hn_errf(err, HN_ERR_INVALID, "cuda backend: an empty KV range");
+    if (cb->use_vmm) {
+        r->h = (CUmemGenericAllocationHandle *)calloc(size / G, sizeof *r->h);
+        if (!r->h) return hn_errf(err, HN_ERR_NOMEM, "cuda backend: out of host memory");
+        CUdeviceptr p = 0;
+        CUresult e = cb->vmm.reserve(&p, size, G, 0, 0);
+        if (e != CUDA_SUCCESS) {
+            free(r->h);
+            r->h = NULL;
+            return hn_errf(err, HN_ERR_NOMEM, "cuda backend: reserving %zu bytes of address space for the KV pool: %s",
+                           size, cu_str(cb, e));
+        }
+        r->base = (void *)p;
+    } else {
+        void *p = NULL;
+        hn_status st = hc_malloc(&p, size, err);
+        if (st) return st;
+        r->base = p;
+    }
+    r->bytes = size;
+    *base = r->base;
+    return HN_OK;
+}
+
+static void kvs_unmap(void *ctx, void *base, size_t off, size_t len) {
+    cu_be *cb = (cu_be *)ctx;
+    kv_range *r = range_of(cb, base);
+    if (!r || !cb->use_vmm) return;
+    /* kernels queued before may still read these blocks */
+    cu_cuda(cb, cudaStreamSynchronize(cb->stream), "waiting before a KV unmap");
+    const size_t G = cb->storage.granule;
+    for (size_t g = off / G; g < (off + len) / G && g < r->bytes / G; g++) {
+        if (!r->h[g]) continue;
+        cb->vmm.unmap((CUdeviceptr)base + g * G, G);
+        cb->vmm.release(r->h[g]);
+        r->h[g] = 0;
+    }
+}
+
+static hn_status kvs_map(void *ctx, void *base, size_t off, size_t len, hn_err *err) {
+    cu_be *cb = (cu_be *)ctx;
+    kv_range *r = range_of(cb, base);
+    if (!r) return hn_errf(err, HN_ERR_INVALID, "cuda backend: map outside a reserved KV range");
+    const size_t G = cb->storage.granule;
+    if (off % G || len % G || off + len > r->bytes)
+        return hn_errf(err, HN_ERR_INVALID, "cuda backend: KV map [%zu, +%zu) not granule-aligned in the range", off, len);
+    if (!cb->use_vmm) return HN_OK;
+    CUmemAccessDesc acc;
+    memset(&acc, 0, sizeof acc);
+    acc.location = cb->prop.location;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    for (size_t g = off / G; g < (off + len) / G; g++) {
+        if (r->h[g]) continue;
+        CUmemGenericAllocationHandle h = 0;
+        const CUdeviceptr at = (CUdeviceptr)base + g * G;
+        const char *what = "cuMemCreate";
+        CUresult e = cb->vmm.create(&h, G, &cb->prop, 0);
+        if (e == CUDA_SUCCESS) {
+            what = "cuMemMap";
+            e = cb->vmm.map(at, G, 0, h, 0);
+            if (e == CUDA_SUCCESS) {
+                what = "cuMemSetAccess";
+                e = cb->vmm.access(at, G, &acc, 1);
+                if (e != CUDA_SUCCESS) cb->vmm.unmap(at, G);
+            }
+            if (e != CUDA_SUCCESS) cb->vmm.release(h);
+        }
+        if (e != CUDA_SUCCESS) {
+            kvs_unmap(ctx, base, off, (g - off / G) * G);
+            return hn_errf(err, e == CUDA_ERROR_OUT_OF_MEMORY ? HN_ERR_NOMEM : HN_ERR_INTERNAL,
+                           "cuda backend: mapping %zu bytes of the KV pool: %s: %s", G, what, cu_str(cb, e));
+        }
+        r->h[g] = h;
+    }
+    return HN_OK;
+}
+
+static void kvs_release(void *ctx, void *base, size_t bytes) {
+    (void)bytes;
+    cu_be *cb = (cu_be *)ctx;
+    kv_range *r = range_of(cb, base);
+    if (!r) return;
+    if (cb->use_vmm) {
+        kvs_unmap(ctx, base, 0, r->bytes);
+        cb->vmm.addr_free((CUdeviceptr)base, r->bytes);
+        free(r->h);
+    } else {
+        cu_cuda(cb, cudaStreamSynchronize(cb->stream), "waiting before freeing the KV pool");
+        hc_free(base);
+    }
+    memset(r, 0, sizeof *r);
+}
+
+static const kv_storage *op_kv_storage(be_backend *b) { return &cu_of(b)->storage; }
+
+/* the cache's geometry for the kernels; false (error recorded) when it is not ours */
+static bool kv_geo(cu_be *cb, const kv_cache *kv, const char *op, ck_kv *g) {
+    if (!kv || kv->storage != &cb->storage || !range_of(cb, kv->base)) {
+        cu_errf(cb, HN_ERR_INVALID, "cuda backend: %s: the KV cache's storage is not this backend's", op);
+        return false;
+    }
+    if (!ck_kv_type_ok(kv->cfg.type, false) || !ck_kv_type_ok(kv->cfg.v_type, true)) {
+        cu_errf(cb, HN_ERR_UNSUPPORTED, "cuda backend: %s: K %s / V %s cache", op, qt_name(kv->cfg.type),
+                qt_name(kv->cfg.v_type));
+        return false;
+    }
+    g->base = (unsigned char *)kv->base;
+    g->block_bytes = kv->block_bytes;
+    g->layer_bytes = kv->layer_bytes;
+    g->k_row_bytes = kv->k_row_bytes;
+    g->v_row_bytes = kv->v_row_bytes;
+    g->k_head_bytes = kv->k_head_bytes;
+    g->v_head_bytes = kv->v_head_bytes;
+    g->block_size = kv->cfg.block_size;
+    g->kt = kv->cfg.type;
+    g->vt = kv->cfg.v_type;
+    g->row_elems = (int64_t)kv->row_elems;
+    return true;
+}
+
+/* ---- tensors ---- */
+
+static hn_status track(cu_be *cb, cu_tensor *t, hn_err *err) {
+    if (cb->n_tensors == cb->cap_tensors) {
+        int cap = cb->cap_tensors ? 2 * cb->cap_tensors : 256;
+        void *np = realloc(cb->tensors, sizeof *cb->tensors * (size_t)cap);
+        if (!np) return hn_errf(err, HN_ERR_NOMEM, "cuda backend: out of host memory");
+        cb->tensors = (cu_tensor **)np;
+        cb->cap_tensors = cap;
+    }
+    cb->tensors[cb->n_tensors++] = t;
+    return HN_OK;
+}
+
+static void tensor_free(cu_tensor *t) {
+    if (!t) return;
+    if (t->has_hw) hc_weight_free(&t->hw);
+    hc_free(t->raw);
+    free(t);
+}
+
+static hn_status op_tensor_new(be_backend *b, qt_type type, int64_t ne0, int64_t ne1, be_tensor **out, hn_err *err) {
+    cu_be *cb = cu_of(b);
+    *out = NULL;
+    if ((type != QT_F32 && type != QT_I32) || ne0 < 1 || ne1 < 1)
+        return hn_errf(err, HN_ERR_INVALID, "cuda backend: bad activation tensor (%s, %lld x %lld)", qt_name(type),
+                       (long long)ne0, (long long)ne1);
+    size_t bytes = be_tensor_bytes(type, ne0, ne1);
+    if (bytes > cb->arena_cap - cb->arena_used)
+        return hn_errf(err, HN_ERR_RANGE, "cuda backend: activation arena full (%zu of %zu bytes used, %zu more asked)",
+                       cb->arena_used, cb->arena_cap, bytes);
+    cu_tensor *t = (cu_tensor *)calloc(1, sizeof *t);
+    if (!t) return hn_errf(err, HN_ERR_NOMEM, "cuda backend: out of host memory");
+    t->t.type = type;
+    t->t.ne[0] = ne0;
+    t->t.ne[1] = ne1;
+    t->t.ne[2] = 1;
+    t->t.row_bytes = (size_t)ne0 * 4;
+    t->t.mat_bytes = t->t.row_bytes * (size_t)ne1;
+    t->t.data = cb->arena + cb->arena_used;
+    hn_status st = track(cb, t, err);
+    if (st) {
+        free(t);
+        return st;
+    }
+    cb->arena_used += bytes;
+    *out = &t->t;
+    return HN_OK;
+}
+
+static hn_status op_weight_load(be_backend *b, const be_weight_src *src, unsigned flags, be_tensor **out,
+                                hn_err *err) {
+    cu_be *cb = cu_of(b);
+    *out = NULL;
+    size_t rb = qt_row_size(src->type, src->ne[0]);
+    if (!src->data || rb == 0 || src->ne[1] < 1 || src->ne[2] < 1 ||
+        rb * (size_t)src->ne[1] * (size_t)src->ne[2] > src->bytes)
+        return hn_errf(err, HN_ERR_INVALID, "cuda backend: weight %s does not fit its %zu bytes",
+                       src->name ? src->name : "?", src->bytes);
+    cu_tensor *t = (cu_tensor *)calloc(1, sizeof *t);
+    if (!t) return hn_errf(err, HN_ERR_NOMEM, "cuda backend: out of host memory");
+    const size_t bytes = rb * (size_t)src->ne[1] * (size_t)src->ne[2];
+    const bool gemv = (flags & BE_W_MATMUL) && hc_gemv_supports(src->type);
+    hn_status st = HN_OK;
+    if (gemv) st = hc_weight_upload(&t->hw, src->type, src->ne[0], src->ne[1] * src->ne[2], src->data, err);
+    if (!st && gemv) t->has_hw = true;
+    if (!st && (!gemv || (flags & BE_W_ROWS))) {
+        st = hc_malloc(&t->raw, bytes, err);
+        if (!st) st = hc_upload(t->raw, src->data, bytes, err);
+    }
+    if (!st) st = track(cb, t, err);
+    if (st) {
+        tensor_free(t);
+        return st;
+    }
+    t->t.type = src->type;
+    memcpy(t->t.ne, src->ne, sizeof t->t.ne);
+    t->t.row_bytes = rb;
+    t->t.mat_bytes = rb * (size_t)src->ne[1];
+    t->t.data = t->raw ? t->raw : t->hw.mem;
+    t->t.packed = t->has_hw ? &t->hw : NULL;
+    t->t.layout = t->has_hw ? 1 : 0;
+    *out = &t->t;
+    return HN_OK;
+}
+
+/* the dequantizing kernels' view of a weight (planes when it has them, unless rows wants the file's bytes) */
+static cm_w cm_of(const be_tensor *w, bool rows) {
+    const cu_tensor *t = (const cu_tensor *)w;
+    cm_w c;
+    memset(&c, 0, sizeof c);
+    c.type = w->type;
+    c.planes = t->has_hw && !(rows && t->raw);
+    c.raw = (const uint8_t *)t->raw;
+    c.row_bytes = w->row_bytes;
+    if (t->has_hw)
+        for (int i = 0; i < 4; i++) c.plane[i] = t->hw.plane[i];
+    c.k = w->ne[0];
+    c.n = w->ne[1];
+    c.mats = w->ne[2];
+    return c;
+}
+
+/* ---- the step ---- */
+
+static void op_plan_set(be_backend *b, const step_plan *p) {
+    cu_be *cb = cu_of(b);
+    cb->have_plan = false;
+    if (!p) return;
+    const int32_t rows = p->n_pad > p->n_tokens ? p->n_pad : p->n_tokens;
+    if (p->n_tokens < 0 || rows > p->cap_tokens || p->n_seqs < 0 || p->n_seqs > p->cap_seqs || p->n_out < 0 ||
+        p->n_out > rows || p->bt_stride < 0 || p->bt_stride > p->cap_blocks) {
+        cu_errf(cb, HN_ERR_INVALID, "cuda backend: plan_set: a malformed plan");
+        return;
+    }
+    const size_t need = 4 * (size_t)rows + (size_t)p->n_seqs * (1 + (size_t)p->bt_stride) + (size_t)p->n_out;
+    /* the staging buffer may still be read by the previous plan's copy */
+    if (cb->plan_ev_live) {
+        cu_cuda(cb, cudaEventSynchronize(cb->plan_ev), "plan_set");
+        cb->plan_ev_live = false;
+    }
+    if (need > cb->plan_cap) {
+        cu_cuda(cb, cudaStreamSynchronize(cb->stream), "plan_set");
+        cudaFree(cb->d_plan);
+        cudaFreeHost(cb->h_plan);
+        cb->d_plan = cb->h_plan = NULL;
+        cb->plan_cap = 0;
+        size_t cap = need < 4096 ? 4096 : need;
+        cudaError_t e = cudaMalloc((void **)&cb->d_plan, cap * 4);
+        if (e == cudaSuccess) e = cudaMallocHost((void **)&cb->h_plan, cap * 4);
+        if (e != cudaSuccess) {
+            cudaFree(cb->d_plan);
+            cb->d_plan = NULL;
+            cb->h_plan = NULL;
+            cu_cuda(cb, e, "plan_set: allocating the plan's buffers");
+            return;
+        }
+        cb->plan_cap = cap;
+    }
+    int32_t *h = cb->h_plan, *d = cb->d_plan;
+    size_t o = 0;
+#define PUT(dst, src, n)                                        \
+    do {                                                        \
+        if ((n) > 0) memcpy(h + o, (src), sizeof(int32_t) * (size_t)(n)); \
+        cb->dst = d + o;                                        \
+        o += (size_t)(n);                                       \
+    } while (0)
+    PUT(d_token, p->token, rows);
+    PUT(d_pos, p->pos, rows);
+    PUT(d_seq, p->seq, rows);
+    PUT(d_slot, p->slot, rows);
+    PUT(d_seq_len, p->seq_len, p->n_seqs);
+    PUT(d_bt, p->block_table, (size_t)p->n_seqs * (size_t)p->bt_stride);
+    PUT(d_out_rows, p->out_rows, p->n_out);
+#undef PUT
+    cudaError_t e = cudaMemcpyAsync(d, h, o * 4, cudaMemcpyHostToDevice, cb->stream);
+    if (e == cudaSuccess) e = cudaEventRecord(cb->plan_ev, cb->stream);
+    if (e != cudaSuccess) {
+        cu_cuda(cb, e, "plan_set: copying the plan");
+        return;
+    }
+    cb->plan_ev_live = true;
+    cb->n_rows = rows;
+    cb->n_tokens = p->n_tokens;
+    cb->n_seqs = p->n_seqs;
+    cb->n_out = p->n_out;
+    cb->bt_stride = p->bt_stride;
+    cb->have_plan = true;
+}
+
+static void op_fetch(be_backend *b, const be_tensor *t, int n_rows, const void **host) {
+    cu_be *cb = cu_of(b);
+    if (cb->fetch_fresh) {
+        cb->fetch_used = 0;
+        cb->fetch_fresh = false;
+    }
+    *host = cb->h_fetch;
+    const size_t bytes = (size_t)(n_rows > 0 ? n_rows : 0) * t->row_bytes;
+    if (n_rows < 0 || (int64_t)n_rows > t->ne[1] * t->ne[2]) {
+        cu_errf(cb, HN_ERR_RANGE, "cuda backend: fetch of %d rows of a %lld-row tensor", n_rows, (long long)t->ne[1]);
+        return;
+    }
+    if (bytes > cb->fetch_cap - cb->fetch_used) {
+        cu_errf(cb, HN_ERR_RANGE, "cuda backend: fetch: %zu bytes over the %zu-byte host buffer (%zu used this step)",
+                bytes, cb->fetch_cap, cb->fetch_used);
+        return;
+    }
+    unsigned char *dst = cb->h_fetch + cb->fetch_used;
+    *host = dst;
+    if (bytes) cu_cuda(cb, cudaMemcpyAsync(dst, t->data, bytes, cudaMemcpyDeviceToHost, cb->stream), "fetch");
+    cb->fetch_used += (bytes + 255) & ~(size_t)255;
+}
+
+static void op_upload(be_backend *b, be_tensor *t, size_t off, const void *host, size_t n) {
+    cu_be *cb = cu_of(b);
+    const size_t cap = t->mat_bytes * (size_t)(t->ne[2] > 0 ? t->ne[2] : 1);
+    if (off > cap || n > cap - off) {
+        cu_errf(cb, HN_ERR_RANGE, "cuda backend: upload of %zu bytes at %zu into a %zu-byte tensor", n, off, cap);
+        return;
+    }
+    /* from pageable memory the copy has read `host` when it returns */
+    if (n)
+        cu_cuda(cb, cudaMemcpyAsync((unsigned char *)t->data + off, host, n, cudaMemcpyHostToDevice, cb->stream),
+                "upload");
+}
+
+static hn_status op_sync(be_backend *b, hn_err *err) {
+    cu_be *cb = cu_of(b);
+    cu_cuda(cb, cudaStreamSynchronize(cb->stream), "device work");
+    cb->plan_ev_live = false;
+    cb->fetch_fresh = true;
+    cb->mask_used = 0;
+    hn_status st = cb->err;
+    if (st) hn_errf(err, st, "%s", cb->err_msg);
+    cb->err = HN_OK;
+    return st;
+}
+
+/* ---- compute ---- */
+
+static void op_get_rows(be_backend *b, const be_tensor *w, int n, be_tensor *out) {
+    cu_be *cb = cu_of(b);
+    if (!need_plan(cb, "get_rows") || !rows_ok(cb, "get_rows", n)) return;
+    cm_w c = cm_of(w, true);
+    if (!c.planes && !cm_raw_supports(c.type)) {
+        cu_errf(cb, HN_ERR_UNSUPPORTED, "cuda backend: get_rows: no device decoder for %s", qt_name(c.type));
+        return;
+    }
+    cu_cuda(cb, cm_get_rows(cb->stream, &c, n, cb->d_token, F(out)), "get_rows");
+}
+
+/* whether the hc_gemv kernels take this call */
+static bool gemv_path(const cu_be *cb, const be_tensor *w, int n) {
+    const cu_tensor *t = (const cu_tensor *)w;
+    if (!t->has_hw || w->ne[2] != 1 || n < 1) return false;
+    if (cb->ref) return true; /* hc_gemv_ref, 8 rows at a time */
+    if (n > HC_GEMV_MAX_ROWS) return false;
+    return w->type == QT_F16 || w->type == QT_BF16 || w->ne[0] <= cb->gs.max_k;
+}
+
+static void matmul1(cu_be *cb, const be_tensor *w, int mat, const be_tensor *x, int n, be_tensor *y, int reuse_x) {
+    if (n <= 0) return;
+    if (mat < 0 || mat >= w->ne[2]) {
+        cu_errf(cb, HN_ERR_RANGE, "cuda backend: matmul of matrix %d of %lld", mat, (long long)w->ne[2]);
+        return;
+    }
+    const cu_tensor *t = (const cu_tensor *)w;
+    hn_err e;
+    if (gemv_path(cb, w, n)) {
+        if (cb->ref) {
+            for (int r = 0; r < n; r += HC_GEMV_MAX_ROWS) {
+                const int na = n - r < HC_GEMV_MAX_ROWS ? n - r : HC_GEMV_MAX_ROWS;
+                hn_status st = hc_gemv_ref(&t->hw, F(x) + (size_t)r * (size_t)w->ne[0], na,
+                                           F(y) + (size_t)r * (size_t)w->ne[1], cb->stream, &e);
+                if (st) {
+                    cu_hn(cb, st, &e, "matmul");
+                    return;
+                }
+            }
+            return;
+        }
+        hc_gemv_params p = {0, reuse_x};
+        cu_hn(cb, hc_gemv(&t->hw, F(x), n, F(y), &cb->gs, &p, cb->stream, &e), &e, "matmul");
+        return;
+    }
+    cm_w c = cm_of(w, false);
+    if (!c.planes && !cm_raw_supports(c.type)) {
+        cu_errf(cb, HN_ERR_UNSUPPORTED, "cuda backend: matmul: no device decoder for %s", qt_name(c.type));
+        return;
+    }
+    cu_cuda(cb, cm_matmul_tile(cb->stream, &c, mat, F(x), n, F(y), cb->ref), "matmul");
+}
+
+static void op_matmul(be_backend *b, const be_tensor *w, int mat, const be_tensor *x, int n, be_tensor *y) {
+    matmul1(cu_of(b), w, mat, x, n, y, 0);
+}
+
+static void op_matmul_multi(be_backend *b, int n_w, const be_tensor *const *ws, const be_tensor *x, int n,
+                            be_tensor *const *ys) {
+    cu_be *cb = cu_of(b);
+    if (n_w < 0 || n_w > BE_MULTI_MAX) {
+        cu_errf(cb, HN_ERR_RANGE, "cuda backend: matmul_multi of %d weights", n_w);
+        return;
+    }
+    /* weights sharing x convert it once: the scratch holds x quantized for row length qk */
+    int64_t qk = 0;
+    for (int i = 0; i < n_w; i++) {
+        const be_tensor *w = ws[i];
+        const bool quantizes = !cb->ref && gemv_path(cb, w, n) && w->type != QT_F16 && w->type != QT_BF16;
+        matmul1(cb, w, 0, x, n, ys[i], quantizes && qk == w->ne[0]);
+        if (quantizes) qk = w->ne[0];
+    }
+}
+
+static void op_rms_norm(be_backend *b, const be_tensor *x, const be_tensor *w, int n, int dim, float eps,
+                        be_tensor *y) {
+    cu_be *cb = cu_of(b);
+    cu_cuda(cb, ck_rms_norm(cb->stream, F(x), w ? F(w) : NULL, n, dim, eps, F(y)), "rms_norm");
+}
+
+static void op_rope(be_backend *b, be_tensor *x, int n, int n_head, int head_dim, int n_rot, float freq_base,
+                    be_rope_mode mode) {
+    cu_be *cb = cu_of(b);
+    if (!need_plan(cb, "rope") || !rows_ok(cb, "rope", n)) return;
+    if (n_rot < 0 || n_rot > head_dim) {
+        cu_errf(cb, HN_ERR_INVALID, "cuda backend: rope of %d dims of %d", n_rot, head_dim);
+        return;
+    }
+    /* as the CPU computes it, on the host's powf */
+    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    cu_cuda(cb, ck_rope(cb->stream, F(x), n, n_head, head_dim, n_rot, theta_scale, mode == BE_ROPE_NEOX, cb->d_pos),
+            "rope");
+}
+
+static void op_add(be_backend *b, const be_tensor *a, const be_tensor *bb, be_tensor *y, size_t n) {
+    cu_be *cb = cu_of(b);
+    cu_cuda(cb, ck_add(cb->stream, F(a), F(bb), F(y), n), "add");
+}
+
+static void op_add_bias(be_backend *b, be_tensor *x, const be_tensor *bias, int n, int dim) {
+    cu_be *cb = cu_of(b);
+    cu_cuda(cb, ck_add_bias(cb->stream, F(x), F(bias), n, dim), "add_bias");
+}
+
+static void op_swiglu(be_backend *b, const be_tensor *gate, const be_tensor *up, be_tensor *y, size_t n) {
+    cu_be *cb = cu_of(b);
+    cu_cuda(cb, ck_swiglu(cb->stream, F(gate), F(up), F(y), n), "swiglu");
+}
+
+static void op_kv_store(be_backend *b, kv_cache *kv, int layer, const be_tensor *k, const be_tensor *v, int n) {
+    cu_be *cb = cu_of(b);
+    ck_kv g;
+    if (!need_plan(cb, "kv_store") || !rows_ok(cb, "kv_store", n) || !kv_geo(cb, kv, "kv_store", &g)) return;
+    if (layer < 0 || layer >= kv->cfg.n_layer) {
+        cu_errf(cb, HN_ERR_RANGE, "cuda backend: kv_store: layer %d of %d", layer, kv->cfg.n_layer);
+        return;
+    }
+    cu_cuda(cb, ck_kv_store(cb->stream, &g, layer, F(k), F(v), n, cb->d_slot), "kv_store");
+}
+
+static void op_attention(be_backend *b, const be_attn_args *a) {
+    cu_be *cb = cu_of(b);
+    ck_kv g;
+    if (!need_plan(cb, "attention") || !rows_ok(cb, "attention", a->n_tokens) || !kv_geo(cb, a->kv, "attention", &g))
+        return;
+    if (a->layer < 0 || a->layer >= a->kv->cfg.n_layer || a->n_head_kv != a->kv->cfg.n_head_kv ||
+        a->head_dim != a->kv->cfg.head_dim || a->n_head_kv < 1 || a->n_head % a->n_head_kv) {
+        cu_errf(cb, HN_ERR_INVALID, "cuda backend: attention: heads or layer do not match the cache");
+        return;
+    }
+    cu_cuda(cb,
+            ck_attention(cb->stream, F(a->q), F(a->out), a->n_tokens, a->n_head, a->n_head_kv, a->head_dim, a->scale,
+                         a->window, &g, a->layer, cb->d_pos, cb->d_seq, cb->d_bt, cb->bt_stride),
+            "attention");
+}
+
+static void op_moe_route(be_backend *b, const be_tensor *logits, int n, int n_expert, int k, be_tensor *ids,
+                         be_tensor *weights) {
+    cu_be *cb = cu_of(b);
+    if (n_expert < 1 || k < 1 || k > n_expert || n_expert > 4096) {
+        cu_errf(cb, HN_ERR_INVALID, "cuda backend: moe_route: top %d of %d experts", k, n_expert);
+        return;
+    }
+    cu_cuda(cb, ck_moe_route(cb->stream, F(logits), n, n_expert, k, (int32_t *)ids->data, F(weights)), "moe_route");
+}
+
+static void op_moe_matmul(be_backend *b, const be_tensor *w, const be_tensor *x, bool x_shared, int n, int k,
+                          const be_tensor *ids, be_tensor *y) {
+    cu_be *cb = cu_of(b);
+    cm_w c = cm_of(w, false);
+    if (!c.planes && !cm_raw_supports(c.type)) {
+        cu_errf(cb, HN_ERR_UNSUPPORTED, "cuda backend: moe_matmul: no device decoder for %s", qt_name(c.type));
+        return;
+    }
+    cu_cuda(cb, cm_matmul_slots(cb->stream, &c, F(x), x_shared, n, k, (const int32_t *)ids->data, F(y), cb->ref),
+            "moe_matmul");
+}
+
+static void op_moe_combine(be_backend *b, const be_tensor *y, const be_tensor *w, int n, int k, int dim,
+                           be_tensor *out) {
+    cu_be *cb = cu_of(b);
+    cu_cuda(cb, ck_moe_combine(cb->stream, F(y), F(w), n, k, dim, F(out)), "moe_combine");
+}
+
+static void op_gather_out(be_backend *b, const be_tensor *x, int dim, be_tensor *out) {
+    cu_be *cb = cu_of(b);
+    if (!need_plan(cb, "gather_out")) return;
+    cu_cuda(cb, ck_gather_out(cb->stream, F(x), dim, cb->n_out, cb->d_out_rows, F(out)), "gather_out");
+}
+
+static void op_mask_logits(be_backend *b, be_tensor *logits, int row, const uint32_t *allowed, int64_t n_vocab) {
+    cu_be *cb = cu_of(b);
+    if (n_vocab <= 0) return;
+    const size_t words = (size_t)((n_vocab + 31) / 32);
+    if (words > cb->mask_cap - cb->mask_used) {
+        /* earlier masks of this step are still to be read: wait, then reuse or grow */
+        cu_cuda(cb, cudaStreamSynchronize(cb->stream), "mask_logits");
+        cb->mask_used = 0;
+        if (words > cb->mask_cap) {
+            cudaFree(cb->d_mask);
+            cb->d_mask = NULL;
+            cb->mask_cap = 0;
+            const size_t cap = 4 * words;
+            cudaError_t e = cudaMalloc((void **)&cb->d_mask, cap * 4);
+            if (e != cudaSuccess) {
+                cb->d_mask = NULL;
+                cu_cuda(cb, e, "mask_logits: allocating the mask buffer");
+                return;
+            }
+            cb->mask_cap = cap;
+        }
+    }
+    uint32_t *m = cb->d_mask + cb->mask_used;
+    cu_cuda(cb, cudaMemcpyAsync(m, allowed, words * 4, cudaMemcpyHostToDevice, cb->stream), "mask_logits");
+    cu_cuda(cb, ck_mask_logits(cb->stream, F(logits) + (size_t)row * (size_t)n_vocab, m, n_vocab), "mask_logits");
+    cb->mask_used += (words + 63) & ~(size_t)63;
+}
+
+/* ---- tuning: nothing to tune on the GPU yet ---- */
+
+static bool op_set_mm_params(be_backend *b, qt_type t, int64_t k, int64_t n, int min_rows, const be_mm_params *p) {
+    (void)b;
+    (void)n;
+    (void)p;
+    /* accepted and ignored: the cuda matmuls have no parameters yet */
+    return (unsigned)t < QT_TYPE_COUNT && (k == 0 || min_rows >= 1);
+}
+
+static void op_clear_mm_params(be_backend *b) { (void)b; }
+
+static void op_set_reference(be_backend *b, bool on) { cu_of(b)->ref = on; }
+
+static bool op_mm_tunable(be_backend *b, qt_type t) {
+    (void)b;
+    (void)t;
+    return false;
+}
+
+static hn_status op_mm_case_new(be_backend *b, const be_mm_case *a, struct tn_case *c, hn_err *err) {
+    (void)b;
+    (void)c;
+    return hn_errf(err, HN_ERR_UNSUPPORTED, "cuda backend: nothing to tune for %s yet", qt_name(a->type));
+}
+
+static void op_mm_case_params(be_backend *b, const struct tn_case *c, const int *cfg, be_mm_params *out) {
+    (void)b;
+    (void)c;
+    (void)cfg;
+    memset(out, 0, sizeof *out);
+}
+
+static void op_mm_case_free(be_backend *b, struct tn_case *c) {
+    (void)b;
+    (void)c;
+}
+
+/* ---- lifecycle ---- */
+
+static void op_free(be_backend *b) {
+    cu_be *cb = cu_of(b);
+    if (cb->stream) cudaStreamSynchronize(cb->stream);
+    for (int i = 0; i < cb->n_tensors; i++) tensor_free(cb->tensors[i]);
+    free(cb->tensors);
+    hc_free(cb->arena);
+    hc_gemv_scratch_free(&cb->gs);
+    cudaFree(cb->d_plan);
+    if (cb->h_plan) cudaFreeHost(cb->h_plan);
+    if (cb->h_fetch) cudaFreeHost(cb->h_fetch);
+    cudaFree(cb->d_mask);
+    for (int i = 0; i < KV_RANGES; i++)
+        if (cb->ranges[i].base) kvs_release(cb, cb->ranges[i].base, cb->ranges[i].bytes);
+    if (cb->plan_ev) cudaEventDestroy(cb->plan_ev);
+    if (cb->stream) cudaStreamDestroy(cb->stream);
+    if (cb->vmm.lib) dlclose(cb->vmm.lib);
+    (void)cudaGetLastError();
+    free(cb);
+}
+
+static hn_status op_reserve(be_backend *b, const be_limits *lim, hn_err *err) {
+    cu_be *cb = cu_of(b);
+    if (lim->max_head_dim > 512 || lim->max_group > 1024 || lim->max_rows < 0 || lim->max_k < 0 ||
+        lim->max_experts < 0 || lim->max_experts > 4096)
+        return hn_errf(err, HN_ERR_RANGE, "cuda backend: limits out of range (head_dim <= 512, experts <= 4096)");
+    cb->lim = *lim;
+    const int64_t k32 = (lim->max_k + 31) / 32 * 32;
+    if (k32 > cb->gs.max_k) {
+        hc_gemv_scratch_free(&cb->gs);
+        hn_status st = hc_gemv_scratch_init(&cb->gs, k32, err);
+        if (st) return st;
+    }
+    if (lim->arena_bytes > cb->arena_cap - cb->arena_used) {
+        if (cb->arena_used)
+            return hn_errf(err, HN_ERR_INVALID, "cuda backend: the arena grows only before its first tensor");
+        hc_free(cb->arena);
+        cb->arena = NULL;
+        cb->arena_cap = 0;
+        hn_status st = hc_malloc((void **)&cb->arena, lim->arena_bytes, err);
+        if (st) return st;
+        cb->arena_cap = lim->arena_bytes;
+    }
+    /* a step fetches at most its activations */
+    const size_t fc = cb->arena_cap > ((size_t)1 << 20) ? cb->arena_cap : (size_t)1 << 20;
+    if (fc > cb->fetch_cap) {
+        if (cb->h_fetch) cudaFreeHost(cb->h_fetch);
+        cb->h_fetch = NULL;
+        cb->fetch_cap = 0;
+        cudaError_t e = cudaMallocHost((void **)&cb->h_fetch, fc);
+        if (e != cudaSuccess) {
+            cb->h_fetch = NULL;
+            return hc_fail(err, e, "cudaMallocHost (the fetch buffer)");
+        }
+        cb->fetch_cap = fc;
+    }
+    return HN_OK;
+}
+
+static const be_ops cuda_ops = {
+    .version = BE_OPS_VERSION,
+    .name = "cuda",
+    .free = op_free,
+    .reserve = op_reserve,
+    .tensor_new = op_tensor_new,
+    .weight_load = op_weight_load,
+    .kv_storage = op_kv_storage,
+    .plan_set = op_plan_set,
+    .fetch = op_fetch,
+    .upload = op_upload,
+    .sync = op_sync,
+    .get_rows = op_get_rows,
+    .matmul = op_matmul,
+    .matmul_multi = op_matmul_multi,
+    .rms_norm = op_rms_norm,
+    .rope = op_rope,
+    .add = op_add,
+    .add_bias = op_add_bias,
+    .swiglu = op_swiglu,
+    .kv_store = op_kv_store,
+    .attention = op_attention,
+    .moe_route = op_moe_route,
+    .moe_matmul = op_moe_matmul,
+    .moe_combine = op_moe_combine,
+    .gather_out = op_gather_out,
+    .mask_logits = op_mask_logits,
+    .set_mm_params = op_set_mm_params,
+    .clear_mm_params = op_clear_mm_params,
+    .set_reference = op_set_reference,
+    .mm_tunable = op_mm_tunable,
+    .mm_case_new = op_mm_case_new,
+    .mm_case_params = op_mm_case_params,
+    .mm_case_free = op_mm_case_free,
+};
+
+extern "C" {
+
+bool be_cuda_available(const char **why) {
+    const char *u = getenv("HONE_CUDA_UNTESTED");
+    if (!u || strcmp(u, "1")) {
+        if (why)
+            *why = hc_device_count() > 0
+                       ? "the cuda backend has not been validated on a GPU yet; HONE_CUDA_UNTESTED=1 enables it"
+                       : "no CUDA device or driver";
+        return false;
+    }
+    if (why) *why = NULL;
+    return true;
+}
+
+hn_status be_cuda_create(int device, be_backend **out, hn_err *err) {
+    *out = NULL;
+    hn_status st = hc_init(device, err);
+    if (st) return st;
+    cu_be *cb = (cu_be *)calloc(1, sizeof *cb);
+    if (!cb) return hn_errf(err, HN_ERR_NOMEM, "cuda backend: out of host memory");
+    cb->device = device;
+    cb->base.ops = &cuda_ops;
+    cb->base.impl = cb;
+    cb->base.pads = false; /* no captured graphs yet: ops run n_tokens rows */
+    cb->fetch_fresh = true;
+    cudaError_t e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&cb->plan_ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        st = hc_fail(err, e, "creating the backend's stream");
+        op_free(&cb->base);
+        return st;
+    }
+    cb->storage.ctx = cb;
+    cb->storage.granule = (size_t)2 << 20;
+    cb->storage.reserve = kvs_reserve;
+    cb->storage.map = kvs_map;
+    cb->storage.unmap = kvs_unmap;
+    cb->storage.release = kvs_release;
+    vmm_load(cb);
+    *out = &cb->base;
+    return HN_OK;
+}
+
+} /* extern "C" */

@@ -1,0 +1,29 @@
+/* cuda_backend.h: the cuda backend (be_ops over backend/cuda's kernels;
+ * DESIGN.md, "backend/ cuda"). C API; built only with nvcc (HN_HAVE_CUDA).
+ *
+ * Until the backend has passed tests/test_backend_ops.c on a real GPU,
+ * be_cuda_available() is false unless the environment sets
+ * HONE_CUDA_UNTESTED=1 (a developer switch: then it reports the backend
+ * available without probing, and be_cuda_create says what is missing), so
+ * that `--device auto` never picks unvalidated code. */
+#ifndef HN_CUDA_BACKEND_H
+#define HN_CUDA_BACKEND_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "../backend.h"
+
+/* Creates the backend on GPU `device` (its context, a stream, the KV
+ * storage). HN_ERR_UNSUPPORTED with the reason when there is no driver or
+ * device. Call ops->reserve before the first op. */
+hn_status be_cuda_create(int device, be_backend **out, hn_err *err);
+/* Whether the backend may be used here; *why (static text) when not. */
+bool be_cuda_available(const char **why);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

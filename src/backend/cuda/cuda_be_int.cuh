@@ -1,0 +1,76 @@
+/* cuda_be_int.cuh: private to backend/cuda: the cuda backend's state and the
+ * kernel launchers its ops call (cuda_backend.cu holds the ops, cuda_mm.cu
+ * the type-templated kernels: get_rows and the dequantizing matmuls,
+ * cuda_kern.cu the rest). Launchers queue on a stream and return the launch's
+ * error (cudaGetLastError), never waiting. */
+#ifndef HN_CUDA_BE_INT_CUH
+#define HN_CUDA_BE_INT_CUH
+
+#include <cuda_runtime.h>
+
+#include "cuda_int.cuh"
+
+/* C headers (quant.h says restrict, which C++ spells __restrict__) */
+#define restrict __restrict__
+extern "C" {
+#include "../../quant/quant.h"
+#include "../backend.h"
+}
+#undef restrict
+
+/* A weight as the dequantizing kernels see it: the GGUF rows as in the file
+ * (raw), or hc_weight's planes (planes: the nine hc_gemv types). n rows per
+ * matrix, mats matrices, rows of all matrices consecutive. */
+struct cm_w {
+    qt_type type;
+    bool planes;
+    const uint8_t *raw;
+    size_t row_bytes;
+    const uint8_t *plane[4];
+    int64_t k, n, mats;
+};
+
+/* types the decoders know in the file layout (every type with a CPU to_float but q8_1, q8_K) */
+bool cm_raw_supports(qt_type t);
+/* out[i] = row ids[i] of matrix 0 (f32 [n][k]); ids outside [0, rows) give zero rows */
+cudaError_t cm_get_rows(cudaStream_t s, const cm_w *w, int n, const int32_t *ids, float *out);
+/* y[n][N] = x[n][K] . W[mat]^T: each weight row decoded once per 32 activation
+ * rows into shared memory, f32 products summed in f32 (dbl: in f64). Lane l of
+ * a warp sums elements l, l+32, ... in order, then the warp by shuffles, so a
+ * result does not depend on n (cm_matmul_slots computes the same). */
+cudaError_t cm_matmul_tile(cudaStream_t s, const cm_w *w, int mat, const float *x, int n, float *y, bool dbl);
+/* y[r*k+s] = W[ids[r*k+s]] . x_row (x_row = x[r] if shared, else x[r*k+s]) for
+ * r < n: one warp per (slot, output), the same sums as cm_matmul_tile; an id
+ * outside [0, mats) gives a zero row. */
+cudaError_t cm_matmul_slots(cudaStream_t s, const cm_w *w, const float *x, bool shared, int n, int k,
+                            const int32_t *ids, float *y, bool dbl);
+
+/* where K/V rows live: kv.h's location math, by value */
+struct ck_kv {
+    unsigned char *base;
+    size_t block_bytes, layer_bytes, k_row_bytes, v_row_bytes, k_head_bytes, v_head_bytes;
+    int block_size;
+    qt_type kt, vt;
+    int64_t row_elems;
+};
+
+cudaError_t ck_rms_norm(cudaStream_t s, const float *x, const float *w, int n, int dim, float eps, float *y);
+cudaError_t ck_rope(cudaStream_t s, float *x, int n, int n_head, int head_dim, int n_rot, float theta_scale,
+                    bool neox, const int32_t *pos);
+cudaError_t ck_add(cudaStream_t s, const float *a, const float *b, float *y, size_t n);
+cudaError_t ck_add_bias(cudaStream_t s, float *x, const float *bias, int n, int dim);
+cudaError_t ck_swiglu(cudaStream_t s, const float *g, const float *u, float *y, size_t n);
+cudaError_t ck_moe_route(cudaStream_t s, const float *logits, int n, int n_expert, int k, int32_t *ids, float *w);
+cudaError_t ck_moe_combine(cudaStream_t s, const float *y, const float *w, int n, int k, int dim, float *out);
+cudaError_t ck_gather_out(cudaStream_t s, const float *x, int dim, int n_out, const int32_t *rows, float *out);
+cudaError_t ck_mask_logits(cudaStream_t s, float *l, const uint32_t *allowed, int64_t n_vocab);
+cudaError_t ck_kv_store(cudaStream_t s, const ck_kv *g, int layer, const float *k, const float *v, int n,
+                        const int32_t *slot);
+/* one block per (token, head), online softmax over the positions in chunks of 128; head_dim <= 512 */
+cudaError_t ck_attention(cudaStream_t s, const float *q, float *out, int n_tokens, int n_head, int n_head_kv,
+                         int head_dim, float scale, int32_t window, const ck_kv *g, int layer, const int32_t *pos,
+                         const int32_t *seq, const int32_t *bt, int32_t bt_stride);
+/* K/V element types kv_store and attention take */
+bool ck_kv_type_ok(qt_type t, bool is_v);
+
+#endif

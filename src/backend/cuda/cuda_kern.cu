@@ -1,0 +1,413 @@
+/* cuda_kern.cu: the cuda backend's kernels other than the matmuls: norms,
+ * rope, element-wise, MoE routing and combine, the output rows, the logits
+ * mask, the KV store with its conversions, and attention over the paged
+ * cache. Each matches the CPU backend's arithmetic where the CPU's result is
+ * exact to reproduce (explicitly rounded operations: nvcc would otherwise
+ * contract a * b + c into one FMA), and is a plain one-block-per-row kernel:
+ * correct before fast. */
+#include <math.h>
+#include <stdint.h>
+
+#include <cuda_fp16.h>
+
+#include "cuda_be_int.cuh"
+
+static __device__ __forceinline__ float h2f(unsigned short h) { return __half2float(__ushort_as_half(h)); }
+static __device__ __forceinline__ unsigned short f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }
+
+/* block-wide reductions over blockDim.x (a multiple of 32, at most 1024) threads; every thread gets the result */
+template <typename A, bool MAX>
+static __device__ A block_reduce(A v, A *sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const A u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = MAX ? (u > v ? u : v) : v + u;
+    }
+    __syncthreads(); /* sh may still be read by a previous call */
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = sh[0];
+    for (int i = 1; i < nw; i++) v = MAX ? (sh[i] > v ? sh[i] : v) : v + sh[i];
+    return v;
+}
+
+/* ---- rms_norm: float squares summed in double, float mean and scale (llama.cpp's arithmetic) ---- */
+
+static __global__ void k_rms_norm(const float *x, const float *w, int dim, float eps, float *y) {
+    __shared__ double sh[32];
+    const float *xr = x + (int64_t)blockIdx.x * dim;
+    float *yr = y + (int64_t)blockIdx.x * dim;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)__fmul_rn(xr[i], xr[i]);
+    ss = block_reduce<double, false>(ss, sh);
+    const float mean = (float)(ss / dim);
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float v = __fmul_rn(xr[i], scale);
+        yr[i] = w ? __fmul_rn(v, w[i]) : v;
+    }
+}
+
+cudaError_t ck_rms_norm(cudaStream_t s, const float *x, const float *w, int n, int dim, float eps, float *y) {
+    if (n <= 0) return cudaSuccess;
+    k_rms_norm<<<(unsigned)n, 256, 0, s>>>(x, w, dim, eps, y);
+    return cudaGetLastError();
+}
+
+/* ---- rope: theta_i = pos * theta_scale^i by repeated multiplication, as the CPU builds it ---- */
+
+static __global__ void k_rope(float *x, int n_head, int head_dim, int n_rot, float theta_scale, bool neox,
+                              const int32_t *pos) {
+    const int r = blockIdx.x, half = n_rot / 2;
+    for (int t = threadIdx.x; t < n_head * half; t += blockDim.x) {
+        const int h = t / half, i = t % half;
+        float theta = (float)pos[r];
+        for (int q = 0; q < i; q++) theta = __fmul_rn(theta, theta_scale);
+        const float cs = cosf(theta), sn = sinf(theta);
+        float *v = x + ((int64_t)r * n_head + h) * head_dim;
+        const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+        const float a = v[i0], b = v[i1];
+        v[i0] = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
+        v[i1] = __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, cs));
+    }
+}
+
+cudaError_t ck_rope(cudaStream_t s, float *x, int n, int n_head, int head_dim, int n_rot, float theta_scale,
+                    bool neox, const int32_t *pos) {
+    if (n <= 0 || n_rot < 2) return cudaSuccess;
+    k_rope<<<(unsigned)n, 128, 0, s>>>(x, n_head, head_dim, n_rot, theta_scale, neox, pos);
+    return cudaGetLastError();
+}
+
+/* ---- element-wise ---- */
+
+static unsigned grid_of(size_t n) {
+    const size_t b = (n + 255) / 256;
+    return (unsigned)(b < 65536 ? b : 65536);
+}
+
+static __global__ void k_add(const float *a, const float *b, float *y, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __fadd_rn(a[i], b[i]);
+}
+
+static __global__ void k_add_bias(float *x, const float *bias, int dim, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = __fadd_rn(x[i], bias[i % (size_t)dim]);
+}
+
+static __global__ void k_swiglu(const float *g, const float *u, float *y, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float gv = g[i];
+        y[i] = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), u[i]);
+    }
+}
+
+cudaError_t ck_add(cudaStream_t s, const float *a, const float *b, float *y, size_t n) {
+    if (!n) return cudaSuccess;
+    k_add<<<grid_of(n), 256, 0, s>>>(a, b, y, n);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_add_bias(cudaStream_t s, float *x, const float *bias, int n, int dim) {
+    const size_t total = (size_t)n * (size_t)dim;
+    if (!total) return cudaSuccess;
+    k_add_bias<<<grid_of(total), 256, 0, s>>>(x, bias, dim, total);
+    return cudaGetLastError();
+}
+
+cudaError_t ck_swiglu(cudaStream_t s, const float *g, const float *u, float *y, size_t n) {
+    if (!n) return cudaSuccess;
+    k_swiglu<<<grid_of(n), 256, 0, s>>>(g, u, y, n);
+    return cudaGetLastError();
+}
+
+/* ---- MoE: routing (one thread a row, the CPU's loop) and the weighted combine ---- */
+
+static __global__ void k_moe_route(const float *logits, int n_expert, int k, int32_t *ids, float *weights) {
+    extern __shared__ float p[];
+    if (threadIdx.x) return;
+    const int r = blockIdx.x;
+    const float *l = logits + (int64_t)r * n_expert;
+    float mx = -INFINITY;
+    for (int e = 0; e < n_expert; e++) {
+        p[e] = l[e];
+        if (p[e] > mx) mx = p[e];
+    }
+    double sum = 0.0;
+    for (int e = 0; e < n_expert; e++) {
+        p[e] = expf(__fsub_rn(p[e], mx));
+        sum += p[e];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int e = 0; e < n_expert; e++) p[e] = __fmul_rn(p[e], inv);
+    float wsum = 0.0f;
+    for (int s = 0; s < k; s++) {
+        int best = -1;
+        for (int e = 0; e < n_expert; e++)
+            if (p[e] >= 0.0f && (best < 0 || p[e] > p[best])) best = e;
+        ids[r * k + s] = best;
+        weights[r * k + s] = best >= 0 ? p[best] : 0.0f;
+        if (best >= 0) {
+            wsum = __fadd_rn(wsum, p[best]);
+            p[best] = -1.0f; /* taken */
+        }
+    }
+    for (int s = 0; s < k; s++) weights[r * k + s] = __fdiv_rn(weights[r * k + s], wsum);
+}
+
+cudaError_t ck_moe_route(cudaStream_t s, const float *logits, int n, int n_expert, int k, int32_t *ids, float *w) {
+    if (n <= 0) return cudaSuccess;
+    k_moe_route<<<(unsigned)n, 32, sizeof(float) * (size_t)n_expert, s>>>(logits, n_expert, k, ids, w);
+    return cudaGetLastError();
+}
+
+static __global__ void k_moe_combine(const float *y, const float *w, int k, int dim, float *out) {
+    const int r = blockIdx.x;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float o = 0.0f;
+        for (int s = 0; s < k; s++)
+            o = __fadd_rn(o, __fmul_rn(w[r * k + s], y[((int64_t)r * k + s) * dim + i]));
+        out[(int64_t)r * dim + i] = o;
+    }
+}
+
+cudaError_t ck_moe_combine(cudaStream_t s, const float *y, const float *w, int n, int k, int dim, float *out) {
+    if (n <= 0) return cudaSuccess;
+    k_moe_combine<<<(unsigned)n, 256, 0, s>>>(y, w, k, dim, out);
+    return cudaGetLastError();
+}
+
+/* ---- the wanted rows; the logits mask ---- */
+
+/* in place (out == x) one block copies the rows in order, as memmove would:
+ * out_rows ascend, so row i's source is never an earlier destination */
+static __global__ void k_gather_out(const float *x, int dim, int n_out, const int32_t *rows, float *out, bool seq) {
+    for (int i = seq ? 0 : blockIdx.x; i < (seq ? n_out : (int)blockIdx.x + 1); i++) {
+        const float *src = x + (int64_t)rows[i] * dim;
+        float *dst = out + (int64_t)i * dim;
+        if (src != dst) {
+            float v[4];
+            for (int c = 0; c < dim; c += 4 * (int)blockDim.x) {
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const int j = c + u * (int)blockDim.x + (int)threadIdx.x;
+                    if (j < dim) v[u] = src[j];
+                }
+                __syncthreads();
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const int j = c + u * (int)blockDim.x + (int)threadIdx.x;
+                    if (j < dim) dst[j] = v[u];
+                }
+                __syncthreads();
+            }
+        }
+    }
+}
+
+cudaError_t ck_gather_out(cudaStream_t s, const float *x, int dim, int n_out, const int32_t *rows, float *out) {
+    if (n_out <= 0) return cudaSuccess;
+    const bool seq = x == out;
+    k_gather_out<<<seq ? 1u : (unsigned)n_out, 256, 0, s>>>(x, dim, n_out, rows, out, seq);
+    return cudaGetLastError();
+}
+
+static __global__ void k_mask(float *l, const uint32_t *allowed, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        if (!(allowed[i >> 5] >> (i & 31) & 1u)) l[i] = -INFINITY;
+}
+
+cudaError_t ck_mask_logits(cudaStream_t s, float *l, const uint32_t *allowed, int64_t n_vocab) {
+    if (n_vocab <= 0) return cudaSuccess;
+    k_mask<<<grid_of((size_t)n_vocab), 256, 0, s>>>(l, allowed, n_vocab);
+    return cudaGetLastError();
+}
+
+/* ---- the KV store: one warp per 32-element block (lane j holds element j),
+ * the CPU quantizers' arithmetic (qt_quant_q8_0, q4_0, q4_1) ---- */
+
+bool ck_kv_type_ok(qt_type t, bool is_v) {
+    if (t == QT_F32 || t == QT_F16 || t == QT_Q8_0) return true;
+    return is_v && (t == QT_Q4_0 || t == QT_Q4_1);
+}
+
+static __device__ void store_block(qt_type t, float v, uint8_t *b, int lane) {
+    if (t == QT_Q8_0) {
+        float amax = fabsf(v);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float d = __fdiv_rn(amax, 127.0f), id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+        if (lane == 0) *(unsigned short *)b = f2h(d);
+        ((int8_t *)b)[2 + lane] = (int8_t)roundf(__fmul_rn(v, id));
+        return;
+    }
+    int q;
+    if (t == QT_Q4_0) {
+        /* the first element of largest magnitude */
+        float a = fabsf(v);
+        int idx = lane;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float a2 = __shfl_xor_sync(0xffffffffu, a, o);
+            const int i2 = __shfl_xor_sync(0xffffffffu, idx, o);
+            if (a2 > a || (a2 == a && i2 < idx)) {
+                a = a2;
+                idx = i2;
+            }
+        }
+        const float mx = __shfl_sync(0xffffffffu, v, idx);
+        const float d = __fdiv_rn(mx, -8.0f), id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+        if (lane == 0) *(unsigned short *)b = f2h(d);
+        q = (int)__fadd_rn(__fmul_rn(v, id), 8.5f);
+        if (q > 15) q = 15;
+        b += 2;
+    } else { /* q4_1 */
+        float mn = v, mx = v;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, o));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        }
+        const float d = __fdiv_rn(__fsub_rn(mx, mn), 15.0f), id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+        if (lane == 0) {
+            ((unsigned short *)b)[0] = f2h(d);
+            ((unsigned short *)b)[1] = f2h(mn);
+        }
+        q = (int)__fadd_rn(__fmul_rn(__fsub_rn(v, mn), id), 0.5f);
+        if (q > 15) q = 15;
+        b += 4;
+    }
+    const int hi = __shfl_down_sync(0xffffffffu, q, 16);
+    if (lane < 16) b[lane] = (uint8_t)(q | (hi << 4));
+}
+
+static __device__ size_t block_size_of(qt_type t) {
+    return t == QT_Q8_0 ? 34 : t == QT_Q4_0 ? 18 : 20;
+}
+
+static __global__ void k_kv_store(ck_kv g, int layer, const float *k, const float *v, const int32_t *slot) {
+    const int t = blockIdx.x;
+    const bool is_v = blockIdx.y == 1;
+    const int32_t sl = slot[t];
+    if (sl < 0) return;
+    const qt_type ty = is_v ? g.vt : g.kt;
+    const float *x = (is_v ? v : k) + (int64_t)t * g.row_elems;
+    uint8_t *dst = g.base + (size_t)(sl / g.block_size) * g.block_bytes + (size_t)layer * g.layer_bytes +
+                   (is_v ? (size_t)g.block_size * g.k_row_bytes : 0) +
+                   (size_t)(sl % g.block_size) * (is_v ? g.v_row_bytes : g.k_row_bytes);
+    if (ty == QT_F32) {
+        for (int64_t i = threadIdx.x; i < g.row_elems; i += blockDim.x) ((float *)dst)[i] = x[i];
+    } else if (ty == QT_F16) {
+        for (int64_t i = threadIdx.x; i < g.row_elems; i += blockDim.x) ((unsigned short *)dst)[i] = f2h(x[i]);
+    } else {
+        const int lane = threadIdx.x & 31, nw = blockDim.x / 32;
+        const size_t bs = block_size_of(ty);
+        for (int64_t b = threadIdx.x / 32; b < g.row_elems / 32; b += nw) store_block(ty, x[b * 32 + lane], dst + b * bs, lane);
+    }
+}
+
+cudaError_t ck_kv_store(cudaStream_t s, const ck_kv *g, int layer, const float *k, const float *v, int n,
+                        const int32_t *slot) {
+    if (n <= 0) return cudaSuccess;
+    k_kv_store<<<dim3((unsigned)n, 2), 128, 0, s>>>(*g, layer, k, v, slot);
+    return cudaGetLastError();
+}
+
+/* ---- attention ---- */
+
+/* element d of one kv head's row (f32, f16, q8_0, q4_0, q4_1), as the CPU's to_float */
+static __device__ __forceinline__ float kv_get(qt_type t, const uint8_t *row, int d) {
+    switch (t) {
+    case QT_F32: return ((const float *)row)[d];
+    case QT_F16: return h2f(((const unsigned short *)row)[d]);
+    case QT_Q8_0: {
+        const uint8_t *b = row + (d / 32) * 34;
+        return __fmul_rn((float)((const int8_t *)b)[2 + d % 32], h2f(*(const unsigned short *)b));
+    }
+    case QT_Q4_0: {
+        const uint8_t *b = row + (d / 32) * 18;
+        const int j = d % 32, q = j < 16 ? b[2 + j] & 15 : b[2 + j - 16] >> 4;
+        return __fmul_rn((float)(q - 8), h2f(*(const unsigned short *)b));
+    }
+    default: { /* q4_1 */
+        const uint8_t *b = row + (d / 32) * 20;
+        const int j = d % 32, q = j < 16 ? b[4 + j] & 15 : b[4 + j - 16] >> 4;
+        return __fadd_rn(__fmul_rn((float)q, h2f(((const unsigned short *)b)[0])), h2f(((const unsigned short *)b)[1]));
+    }
+    }
+}
+
+#define AT_THREADS 128
+#define AT_MAX_HD 512
+
+static __global__ void __launch_bounds__(AT_THREADS)
+    k_attention(const float *q, float *out, int n_head, int n_head_kv, int hd, float scale, int32_t window, ck_kv g,
+                int layer, const int32_t *pos, const int32_t *seq, const int32_t *bt, int32_t bt_stride) {
+    extern __shared__ float sm[];
+    float *qs = sm;                    /* [hd] */
+    float *ps = sm + ((hd + 1) & ~1);  /* [AT_THREADS] this chunk's weights */
+    float *red = ps + AT_THREADS;      /* [32] reductions */
+    const uint8_t **vrow = (const uint8_t **)(red + 32); /* [AT_THREADS] (an even number of floats in: 8-byte aligned) */
+    const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    const int kvh = h / (n_head / n_head_kv);
+    const float *qr = q + ((int64_t)t * n_head + h) * hd;
+    for (int d = tid; d < hd; d += AT_THREADS) qs[d] = qr[d];
+    __syncthreads();
+    const int32_t hi = pos[t], lo = window > 0 && hi - window + 1 > 0 ? hi - window + 1 : 0;
+    const int32_t *btr = bt + (int64_t)seq[t] * bt_stride;
+    const size_t v_off = (size_t)g.block_size * g.k_row_bytes;
+    float m = -INFINITY, l = 0.0f, acc[AT_MAX_HD / AT_THREADS];
+#pragma unroll
+    for (int i = 0; i < AT_MAX_HD / AT_THREADS; i++) acc[i] = 0.0f;
+    for (int32_t p0 = lo; p0 <= hi; p0 += AT_THREADS) {
+        const int cnt = hi - p0 + 1 < AT_THREADS ? hi - p0 + 1 : AT_THREADS;
+        float sc = -INFINITY;
+        if (tid < cnt) {
+            const int32_t p = p0 + tid, blk = btr[p / g.block_size], sl = p % g.block_size;
+            const uint8_t *lb = g.base + (size_t)blk * g.block_bytes + (size_t)layer * g.layer_bytes;
+            const uint8_t *kr = lb + (size_t)sl * g.k_row_bytes + (size_t)kvh * g.k_head_bytes;
+            vrow[tid] = lb + v_off + (size_t)sl * g.v_row_bytes + (size_t)kvh * g.v_head_bytes;
+            float s = 0.0f;
+            for (int d = 0; d < hd; d++) s = __fmaf_rn(qs[d], kv_get(g.kt, kr, d), s);
+            sc = s * scale;
+        }
+        const float cm = block_reduce<float, true>(sc, red);
+        const float mn = cm > m ? cm : m;
+        const float corr = m == -INFINITY ? 0.0f : expf(m - mn);
+        const float e = tid < cnt ? expf(sc - mn) : 0.0f;
+        ps[tid] = e;
+        const float cs = block_reduce<float, false>(e, red); /* syncs: ps and vrow are visible */
+        l = l * corr + cs;
+#pragma unroll
+        for (int i = 0; i < AT_MAX_HD / AT_THREADS; i++) {
+            const int d = tid + i * AT_THREADS;
+            if (d < hd) {
+                float a = acc[i] * corr;
+                for (int j = 0; j < cnt; j++) a = __fmaf_rn(ps[j], kv_get(g.vt, vrow[j], d), a);
+                acc[i] = a;
+            }
+        }
+        m = mn;
+        __syncthreads(); /* ps and vrow are rewritten by the next chunk */
+    }
+    float *o = out + ((int64_t)t * n_head + h) * hd;
+#pragma unroll
+    for (int i = 0; i < AT_MAX_HD / AT_THREADS; i++) {
+        const int d = tid + i * AT_THREADS;
+        if (d < hd) o[d] = acc[i] / l;
+    }
+}
+
+cudaError_t ck_attention(cudaStream_t s, const float *q, float *out, int n_tokens, int n_head, int n_head_kv,
+                         int head_dim, float scale, int32_t window, const ck_kv *g, int layer, const int32_t *pos,
+                         const int32_t *seq, const int32_t *bt, int32_t bt_stride) {
+    if (n_tokens <= 0) return cudaSuccess;
+    if (head_dim > AT_MAX_HD || head_dim < 1 || n_head_kv < 1 || n_head % n_head_kv) return cudaErrorInvalidValue;
+    const int hd_pad = (head_dim + 1) & ~1; /* keeps vrow 8-byte aligned */
+    const size_t smem = sizeof(float) * (size_t)(hd_pad + AT_THREADS + 32) + sizeof(void *) * AT_THREADS;
+    k_attention<<<dim3((unsigned)n_tokens, (unsigned)n_head), AT_THREADS, smem, s>>>(
+        q, out, n_head, n_head_kv, head_dim, scale, window, *g, layer, pos, seq, bt, bt_stride);
+    return cudaGetLastError();
+}
