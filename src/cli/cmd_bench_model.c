@@ -58,7 +58,6 @@ typedef struct bench_ctx {
     int32_t *tok;   /* scratch ids */
     int32_t *pos;
     int32_t *sid;
-    float *logits;
     uint64_t rng;
 } bench_ctx;
 
@@ -78,7 +77,8 @@ static hn_status run_tokens(bench_ctx *c, kv_seq *seq, int32_t p0, int32_t n, hn
     }
     kv_seq *seqs[1] = {seq};
     model_batch b = {.n_tokens = n, .token = c->tok, .pos = c->pos, .seq_id = c->sid, .seqs = seqs, .n_seqs = 1};
-    return model_forward(c->m, c->kv, &b, c->logits, 1, err);
+    /* the logits stay in the backend, as in the engine's steps (nothing copies them out) */
+    return model_forward(c->m, c->kv, &b, NULL, 1, err);
 }
 
 /* One repetition: fill `depth` tokens (untimed), then either a prefill of n
@@ -217,11 +217,10 @@ int cmd_bench_model(int argc, char **argv) {
     c.tok = hn_malloc(sizeof(int32_t) * (size_t)most);
     c.pos = hn_malloc(sizeof(int32_t) * (size_t)most);
     c.sid = hn_malloc(sizeof(int32_t) * (size_t)most);
-    c.logits = hn_malloc(sizeof(float) * (size_t)hp->n_vocab);
     kv_config kc = model_kv_config(c.m, (int32_t)((need + 15) / 16 + 1), 16);
     kc.type = ctk;
     kc.v_type = ctv;
-    if (!c.tok || !c.pos || !c.sid || !c.logits || kv_create(&kc, &c.kv, &err) != HN_OK) {
+    if (!c.tok || !c.pos || !c.sid || kv_create(&kc, &c.kv, &err) != HN_OK) {
         fprintf(stderr, "hone bench: %s\n", err.msg[0] ? err.msg : "out of memory");
         goto done;
     }
@@ -263,7 +262,6 @@ done:
     hn_free(c.tok);
     hn_free(c.pos);
     hn_free(c.sid);
-    hn_free(c.logits);
     kv_free(c.kv);
     model_free(c.m);
     return rc;

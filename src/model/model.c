@@ -429,7 +429,7 @@ hn_status model_forward(model *m, kv_cache *kv, const model_batch *b, float *log
         if (!b->want_logits && t0 + n != b->n_tokens) m->plan.n_out = 0;
         if ((st = model_step(m, kv, &m->plan, NULL, err))) return st;
         plan_finish(&m->plan);
-        if (m->plan.n_out)
+        if (logits && m->plan.n_out)
             memcpy(logits + (size_t)n_logits * (size_t)V, m->logits_host, sizeof(float) * (size_t)m->plan.n_out * (size_t)V);
         n_logits += m->plan.n_out;
         t0 += n;

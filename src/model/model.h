@@ -105,7 +105,8 @@ int32_t model_max_logits(const model *m);
 
 /* Runs the batch. Takes KV blocks from kv as sequences grow; writes the logits
  * of the tokens that want them, in batch order, as rows of n_vocab floats into
- * logits (room for logits_cap rows). On success each sequence's n_tokens
+ * logits (room for logits_cap rows; logits NULL: they are not copied out, and
+ * the last step's rows stay at model_logits()). On success each sequence's n_tokens
  * covers its highest position. Errors: HN_ERR_INVALID (bad token, position,
  * sequence id; too many logits rows), HN_ERR_FULL (KV pool exhausted),
  * HN_ERR_RANGE (a sequence's block table is full). */
