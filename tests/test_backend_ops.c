@@ -507,11 +507,11 @@ static void test_rows(rig *r) {
     CHECKF(ok, "%s: mask_logits", r->name);
 }
 
-static void run_backend(const char *name, int nth, bool ref) {
+static bool run_backend(const char *name, int nth, bool ref) {
     rig r;
     if (!rig_open(&r, name, nth, ref)) {
         CHECKF(false, "backend %s (available) could not be created", name);
-        return;
+        return false;
     }
     {
         /* an op that reads the plan, called before any plan_set, fails at sync (once) */
@@ -545,6 +545,7 @@ static void run_backend(const char *name, int nth, bool ref) {
     test_moe_small(&r);
     test_rows(&r);
     rig_close(&r);
+    return true;
 }
 
 int main(void) {
@@ -558,11 +559,11 @@ int main(void) {
             continue;
         }
         int nth_max = strcmp(names[i], "cpu") ? 1 : 2;
+        bool ran = true;
         for (int nth = 1; nth <= nth_max; nth++) {
-            run_backend(names[i], nth, false);
-            run_backend(names[i], nth, true);
+            ran = run_backend(names[i], nth, false) && run_backend(names[i], nth, true) && ran;
         }
-        printf("backend %s: tested\n", names[i]);
+        printf("backend %s: %s\n", names[i], ran ? "tested" : "could not be created (see above)");
     }
     /* a name that is not registered fails cleanly */
     be_backend *b;
