@@ -8,12 +8,15 @@
 # F+BW+VL+VNNI on top, *_avx512bf16.c for AVX-512 F+BW+BF16; all only called
 # after a run-time CPU check.
 #
-# CUDA (src/backend/cuda/*.cu) is built when nvcc is found: NVCC from the
-# command line, else nvcc on PATH, else $(CUDA_HOME)/bin/nvcc; CUDA=0 builds
-# without. Its kernels go into $(BUILD)/libhone_cuda.a, HN_HAVE_CUDA is
-# defined for the C side, and the CUDA runtime is linked statically: it finds
-# the driver when it runs, so the same binaries run the CPU engine (and skip
-# the GPU tests) on a machine without a GPU or driver.
+# CUDA (src/backend/cuda/*.cu) is a separate, heavier build: `make CUDA=1`
+# (in build-cuda/) compiles it with nvcc (NVCC from the command line, else
+# nvcc on PATH, else $(CUDA_HOME)/bin/nvcc); CUDA=auto builds it when nvcc is
+# found; plain `make` (CUDA=0) is the CPU engine, in seconds. `make check`
+# uses CUDA=auto, so a machine with nvcc builds and tests the CUDA code too
+# (GPU tests skip without a device). Its kernels go into libhone_cuda.a,
+# HN_HAVE_CUDA is defined for the C side, and the CUDA runtime is linked
+# statically: it finds the driver when it runs, so the same binaries run the
+# CPU engine on a machine without a GPU or driver.
 
 CC      ?= cc
 OPT     ?= -O2
@@ -24,7 +27,22 @@ DEPFLAGS = -MMD -MP
 LIBS     = -lpcre2-8 -lutf8proc -ljansson -lxxhash -lmicrohttpd -lpthread -lm
 ARCH    := $(shell uname -m)
 
-BUILD   ?= build
+CUDA      ?= 0
+CUDA_HOME ?= /usr/local/cuda
+ifneq ($(CUDA),0)
+ifndef NVCC
+NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nvcc))
+endif
+ifeq ($(CUDA),1)
+ifeq ($(strip $(NVCC)),)
+$(error CUDA=1 but no nvcc was found (set NVCC or CUDA_HOME))
+endif
+endif
+else
+NVCC :=
+endif
+
+BUILD   ?= $(if $(strip $(NVCC)),build-cuda,build)
 SRC_LIB := $(sort $(shell find src -name '*.c' ! -path 'src/cli/*'))
 SRC_CLI := $(sort $(wildcard src/cli/*.c))
 SRC_TST := $(sort $(wildcard tests/test_*.c))
@@ -33,15 +51,6 @@ OBJ_LIB := $(SRC_LIB:%.c=$(BUILD)/%.o)
 OBJ_CLI := $(SRC_CLI:%.c=$(BUILD)/%.o)
 BIN_TST := $(SRC_TST:tests/%.c=$(BUILD)/tests/%)
 
-CUDA      ?= 1
-CUDA_HOME ?= /usr/local/cuda
-ifeq ($(CUDA),1)
-ifndef NVCC
-NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nvcc))
-endif
-else
-NVCC :=
-endif
 ifneq ($(strip $(NVCC)),)
 CUDA_ROOT  := $(abspath $(dir $(realpath $(NVCC)))/..)
 CUDA_LDIR  := $(firstword $(dir $(wildcard $(CUDA_ROOT)/lib64/libcudart_static.a $(CUDA_ROOT)/targets/*/lib/libcudart_static.a)))
@@ -128,13 +137,13 @@ tests: $(BIN_TST)
 
 # hone serve (and its end-to-end test) switch to the engine when its sources appear
 
-# test: plain build; asan-test: a separate sanitizer build in build-asan/
+# test: plain build; asan-test: a separate sanitizer build in $(BUILD)-asan/
 test: $(BUILD)/hone tests
 	HONE_BIN=$(abspath $(BUILD)/hone) scripts/run_tests.sh $(BUILD)
 
 SANITIZE = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 asan-test:
-	$(MAKE) BUILD=build-asan CFLAGS="-O1 -g $(SANITIZE)" LDFLAGS="$(SANITIZE)" \
+	$(MAKE) BUILD=$(BUILD)-asan CFLAGS="-O1 -g $(SANITIZE)" LDFLAGS="$(SANITIZE)" \
 	  HONE_SANITIZED=1 test
 
 setup:
@@ -142,8 +151,8 @@ setup:
 
 # The README's test command: everything from a fresh machine.
 check: setup
-	$(MAKE) test
-	$(MAKE) asan-test
+	$(MAKE) CUDA=auto test
+	$(MAKE) CUDA=auto asan-test
 
 # The README's main command: run a prompt on the demo model hone makes itself.
 demo: setup
@@ -151,6 +160,6 @@ demo: setup
 	./hone run -p "Once upon a time" -n 32
 
 clean:
-	rm -rf build build-asan hone
+	rm -rf build build-asan build-cuda build-cuda-asan hone
 
 -include $(OBJ_LIB:.o=.d) $(OBJ_CLI:.o=.d) $(OBJ_CU:.o=.d)
