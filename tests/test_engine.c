@@ -133,6 +133,7 @@ static void reference_with(const int32_t *prompt, int n, int gen, smp_sampler *s
     model_params mp = {.n_threads = 2, .max_batch = 256};
     if (model_load(model_path, &mp, &m, &e)) return;
     kv_config c = model_kv_config(m, 64, 16);
+    c.type = c.v_type = QT_F16; /* the engine's default KV type (eng_default_params) */
     kv_cache *kv;
     kv_create(&c, &kv, &e);
     kv_seq s;

@@ -54,7 +54,7 @@ static void usage(FILE *f) {
             "  --max-tokens N       most tokens one request may generate (default: no cap)\n"
             "  -t, --threads N      compute threads (default: all cores)\n"
             "  --kv-bytes SIZE      cap on KV cache memory, e.g. 4G or 512M\n"
-            "  --kv-type T          KV cache elements: f32 (default), f16, q8_0, k8v4 (8-bit K, 4-bit V)\n"
+            "  --kv-type T          KV cache elements: f16 (default), f32, q8_0, k8v4 (8-bit K, 4-bit V)\n"
             "  --block-size N       KV positions per block (default 16)\n"
             "  --no-prefix-cache    compute every prompt from scratch (no reuse across requests)\n"
             "  --no-tune            built-in kernel parameters: neither tune nor use the tuning cache\n"
@@ -98,7 +98,7 @@ int cmd_serve(int argc, char **argv) {
     long ctx = 0, max_tokens = 0, threads = 0;
     size_t kv_bytes = 0;
     bool test_engine = false, prefix_cache = true, no_tune = false;
-    int kv_type = 0;
+    int kv_type = ENG_KV_F16;
     long block_size = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];

@@ -115,6 +115,7 @@ eng_params eng_default_params(void) {
     eng_params p;
     memset(&p, 0, sizeof p);
     p.prefix_cache = true;
+    p.kv_type = ENG_KV_F16; /* half of f32, ~1e-6 KL from it (DESIGN.md) */
     return p;
 }
 

@@ -39,7 +39,7 @@ typedef struct eng_params {
     int32_t step_tokens;      /* token budget per step (decode + prefill chunks); 0: default (64) */
     int32_t max_running;      /* most sequences in one step; 0: default (16) */
     bool prefix_cache;        /* reuse cached prompt blocks across requests (default on: set by eng_default_params) */
-    int kv_type;              /* eng_kv_type: 0 f32, 1 f16, 2 q8_0, 3 q8_0 K + q4_1 V */
+    int kv_type;              /* eng_kv_type: 0 f32, 1 f16 (default), 2 q8_0, 3 q8_0 K + q4_1 V */
     int32_t cache_idle_ms;    /* drop cached prefixes (and their memory) after this long idle; 0: 5 min, <0: never */
     bool debug_check;         /* verify every KV cache invariant after each step (slow; for tests) */
     /* called once with the loaded model before the engine thread starts (e.g. to
