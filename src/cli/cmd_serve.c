@@ -30,6 +30,8 @@ static hn_status real_submit(void *ctx, const eng_request *r, eng_req_id *id, hn
     return eng_submit(ctx, r, id, err);
 }
 static void real_cancel(void *ctx, eng_req_id id) { eng_cancel(ctx, id); }
+static void real_stats(void *ctx, eng_stats *out) { eng_get_stats(ctx, out); }
+static int real_sessions(void *ctx, eng_session *out, int cap) { return eng_get_sessions(ctx, out, cap); }
 
 /* model load: the tuned kernel parameters (a failure only warns) */
 static hn_status serve_tune(void *ctx, struct model *m, hn_err *err) {
@@ -202,7 +204,8 @@ int cmd_serve(int argc, char **argv) {
             fprintf(stderr, "hone serve: %s: %s\n", model, err.msg);
             goto out;
         }
-        se = (srv_engine){.ctx = eng, .submit = real_submit, .cancel = real_cancel};
+        se = (srv_engine){.ctx = eng, .submit = real_submit, .cancel = real_cancel, .stats = real_stats,
+                          .sessions = real_sessions};
         meta = eng_gguf(eng);
         voc = eng_vocab(eng);
         n_ctx = eng_n_ctx(eng);

@@ -550,6 +550,7 @@ static void publish_stats(eng_engine *e) {
     s->engine_bytes = e->engine_bytes;
     s->model_bytes = e->model_bytes;
     s->model_file_bytes = e->model_file_bytes;
+    s->kv_type = e->p.kv_type;
     memcpy(s->finished, e->finished, sizeof s->finished);
     memcpy(s->ttft_hist, e->ttft_hist, sizeof s->ttft_hist);
     memcpy(s->itl_hist, e->itl_hist, sizeof s->itl_hist);

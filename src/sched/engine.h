@@ -154,6 +154,7 @@ typedef struct eng_stats {
      * (and on_load) allocated: repacked weights, activations, scratch.
      * Weights read in place from the file mapping are model_file_bytes. */
     size_t engine_bytes, model_bytes, model_file_bytes;
+    int32_t kv_type;                           /* eng_kv_type */
     uint64_t requests;                         /* submitted */
     uint64_t finished[ENG_FINISH_ERROR + 1];   /* ended, by eng_finish */
     /* latency histograms (cumulative counts as Prometheus keeps them:
