@@ -202,7 +202,14 @@ int main(void) {
     send_req(lfd, "POST", "/v1/completions", true, body);
     ssize_t got = read(lfd, buf, 4096); /* headers and the first events */
     CHECK(got > 0);
-    usleep(300000);
+    /* until it decodes (its first token is out), slower under a sanitizer */
+    bool decoding = false;
+    for (int i = 0; i < 600 && !decoding; i++) {
+        decoding = http("GET", "/v1/hone/status", true, NULL, buf, sizeof buf) == 200 &&
+                   strstr(buf, "\"state\":\"decode\"") && strstr(buf, "\"n_generated\":0,") == NULL;
+        if (!decoding) usleep(50000);
+    }
+    CHECKF(decoding, "the long request decodes");
 
     snprintf(cmd, sizeof cmd, "%s ps --port %d --api-key %s 2>&1", hone, port, KEY);
     int rc = run_capture(cmd, out, sizeof out);
