@@ -44,6 +44,7 @@ static int forward_run(const char *path, const int32_t *prompt, int n, int gen, 
     }
     int nv = model_hp(m)->n_vocab, made = -1;
     kv_config kc = model_kv_config(m, (n + gen + 15) / 16, 16);
+    kc.type = kc.v_type = QT_F16; /* hone run's KV type (eng_default_params) */
     kv_cache *kv = NULL;
     kv_seq s = {0};
     smp_sampler *smp = smp_new(sp, nv);

@@ -16,6 +16,7 @@
  *     small pool with every KV invariant checked after every step;
  *   - the idle timer and eng_trim give the KV memory back; eng_free with
  *     requests in flight ends each of them. */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -133,6 +134,7 @@ static void reference_with(const int32_t *prompt, int n, int gen, smp_sampler *s
     model_params mp = {.n_threads = 2, .max_batch = 256};
     if (model_load(model_path, &mp, &m, &e)) return;
     kv_config c = model_kv_config(m, 64, 16);
+    c.type = c.v_type = QT_F16; /* the engine's default KV type (eng_default_params) */
     kv_cache *kv;
     kv_create(&c, &kv, &e);
     kv_seq s;
@@ -603,6 +605,114 @@ static void test_memory(void) {
     coll_destroy(&c);
 }
 
+/* Snapshot of sessions and stats taken from the engine thread's callback at
+ * one request's Nth token (both come from the same publication). */
+typedef struct snapc {
+    coll c;
+    int at;
+    bool taken;
+    eng_stats st;
+    eng_session ss[8];
+    int n_ss;
+} snapc;
+
+static void on_event_snap(void *ctx, const eng_event *ev) {
+    snapc *s = ctx;
+    if (ev->type == ENG_EV_TOKEN && s->c.n + 1 == s->at) {
+        eng_get_stats(s->c.eng, &s->st);
+        s->n_ss = eng_get_sessions(s->c.eng, s->ss, 8);
+        s->taken = true;
+    }
+    on_event(&s->c, ev);
+}
+
+/* Per-session memory: own blocks plus shares of shared ones add up to the
+ * pool's used blocks; the fixed cost and the KV bytes add up to what the
+ * allocation hook counts. */
+static void test_accounting(void) {
+    size_t before = hn_alloc_bytes();
+    eng_engine *g = engine(16, 0, true, 64, 4);
+    if (!g) {
+        CHECK(0);
+        return;
+    }
+    eng_stats s;
+    eng_get_stats(g, &s);
+    CHECKF(hn_alloc_bytes() - before == s.engine_bytes + s.kv_bytes,
+           "engine %zu + KV %zu bytes = the allocator's %zu", s.engine_bytes, s.kv_bytes, hn_alloc_bytes() - before);
+    CHECK(s.model_bytes > 0 && s.model_bytes < s.engine_bytes && s.model_file_bytes > 0);
+    int32_t t[3][100];
+    make_tokens(t[0], 100, 5, n_vocab);
+    for (int k = 1; k < 3; k++) {
+        memcpy(t[k], t[0], sizeof(int32_t) * 64); /* a 64-token (4-block) shared prefix */
+        make_tokens(t[k] + 64, 36, 50 + k, n_vocab);
+    }
+    /* the first turn publishes the prefix; the next two share it */
+    coll a;
+    coll_init(&a, g);
+    CHECK(submit(g, &a, t[0], 100, 2, NULL) == HN_OK);
+    CHECK(coll_wait(&a, 60));
+    snapc b[2];
+    eng_req_id ids[2];
+    for (int k = 0; k < 2; k++) {
+        memset(&b[k], 0, sizeof b[k]);
+        coll_init(&b[k].c, g);
+        b[k].at = 6;
+        eng_request r = {.prompt = t[k + 1], .n_prompt = 100, .max_tokens = 12, .ignore_eog = true,
+                         .on_event = on_event_snap, .ctx = &b[k]};
+        r.sampling = smp_default_params();
+        r.sampling.temp = 0;
+        CHECK(eng_submit(g, &r, &ids[k], &e) == HN_OK);
+    }
+    for (int k = 0; k < 2; k++) CHECK(coll_wait(&b[k].c, 60));
+    for (int k = 0; k < 2; k++) {
+        CHECK(b[k].taken);
+        const eng_stats *st = &b[k].st;
+        double sum = 0;
+        int found = 0;
+        for (int i = 0; i < b[k].n_ss && i < 8; i++) {
+            const eng_session *v = &b[k].ss[i];
+            sum += (double)v->bytes_own + v->bytes_shared;
+            CHECK(v->bytes_own == (size_t)v->blocks_own * st->block_bytes);
+            if (v->id != ids[k]) continue;
+            found++;
+            CHECKF(v->state == ENG_SESS_DECODE && v->n_prompt == 100 && v->n_generated >= 4,
+                   "session %llu: %s, %d prompt, %d generated", (unsigned long long)v->id,
+                   eng_sess_state_name(v->state), v->n_prompt, v->n_generated);
+            CHECK(v->n_ctx == v->n_tokens - 1 && v->n_tokens == 100 + v->n_generated);
+            CHECKF(v->n_cached == 64 && v->n_computed == v->n_ctx - 64,
+                   "cached %d, computed %lld of %d positions", v->n_cached, (long long)v->n_computed, v->n_ctx);
+            /* the 4 prefix blocks are shared with the cache's other holder (the other request, when both run) */
+            CHECKF(v->blocks_own + v->blocks_shared == (v->n_ctx + 15) / 16, "blocks %d + %d for %d positions",
+                   v->blocks_own, v->blocks_shared, v->n_ctx);
+        }
+        CHECK(found == 1);
+        double used = (double)st->blocks_used * (double)st->block_bytes;
+        CHECKF(fabs(sum - used) <= 1e-6 * used, "sessions hold %.1f bytes, the pool's used blocks %.1f", sum, used);
+    }
+    /* while both ran, the prefix's 4 blocks counted half to each */
+    bool halves = false;
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < b[k].n_ss && i < 8; i++)
+            if (b[k].n_ss == 2 && b[k].ss[i].blocks_shared == 4 &&
+                fabs(b[k].ss[i].bytes_shared - 2.0 * (double)b[k].st.block_bytes) < 1e-6)
+                halves = true;
+    CHECKF(halves, "two running sessions share the prefix's 4 blocks half each");
+    CHECK(eng_get_sessions(g, NULL, 0) == 0);
+    wait_idle(g, &s);
+    CHECK(s.requests == 3 && s.finished[ENG_FINISH_LENGTH] == 3);
+    CHECK(s.ttft_hist[ENG_HIST_N - 1] == 3 && s.itl_hist[ENG_HIST_N - 1] == 1 + 2 * 11 && s.ttft_sum_ms > 0);
+    eng_trim(g);
+    eng_get_stats(g, &s);
+    CHECKF(hn_alloc_bytes() - before == s.engine_bytes + s.kv_bytes,
+           "idle: engine %zu + KV %zu bytes = the allocator's %zu", s.engine_bytes, s.kv_bytes,
+           hn_alloc_bytes() - before);
+    eng_free(g);
+    CHECKF(hn_alloc_bytes() == before, "eng_free gives back every byte (%zu left)", hn_alloc_bytes() - before);
+    coll_destroy(&a);
+    for (int k = 0; k < 2; k++) coll_destroy(&b[k].c);
+}
+
 int main(void) {
     sanitized = getenv("HONE_SANITIZED") != NULL;
     test_data_path(model_path, sizeof model_path, "data/models/qwen3-2k-f32.gguf");
@@ -623,5 +733,6 @@ int main(void) {
     test_cancel();
     test_stress();
     test_memory();
+    test_accounting();
     TEST_DONE();
 }

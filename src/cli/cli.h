@@ -11,6 +11,8 @@ int cmd_info(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+/* `hone ps`: sessions and memory of a running server (cmd_ps.c). */
+int cmd_ps(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 /* `hone bench -m FILE`: prefill and decode speed of a model (cmd_bench_model.c). */

@@ -145,7 +145,7 @@ static void agents_usage(FILE *f) {
             "  --no-prefix-cache   compute every prompt from scratch\n"
             "  -t, --threads N     compute threads (default: all cores)\n"
             "  --block-size N      KV positions per block (default: the engine's)\n"
-            "  --kv-type T         f32 (default), f16, q8_0, k8v4\n"
+            "  --kv-type T         f16 (default), f32, q8_0, k8v4\n"
             "  --step-tokens N     token budget per engine step (default: the engine's)\n"
             "  --kv-bytes SIZE     cap on KV memory (e.g. 2G)\n"
             "  --ctx N             context per sequence (default: enough for the workload)\n"
@@ -155,7 +155,7 @@ static void agents_usage(FILE *f) {
 static int bench_agents(int argc, char **argv) {
     const char *model = NULL;
     long S = 4, P = 1024, T = 3, U = 48, G = 16, threads = 0, bsz = 0, step = 0, ctx = 0, seed = 1;
-    int kv_type = 0;
+    int kv_type = ENG_KV_F16;
     size_t kv_bytes = 0;
     bool prefix = true;
     for (int i = 1; i < argc; i++) {

@@ -30,6 +30,8 @@ static hn_status real_submit(void *ctx, const eng_request *r, eng_req_id *id, hn
     return eng_submit(ctx, r, id, err);
 }
 static void real_cancel(void *ctx, eng_req_id id) { eng_cancel(ctx, id); }
+static void real_stats(void *ctx, eng_stats *out) { eng_get_stats(ctx, out); }
+static int real_sessions(void *ctx, eng_session *out, int cap) { return eng_get_sessions(ctx, out, cap); }
 
 /* model load: the tuned kernel parameters (a failure only warns) */
 static hn_status serve_tune(void *ctx, struct model *m, hn_err *err) {
@@ -54,7 +56,7 @@ static void usage(FILE *f) {
             "  --max-tokens N       most tokens one request may generate (default: no cap)\n"
             "  -t, --threads N      compute threads (default: all cores)\n"
             "  --kv-bytes SIZE      cap on KV cache memory, e.g. 4G or 512M\n"
-            "  --kv-type T          KV cache elements: f32 (default), f16, q8_0, k8v4 (8-bit K, 4-bit V)\n"
+            "  --kv-type T          KV cache elements: f16 (default), f32, q8_0, k8v4 (8-bit K, 4-bit V)\n"
             "  --block-size N       KV positions per block (default 16)\n"
             "  --no-prefix-cache    compute every prompt from scratch (no reuse across requests)\n"
             "  --no-tune            built-in kernel parameters: neither tune nor use the tuning cache\n"
@@ -98,7 +100,7 @@ int cmd_serve(int argc, char **argv) {
     long ctx = 0, max_tokens = 0, threads = 0;
     size_t kv_bytes = 0;
     bool test_engine = false, prefix_cache = true, no_tune = false;
-    int kv_type = 0;
+    int kv_type = ENG_KV_F16;
     long block_size = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -202,7 +204,8 @@ int cmd_serve(int argc, char **argv) {
             fprintf(stderr, "hone serve: %s: %s\n", model, err.msg);
             goto out;
         }
-        se = (srv_engine){.ctx = eng, .submit = real_submit, .cancel = real_cancel};
+        se = (srv_engine){.ctx = eng, .submit = real_submit, .cancel = real_cancel, .stats = real_stats,
+                          .sessions = real_sessions};
         meta = eng_gguf(eng);
         voc = eng_vocab(eng);
         n_ctx = eng_n_ctx(eng);

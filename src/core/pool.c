@@ -39,6 +39,7 @@
 struct pool {
     int n;
     pthread_t *threads;
+    struct worker_arg *args;  /* [n - 1] */
     pool_fn fn;
     void *ctx;
     _Atomic int gen;          /* bumped once per job; workers wake on change */
@@ -52,7 +53,7 @@ struct pool {
 #endif
 };
 
-typedef struct {
+typedef struct worker_arg {
     pool *p;
     int ith;
 } worker_arg;
@@ -96,7 +97,6 @@ static void await_change(pool *p, _Atomic int *addr, int val) {
 
 static void *worker_main(void *arg) {
     worker_arg a = *(worker_arg *)arg;
-    hn_free(arg);
     pool *p = a.p;
     int seen = 0; /* gen starts at 0: a job published before this thread ran is still seen */
     for (;;) {
@@ -132,20 +132,22 @@ hn_status pool_create(int n_threads, pool **out, hn_err *err) {
     pthread_cond_init(&p->cv, NULL);
 #endif
     if (n_threads > 1) {
+        /* the workers' arguments live as long as the pool, so that no thread
+         * frees memory behind the back of a caller counting hn_alloc_bytes */
         p->threads = hn_calloc((size_t)n_threads - 1, sizeof *p->threads);
-        if (!p->threads) {
+        p->args = hn_calloc((size_t)n_threads - 1, sizeof *p->args);
+        if (!p->threads || !p->args) {
+            hn_free(p->threads);
+            hn_free(p->args);
             hn_free(p);
             return hn_errf(err, HN_ERR_NOMEM, "pool: out of memory");
         }
     }
     for (int i = 1; i < n_threads; i++) {
-        worker_arg *a = hn_malloc(sizeof *a);
-        if (a) {
-            a->p = p;
-            a->ith = i;
-        }
-        if (!a || pthread_create(&p->threads[i - 1], NULL, worker_main, a) != 0) {
-            hn_free(a);
+        worker_arg *a = &p->args[i - 1];
+        a->p = p;
+        a->ith = i;
+        if (pthread_create(&p->threads[i - 1], NULL, worker_main, a) != 0) {
             p->n = i; /* join the ones that started */
             pool_free(p);
             return hn_errf(err, HN_ERR_NOMEM, "pool: cannot start thread %d", i);
@@ -166,6 +168,7 @@ void pool_free(pool *p) {
     pthread_cond_destroy(&p->cv);
 #endif
     hn_free(p->threads);
+    hn_free(p->args);
     hn_free(p);
 }
 

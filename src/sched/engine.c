@@ -71,6 +71,10 @@ typedef struct ereq {
     _Atomic bool cancel;
     uint64_t admit_order;
     int32_t logit_row;           /* this step: row of its logits, or -1 */
+    int32_t chunk;               /* this step: tokens planned */
+    int64_t n_computed;
+    double t_last;               /* when its last token was sampled */
+    eng_session snap;            /* as eng_get_sessions reports it (mutex) */
 } ereq;
 
 struct eng_engine {
@@ -99,6 +103,9 @@ struct eng_engine {
     int32_t n_running;
     uint64_t admit_counter;
     uint64_t cached_tokens, generated_tokens, computed_tokens, preemptions, steps, check_failures;
+    uint64_t finished[ENG_FINISH_ERROR + 1], ttft_hist[ENG_HIST_N], itl_hist[ENG_HIST_N];
+    double ttft_sum_ms, itl_sum_ms;
+    size_t engine_bytes, model_bytes, model_file_bytes;
     char check_error[160];
     int32_t cap_batch;
     int32_t *b_tok, *b_pos, *b_sid;
@@ -115,6 +122,7 @@ eng_params eng_default_params(void) {
     eng_params p;
     memset(&p, 0, sizeof p);
     p.prefix_cache = true;
+    p.kv_type = ENG_KV_F16; /* half of f32, ~1e-6 KL from it (DESIGN.md) */
     return p;
 }
 
@@ -130,6 +138,20 @@ bool eng_kv_type_from_name(const char *name, int *out) {
 }
 
 const char *eng_kv_type_name(int t) { return t >= 0 && t < 4 ? kv_names[t] : "unknown"; }
+
+const double eng_ttft_bounds_ms[ENG_HIST_N] = {10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, INFINITY};
+const double eng_itl_bounds_ms[ENG_HIST_N] = {1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, INFINITY};
+
+static void hist_add(uint64_t *h, const double *bounds, double *sum, double v) {
+    for (int i = 0; i < ENG_HIST_N; i++)
+        if (v <= bounds[i]) h[i]++;
+    *sum += v;
+}
+
+const char *eng_sess_state_name(int st) {
+    static const char *const n[] = {"queued", "prefill", "decode"};
+    return st >= 0 && st < 3 ? n[st] : "unknown";
+}
 
 /* ---- events ---- */
 
@@ -154,6 +176,7 @@ static void finish_free(eng_engine *e, ereq *q, eng_finish fin, hn_status st, co
     if (q->next) q->next->prev = q->prev;
     pthread_mutex_unlock(&e->mu);
     fill_times(e, q);
+    e->finished[fin]++;
     eng_event ev = {.type = ENG_EV_DONE, .id = q->id, .finish = fin, .status = st, .error = msg, .stats = q->st};
     q->r.on_event(q->r.ctx, &ev);
     kv_seq_free(&q->seq, NULL);
@@ -339,6 +362,7 @@ restart:;
                 q->logit_row = n_rows++;
             }
             e->b_seqs[n_seqs] = &q->seq;
+            q->chunk = chunk;
             e->b_req[n_seqs++] = q;
             n += chunk;
             budget -= chunk;
@@ -361,10 +385,15 @@ static bool take_token(eng_engine *e, ereq *q, float *row, eng_finish *fin, hn_s
     }
     if (q->r.accept) q->r.accept(q->r.mask_ctx, tok);
     smp_accept(q->smp, tok);
+    double now = hn_now_ms();
     if (!q->sampled) {
         q->sampled = true;
-        q->st.t_first_ms = hn_now_ms() - q->t_submit;
+        q->st.t_first_ms = now - q->t_submit;
+        hist_add(e->ttft_hist, eng_ttft_bounds_ms, &e->ttft_sum_ms, q->st.t_first_ms);
+    } else {
+        hist_add(e->itl_hist, eng_itl_bounds_ms, &e->itl_sum_ms, now - q->t_last);
     }
+    q->t_last = now;
     if (!q->r.ignore_eog && tok_is_eog(e->vocab, tok)) {
         *fin = ENG_FINISH_EOG;
         return false;
@@ -439,6 +468,7 @@ static void step(eng_engine *e) {
             }
         } else {
             e->computed_tokens += (uint64_t)n;
+            for (int32_t s = 0; s < n_seqs; s++) e->b_req[s]->n_computed += e->b_req[s]->chunk;
             for (int32_t i = 0; i < e->n_running;) {
                 ereq *q = e->running[i];
                 eng_finish fin = ENG_FINISH_NONE;
@@ -464,10 +494,39 @@ static void step(eng_engine *e) {
 
 /* ---- the engine thread ---- */
 
+/* The request's row of eng_get_sessions (mutex held, engine thread). */
+static void snap_request(eng_engine *e, ereq *q, bool running, double now) {
+    eng_session *v = &q->snap;
+    v->state = !running ? ENG_SESS_QUEUED : q->n_toks - q->seq.n_tokens == 1 ? ENG_SESS_DECODE : ENG_SESS_PREFILL;
+    v->n_ctx = q->seq.n_tokens;
+    v->n_tokens = q->n_toks;
+    v->n_cached = q->st.n_cached;
+    v->n_generated = q->n_gen;
+    v->n_computed = q->n_computed;
+    v->blocks_own = v->blocks_shared = 0;
+    v->bytes_shared = 0;
+    const size_t bb = e->kv->block_bytes;
+    for (int32_t i = 0; i < q->seq.n_blocks; i++) {
+        int32_t r = e->kv->ref[q->seq.blocks[i]];
+        if (r <= 1) v->blocks_own++;
+        else {
+            v->blocks_shared++;
+            v->bytes_shared += (double)bb / (double)r;
+        }
+    }
+    v->bytes_own = (size_t)v->blocks_own * bb;
+    double since = q->sampled ? now - q->st.t_first_ms - q->t_submit : 0;
+    v->tok_per_s = since > 0 && q->n_gen > 1 ? (q->n_gen - 1) * 1000.0 / since : 0;
+    v->age_ms = now - q->t_submit;
+}
+
 static void publish_stats(eng_engine *e) {
     kv_stats ks;
     kv_get_stats(e->kv, &ks);
+    double now = hn_now_ms();
     pthread_mutex_lock(&e->mu);
+    for (int32_t i = 0; i < e->n_running; i++) snap_request(e, e->running[i], true, now);
+    for (ereq *q = e->wait_head; q; q = q->qnext) snap_request(e, q, false, now);
     eng_stats *s = &e->stats;
     s->blocks_total = ks.blocks_backed;
     s->blocks_used = ks.blocks_used;
@@ -488,6 +547,15 @@ static void publish_stats(eng_engine *e) {
     s->preemptions = e->preemptions;
     s->steps = e->steps;
     s->check_failures = e->check_failures;
+    s->engine_bytes = e->engine_bytes;
+    s->model_bytes = e->model_bytes;
+    s->model_file_bytes = e->model_file_bytes;
+    s->kv_type = e->p.kv_type;
+    memcpy(s->finished, e->finished, sizeof s->finished);
+    memcpy(s->ttft_hist, e->ttft_hist, sizeof s->ttft_hist);
+    memcpy(s->itl_hist, e->itl_hist, sizeof s->itl_hist);
+    s->ttft_sum_ms = e->ttft_sum_ms;
+    s->itl_sum_ms = e->itl_sum_ms;
     memcpy(s->check_error, e->check_error, sizeof s->check_error);
     pthread_mutex_unlock(&e->mu);
 }
@@ -575,6 +643,7 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     *out = NULL;
     if (!pin || !pin->model_path) return hn_errf(err, HN_ERR_INVALID, "engine: no model path");
     eng_params p = *pin;
+    const size_t bytes0 = hn_alloc_bytes();
     if (p.step_tokens <= 0) p.step_tokens = ENG_DEFAULT_STEP;
     if (p.max_running <= 0) p.max_running = ENG_DEFAULT_RUNNING;
     if (p.cache_idle_ms == 0) p.cache_idle_ms = ENG_DEFAULT_IDLE_MS;
@@ -591,9 +660,13 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     e->cap_batch = p.step_tokens + p.max_running;
     model_params mp = {.n_threads = p.n_threads, .max_batch = e->cap_batch, .max_seqs = p.max_running,
                        .max_logits = p.max_running, .device = p.device};
+    const size_t bytes_m = hn_alloc_bytes();
     hn_status st = model_load(p.model_path, &mp, &e->m, err);
     if (st) goto fail;
     if (p.on_load && (st = p.on_load(p.on_load_ctx, e->m, err))) goto fail;
+    e->model_bytes = hn_alloc_bytes() - bytes_m;
+    for (int64_t i = 0; i < gguf_n_tensors(model_gguf(e->m)); i++)
+        e->model_file_bytes += gguf_tensor_at(model_gguf(e->m), i)->nbytes;
     st = tok_load(model_gguf(e->m), &e->vocab, err);
     if (st) goto fail;
     const model_hparams *hp = model_hp(e->m);
@@ -634,6 +707,9 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     const int32_t bs = e->kv->cfg.block_size;
     if ((st = plan_init(&e->splan, B, R, (e->n_ctx + bs - 1) / bs + 1, err))) goto fail;
     e->next_id = 1;
+    kv_stats ks0;
+    kv_get_stats(e->kv, &ks0);
+    e->engine_bytes = hn_alloc_bytes() - bytes0 - ks0.bytes; /* the engine thread has not started: nothing else ran */
     publish_stats(e);
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         st = hn_errf(err, HN_ERR_NOMEM, "engine: cannot start its thread");
@@ -731,6 +807,8 @@ hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err
     e->n_incoming++;
     e->prompt_tokens += (uint64_t)r->n_prompt;
     e->stats.prompt_tokens = e->prompt_tokens;
+    e->stats.requests++;
+    q->snap = (eng_session){.id = q->id, .state = ENG_SESS_QUEUED, .n_tokens = q->n_toks, .n_prompt = q->n_prompt};
     e->stats.n_waiting++;
     if (id) *id = q->id;
     pthread_cond_signal(&e->cv);
@@ -753,6 +831,21 @@ void eng_get_stats(eng_engine *e, eng_stats *out) {
     pthread_mutex_lock(&e->mu);
     *out = e->stats;
     pthread_mutex_unlock(&e->mu);
+}
+
+int eng_get_sessions(eng_engine *e, eng_session *out, int cap) {
+    int n = 0;
+    double now = hn_now_ms();
+    pthread_mutex_lock(&e->mu);
+    for (ereq *q = e->all; q; q = q->next, n++)
+        if (n < cap) {
+            out[n] = q->snap;
+            out[n].id = q->id;
+            out[n].n_prompt = q->n_prompt;
+            out[n].age_ms = now - q->t_submit;
+        }
+    pthread_mutex_unlock(&e->mu);
+    return n;
 }
 
 void eng_trim(eng_engine *e) {

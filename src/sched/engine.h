@@ -39,7 +39,7 @@ typedef struct eng_params {
     int32_t step_tokens;      /* token budget per step (decode + prefill chunks); 0: default (64) */
     int32_t max_running;      /* most sequences in one step; 0: default (16) */
     bool prefix_cache;        /* reuse cached prompt blocks across requests (default on: set by eng_default_params) */
-    int kv_type;              /* eng_kv_type: 0 f32, 1 f16, 2 q8_0, 3 q8_0 K + q4_1 V */
+    int kv_type;              /* eng_kv_type: 0 f32, 1 f16 (default), 2 q8_0, 3 q8_0 K + q4_1 V */
     int32_t cache_idle_ms;    /* drop cached prefixes (and their memory) after this long idle; 0: 5 min, <0: never */
     bool debug_check;         /* verify every KV cache invariant after each step (slow; for tests) */
     /* called once with the loaded model before the engine thread starts (e.g. to
@@ -125,6 +125,10 @@ hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err
  * it receives DONE with ENG_FINISH_CANCELLED (unless already done). Thread-safe. */
 void eng_cancel(eng_engine *e, eng_req_id id);
 
+enum { ENG_HIST_N = 12 };
+/* Upper bounds (ms) of the histogram buckets; the last is +Inf. */
+extern const double eng_ttft_bounds_ms[ENG_HIST_N], eng_itl_bounds_ms[ENG_HIST_N];
+
 typedef struct eng_stats {
     int32_t blocks_total;      /* blocks currently backed by memory */
     int32_t blocks_used;       /* referenced by running sequences */
@@ -145,7 +149,48 @@ typedef struct eng_stats {
     uint64_t steps;
     uint64_t check_failures;   /* debug_check: steps whose invariant check failed */
     char check_error[160];     /* the first failure's message */
+    /* fixed cost, exact from the allocation hook (core/alloc.h): everything
+     * eng_create allocated except the KV slabs, and of it what model_load
+     * (and on_load) allocated: repacked weights, activations, scratch.
+     * Weights read in place from the file mapping are model_file_bytes. */
+    size_t engine_bytes, model_bytes, model_file_bytes;
+    int32_t kv_type;                           /* eng_kv_type */
+    uint64_t requests;                         /* submitted */
+    uint64_t finished[ENG_FINISH_ERROR + 1];   /* ended, by eng_finish */
+    /* latency histograms (cumulative counts as Prometheus keeps them:
+     * ttft_hist[i] counts values <= eng_ttft_bounds_ms[i], the last bucket
+     * is +Inf), with the sum of the values in ms */
+    uint64_t ttft_hist[ENG_HIST_N], itl_hist[ENG_HIST_N];
+    double ttft_sum_ms, itl_sum_ms;
 } eng_stats;
+
+/* Per request, as eng_get_sessions reports it. A request is a session's turn:
+ * the engine has no notion of a conversation, so between turns a session
+ * shows only as the pool's cached blocks. */
+typedef enum eng_sess_state { ENG_SESS_QUEUED, ENG_SESS_PREFILL, ENG_SESS_DECODE } eng_sess_state;
+const char *eng_sess_state_name(int state);
+
+typedef struct eng_session {
+    eng_req_id id;
+    eng_sess_state state;
+    int32_t n_ctx;             /* positions whose K/V it holds now */
+    int32_t n_tokens;          /* prompt + generated so far */
+    int32_t n_prompt, n_cached, n_generated;
+    int64_t n_computed;        /* tokens it ran through the model (prefill, recomputation, decode) */
+    int32_t blocks_own;        /* KV blocks only it references */
+    int32_t blocks_shared;     /* blocks it shares with other requests (refcount > 1) */
+    size_t bytes_own;          /* blocks_own * block_bytes */
+    double bytes_shared;       /* its share of the shared blocks: block_bytes / refcount each */
+    double tok_per_s;          /* generated tokens per second since its first token (0 before) */
+    double age_ms;             /* since submit */
+} eng_session;
+
+/* Copies at most cap sessions (every live request, newest first) into out and
+ * returns how many there are (may exceed cap). The figures are those of the
+ * end of the engine's last step. Thread-safe. Summed over every session,
+ * bytes_own + bytes_shared equals blocks_used * block_bytes of eng_get_stats
+ * (up to float rounding). */
+int eng_get_sessions(eng_engine *e, eng_session *out, int cap);
 
 /* A consistent snapshot of engine-wide counters. Thread-safe. */
 void eng_get_stats(eng_engine *e, eng_stats *out);

@@ -12,6 +12,7 @@
 
 #include "../core/alloc.h"
 #include "../core/clock.h"
+#include "metrics.h"
 
 srv_config srv_default_config(void) {
     srv_config c = {0};
@@ -123,6 +124,8 @@ static int route_of(const char *url, const char *method, api_kind *api, bool *kn
     *api = API_CHAT;
     if (!strcmp(path, "/")) return get ? R_ROOT : R_NONE;
     if (!strcmp(p, "/health")) return get ? R_HEALTH : R_NONE;
+    if (!strcmp(path, "/metrics")) return get ? R_METRICS : R_NONE;
+    if (!strcmp(p, "/hone/status")) return get ? R_STATUS : R_NONE;
     if (!strcmp(p, "/models")) return get ? R_MODELS : R_NONE;
     if (!strncmp(p, "/models/", 8)) return get ? R_MODEL_ONE : R_NONE;
     if (!strcmp(path, "/api/version")) return get ? R_OLLAMA_VERSION : R_NONE;
@@ -163,7 +166,9 @@ static json_t *model_obj(srv_server *s) {
 static enum MHD_Result simple_get(srv_conn *c) {
     srv_server *s = c->s;
     switch (c->route) {
-    case R_ROOT: return srv_send(c, 200, "text/plain", "hone is running\n", 16);
+    case R_ROOT: return srv_dashboard(c);
+    case R_METRICS: return srv_metrics(c);
+    case R_STATUS: return srv_status(c);
     case R_HEALTH:
         return send_json(c, 200, json_pack("{s:s,s:b,s:i}", "status", "ok", "constrained_decoding", cst_available(),
                                            "running", (json_int_t)atomic_load(&s->n_running)));

@@ -12,6 +12,7 @@
  *   POST /v1/chat/completions/input_tokens, /v1/responses/input_tokens  {"input_tokens": N}
  *        (each also without the /v1 prefix)
  *   POST /v1/debug/render  the prompt a request would produce (?api=chat|completions|responses|messages)
+ *   GET /metrics, /v1/hone/status, and the dashboard at /   (metrics.h)
  * Limits: request headers are capped by the per-connection memory limit;
  * the API key (when set) is checked on the headers before any body is read
  * (Authorization: Bearer or x-api-key, compared in constant time); bodies
@@ -40,6 +41,10 @@ typedef struct srv_engine {
     void *ctx;
     hn_status (*submit)(void *ctx, const eng_request *r, eng_req_id *id, hn_err *err);
     void (*cancel)(void *ctx, eng_req_id id);
+    /* optional (NULL: not reported): eng_get_stats / eng_get_sessions, for
+     * /metrics, /v1/hone/status and the dashboard (metrics.h) */
+    void (*stats)(void *ctx, eng_stats *out);
+    int (*sessions)(void *ctx, eng_session *out, int cap);
 } srv_engine;
 
 typedef struct srv_config {

@@ -45,6 +45,7 @@ typedef struct srv_job {
 enum srv_route {
     R_NONE, R_ROOT, R_HEALTH, R_MODELS, R_MODEL_ONE, R_OLLAMA_VERSION, R_OLLAMA_TAGS,
     R_CHAT, R_COMPLETIONS, R_RESPONSES, R_MESSAGES, R_COUNT_TOKENS, R_RENDER, R_CHAT_COUNT, R_RESPONSES_COUNT,
+    R_METRICS, R_STATUS, /* metrics.h */
 };
 
 /* One HTTP request (MHD's con_cls), refcounted: the request itself and a

@@ -1,0 +1,255 @@
+/* test_server_status.c: what a running server shows about itself, against a
+ * scripted workload on the real engine (`$HONE_BIN serve` on qwen3-real with
+ * an API key):
+ *   - /metrics and /v1/hone/status refuse a missing key; the dashboard page
+ *     at / is served without one (it holds no data);
+ *   - three completions sharing a long prefix, then a long streaming one
+ *     left running: `hone ps` lists it decoding, with the pool, the model
+ *     and the cached tokens; without the key it fails with a clear message;
+ *   - /metrics counts the requests, the cached tokens and the TTFT
+ *     histogram, and the running request's KV bytes equal the pool's used
+ *     blocks;
+ *   - the dashboard in headless Chromium (Debian's `chromium`) shows the live
+ *     session and the pool; the screenshot is kept in
+ *     $BUILD/artifacts/dashboard.png (skipped, with a note, when chromium is
+ *     not installed). */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test.h"
+
+static const char *KEY = "status-key";
+static int port;
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    socklen_t l = sizeof a;
+    int p = -1;
+    if (!bind(fd, (struct sockaddr *)&a, sizeof a) && !getsockname(fd, (struct sockaddr *)&a, &l)) p = ntohs(a.sin_port);
+    close(fd);
+    return p;
+}
+
+static int dial(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    struct timeval tv = {.tv_sec = 60};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void send_req(int fd, const char *method, const char *path, bool key, const char *body) {
+    char h[512];
+    int n = snprintf(h, sizeof h, "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\n%s%s%sContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                     method, path, key ? "Authorization: Bearer " : "", key ? KEY : "", key ? "\r\n" : "",
+                     body ? strlen(body) : 0);
+    if (write(fd, h, (size_t)n) != n || (body && write(fd, body, strlen(body)) != (ssize_t)strlen(body)))
+        fprintf(stderr, "short write\n");
+}
+
+/* One request, read to the end; returns the status, body in buf. */
+static int http(const char *method, const char *path, bool key, const char *body, char *buf, size_t cap) {
+    int fd = dial();
+    if (fd < 0) return -1;
+    send_req(fd, method, path, key, body);
+    size_t len = 0;
+    ssize_t r;
+    while (len + 1 < cap && (r = read(fd, buf + len, cap - 1 - len)) > 0) len += (size_t)r;
+    buf[len] = 0;
+    close(fd);
+    int st = -1;
+    if (sscanf(buf, "HTTP/1.%*d %d", &st) != 1) return -1;
+    char *b = strstr(buf, "\r\n\r\n");
+    if (b) memmove(buf, b + 4, strlen(b + 4) + 1);
+    return st;
+}
+
+/* The value of a metric line "name value" (name with labels as written), or -1. */
+static double metric(const char *text, const char *name) {
+    size_t l = strlen(name);
+    for (const char *p = text; (p = strstr(p, name)); p += l)
+        if ((p == text || p[-1] == '\n') && p[l] == ' ') return atof(p + l + 1);
+    return -1;
+}
+
+static int run_capture(const char *cmd, char *out, size_t cap) {
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static const char *find_chromium(void) {
+    static const char *const c[] = {"/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"};
+    for (int i = 0; i < 3; i++)
+        if (access(c[i], X_OK) == 0) return c[i];
+    return NULL;
+}
+
+static void test_dashboard(const char *build) {
+    const char *chrome = find_chromium();
+    if (!chrome) {
+        printf("skip: the dashboard browser test needs chromium (apt-get install chromium)\n");
+        return;
+    }
+    static char cmd[4096], out[1 << 20];
+    char profile[] = "/tmp/hone-chromium-XXXXXX";
+    if (!mkdtemp(profile)) {
+        CHECK(0);
+        return;
+    }
+    const char *flags = "--headless --no-sandbox --disable-gpu --disable-background-networking --no-first-run "
+                        "--disable-component-update --disable-sync --disable-dev-shm-usage";
+    /* virtual time runs the page's polling (every 300 ms) for a few seconds */
+    snprintf(cmd, sizeof cmd,
+             "%s %s --user-data-dir=%s --virtual-time-budget=4000 --dump-dom 'http://127.0.0.1:%d/?interval=300#key=%s' "
+             "2>/dev/null",
+             chrome, flags, profile, port, KEY);
+    int rc = run_capture(cmd, out, sizeof out);
+    CHECKF(rc == 0, "chromium --dump-dom exited %d", rc);
+    CHECKF(strstr(out, "id=\"state\">live") != NULL, "the page polled the status endpoint with the key");
+    CHECKF(strstr(out, "<tr data-id=\"") != NULL && strstr(out, "<td>decode</td>") != NULL,
+           "the page lists the decoding session");
+    CHECKF(strstr(out, "used, ") && strstr(out, "KV f16"), "the page shows the pool and the model");
+    const char *hit = strstr(out, "id=\"hit\">");
+    CHECKF(hit && hit[9] >= '1' && hit[9] <= '9', "the page shows a cache hit rate (%.12s)", hit ? hit + 9 : "");
+    char art[1024];
+    snprintf(art, sizeof art, "%s/artifacts", build);
+    mkdir(art, 0755);
+    snprintf(cmd, sizeof cmd,
+             "%s %s --user-data-dir=%s --virtual-time-budget=4000 --window-size=1200,1100 --screenshot=%s/dashboard.png "
+             "'http://127.0.0.1:%d/?interval=300#key=%s' > /dev/null 2>&1",
+             chrome, flags, profile, art, port, KEY);
+    rc = run_capture(cmd, out, sizeof out);
+    snprintf(cmd, sizeof cmd, "%s/dashboard.png", art);
+    struct stat sb;
+    CHECKF(rc == 0 && stat(cmd, &sb) == 0 && sb.st_size > 10000, "screenshot kept in %s", cmd);
+    printf("dashboard screenshot: %s\n", cmd);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", profile);
+    if (system(cmd)) {}
+}
+
+int main(void) {
+    const char *hone = getenv("HONE_BIN");
+    if (!hone || !*hone) {
+        CHECKF(0, "HONE_BIN is not set");
+        TEST_DONE();
+    }
+    char model[512], build[512];
+    test_data_path(model, sizeof model, "data/models/qwen3-real-q8_0.gguf");
+    snprintf(build, sizeof build, "%s", hone);
+    char *slash = strrchr(build, '/');
+    if (slash) *slash = 0;
+    else snprintf(build, sizeof build, ".");
+    port = free_port();
+    char sport[16];
+    snprintf(sport, sizeof sport, "%d", port);
+    pid_t srv = fork();
+    if (srv == 0) {
+        setenv("HONE_NO_TUNE", "1", 1);
+        const char *argv[] = {hone, "serve", "-m", model, "--port", sport, "--api-key", KEY, "--ctx", "8192", NULL};
+        execv(hone, (char **)argv);
+        _exit(127);
+    }
+    static char buf[1 << 20], out[1 << 16], cmd[2048];
+    int st = -1;
+    for (int i = 0; i < 600 && st != 200; i++) {
+        st = http("GET", "/health", false, NULL, buf, sizeof buf);
+        if (st != 200) usleep(50000);
+    }
+    CHECKF(st == 200, "hone serve listens on %d", port);
+    if (st != 200) {
+        kill(srv, SIGKILL);
+        waitpid(srv, NULL, 0);
+        TEST_DONE();
+    }
+    CHECK(http("GET", "/metrics", false, NULL, buf, sizeof buf) == 401);
+    CHECK(http("GET", "/v1/hone/status", false, NULL, buf, sizeof buf) == 401);
+    CHECK(http("GET", "/", false, NULL, buf, sizeof buf) == 200 && strstr(buf, "Memory per agent"));
+
+    /* three turns sharing a ~250-token prefix */
+    static char prefix[4096], body[8192];
+    prefix[0] = 0;
+    for (int i = 0; i < 40; i++) strcat(prefix, "The agent reads the file and edits it. ");
+    for (int k = 0; k < 3; k++) {
+        snprintf(body, sizeof body, "{\"prompt\": \"%sTurn %d asks something new.\", \"max_tokens\": 6, \"temperature\": 0}",
+                 prefix, k);
+        st = http("POST", "/v1/completions", true, body, buf, sizeof buf);
+        CHECKF(st == 200, "completion %d: %d %.200s", k, st, buf);
+    }
+    /* a long one left running */
+    int lfd = dial();
+    snprintf(body, sizeof body, "{\"prompt\": \"%sThe long turn.\", \"max_tokens\": 6000, \"temperature\": 0, \"stream\": true}", prefix);
+    send_req(lfd, "POST", "/v1/completions", true, body);
+    ssize_t got = read(lfd, buf, 4096); /* headers and the first events */
+    CHECK(got > 0);
+    /* until it decodes (its first token is out), slower under a sanitizer */
+    bool decoding = false;
+    for (int i = 0; i < 600 && !decoding; i++) {
+        decoding = http("GET", "/v1/hone/status", true, NULL, buf, sizeof buf) == 200 &&
+                   strstr(buf, "\"state\":\"decode\"") && strstr(buf, "\"n_generated\":0,") == NULL;
+        if (!decoding) usleep(50000);
+    }
+    CHECKF(decoding, "the long request decodes");
+
+    snprintf(cmd, sizeof cmd, "%s ps --port %d --api-key %s 2>&1", hone, port, KEY);
+    int rc = run_capture(cmd, out, sizeof out);
+    printf("%s", out);
+    CHECKF(rc == 0, "hone ps exits 0 (%d)", rc);
+    CHECK(strstr(out, "KV f16") && strstr(out, "POOL") && strstr(out, "TOKENS"));
+    CHECKF(strstr(out, " decode ") != NULL, "hone ps lists the running request decoding");
+    const char *c = strstr(out, "cached ");
+    CHECKF(c && atoi(c + 7) >= 3 * 16 * 10, "hone ps reports the prefix's cached tokens (%d)", c ? atoi(c + 7) : -1);
+    snprintf(cmd, sizeof cmd, "HONE_API_KEY= %s ps --port %d 2>&1", hone, port);
+    rc = run_capture(cmd, out, sizeof out);
+    CHECKF(rc == 1 && strstr(out, "API key"), "hone ps without the key: %d %s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s ps --port %d --api-key %s --json", hone, port, KEY);
+    rc = run_capture(cmd, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "\"sessions\":[{"));
+
+    st = http("GET", "/metrics", true, NULL, buf, sizeof buf);
+    CHECK(st == 200);
+    CHECKF(metric(buf, "hone_requests_total") == 4, "4 requests (%g)", metric(buf, "hone_requests_total"));
+    CHECK(metric(buf, "hone_requests_finished_total{reason=\"length\"}") == 3);
+    CHECK(metric(buf, "hone_cached_tokens_total") >= 3 * 16 * 10);
+    CHECK(metric(buf, "hone_ttft_seconds_count") == 4 && metric(buf, "hone_ttft_seconds_bucket{le=\"+Inf\"}") == 4);
+    CHECK(metric(buf, "hone_inter_token_seconds_count") >= 3 * 5);
+    CHECK(metric(buf, "hone_requests_running") == 1 && metric(buf, "hone_queue_length") == 0);
+    double used = metric(buf, "hone_kv_blocks{state=\"used\"}"), bb = metric(buf, "hone_kv_block_bytes");
+    CHECKF(used > 0 && metric(buf, "hone_kv_blocks{state=\"cached\"}") >= 0 && metric(buf, "hone_kv_bytes") >= used * bb,
+           "KV blocks used %g", used);
+    CHECK(metric(buf, "hone_engine_bytes") > 0 && metric(buf, "hone_model_file_bytes") > 0);
+    /* the one live request holds every used block, alone */
+    const char *own = strstr(buf, "hone_session_kv_bytes{id=\"4\",kind=\"own\"} ");
+    const char *shr = strstr(buf, "hone_session_kv_bytes{id=\"4\",kind=\"shared\"} ");
+    CHECKF(own && shr && atof(strchr(own, '}') + 2) + atof(strchr(shr, '}') + 2) == used * bb,
+           "the running request's KV bytes are the pool's used blocks");
+
+    test_dashboard(build);
+
+    close(lfd); /* cancels the long generation */
+    kill(srv, SIGTERM);
+    int ws;
+    waitpid(srv, &ws, 0);
+    CHECKF(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "hone serve stops cleanly on SIGTERM");
+    TEST_DONE();
+}
