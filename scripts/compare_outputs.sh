@@ -4,6 +4,8 @@
 # byte, the last-position logits of a 40-token prefill (hone logits) and 24
 # greedy tokens decoded one step at a time (hone run --print-ids), untuned, at
 # 2 threads. Prints one line per model and ends with "N identical, N differ".
+# NEW_ARGS (env) are extra `hone run` options for the new binary only, e.g.
+# NEW_ARGS="--kv-type f32" when the new one's default KV type differs.
 set -u
 old=$1 new=$2 dir=${3:-../shared/data/models}
 tmp=$(mktemp -d)
@@ -16,7 +18,10 @@ for m in "$dir"/*.gguf; do
     for b in old new; do
         bin=$old; [ $b = new ] && bin=$new
         HONE_NO_TUNE=1 "$bin" logits -m "$m" --tokens "$toks" -o "$tmp/$b.f32" -t 2 >/dev/null 2>"$tmp/$b.err" || ok=0
-        HONE_NO_TUNE=1 "$bin" run -m "$m" --tokens "$toks" --print-ids -n 24 --temp 0 --ignore-eos -t 2 >"$tmp/$b.ids" 2>>"$tmp/$b.err" || ok=0
+        extra=
+        [ $b = new ] && extra=${NEW_ARGS:-}
+        # shellcheck disable=SC2086
+        HONE_NO_TUNE=1 "$bin" run -m "$m" --tokens "$toks" --print-ids -n 24 --temp 0 --ignore-eos -t 2 $extra >"$tmp/$b.ids" 2>>"$tmp/$b.err" || ok=0
     done
     if [ $ok = 0 ]; then
         if cmp -s "$tmp/old.err" "$tmp/new.err" 2>/dev/null || { grep -q unsupported "$tmp/old.err" && grep -q unsupported "$tmp/new.err"; }; then

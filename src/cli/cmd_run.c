@@ -54,6 +54,7 @@ static void usage(FILE *f) {
             "  --ignore-eos            do not stop at end-of-generation tokens (benchmarks)\n"
             "  --no-tune               built-in kernel parameters: neither tune nor use the tuning cache\n"
             "  --device NAME           backend: auto (default: the best available), cpu, cuda\n"
+            "  --kv-type T             KV cache elements: f16 (default), f32, q8_0, k8v4\n"
             "                          (also HONE_NO_TUNE=1; by default the first start tunes, up to 30 s)\n"
             "  -h, --help              this help\n");
 }
@@ -186,6 +187,7 @@ static void on_sigint(int sig) {
 
 int cmd_run(int argc, char **argv) {
     const char *path = NULL, *prompt = NULL, *tokens = NULL, *device = NULL;
+    int kv_type = ENG_KV_F16;
     long n_gen = 64;
     int n_threads = 0;
     bool print_ids = false, ignore_eos = false, no_tune = false;
@@ -216,6 +218,12 @@ int cmd_run(int argc, char **argv) {
         errno = 0;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) path = v;
         else if (!strcmp(a, "--device")) device = v;
+        else if (!strcmp(a, "--kv-type")) {
+            if (!eng_kv_type_from_name(v, &kv_type)) {
+                fprintf(stderr, "hone run: unknown KV type '%s' (f16, f32, q8_0, k8v4)\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "--tokens")) tokens = v;
         else if (!strcmp(a, "-n")) n_gen = strtol(v, &end, 10);
@@ -268,6 +276,7 @@ int cmd_run(int argc, char **argv) {
     eng_params ep = eng_default_params();
     ep.model_path = path;
     ep.device = device;
+    ep.kv_type = kv_type;
     ep.n_threads = n_threads;
     ep.max_running = 1;
     ep.step_tokens = 256;
