@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "../core/alloc.h"
 #include "../gguf/gguf.h"
@@ -60,7 +61,17 @@ static void usage(FILE *f) {
             "  --no-tune            built-in kernel parameters: neither tune nor use the tuning cache\n"
             "                       (also HONE_NO_TUNE=1; by default the first start tunes, up to 30 s)\n"
             "  --max-body SIZE      largest request body (default 32M)\n"
-            "  --ping-ms N          keep-alive interval of a silent stream (default 5000)\n"
+            "  --max-inflight SIZE  request bodies held at once by all requests in progress (default 256M);\n"
+            "                       beyond it a request gets 503 (529 on /v1/messages) to retry later\n"
+            "  --max-json-nodes N   most JSON objects + arrays in one body, counted before parsing\n"
+            "                       (default 200000; 413 beyond)\n"
+            "  --ping-ms N          keep-alive interval of a silent stream (default 5000; at most half the idle timeout)\n"
+            "  --max-connections N  open connections in all (default 1024, within the open-file limit)\n"
+            "  --max-conn-per-ip N  open connections per client address (default 64; none when bound to\n"
+            "                       loopback, where every client is 127.0.0.1; 0: none)\n"
+            "  --idle-timeout S     close a connection silent for S seconds, between requests or inside\n"
+            "                       a header (default 15)\n"
+            "  --http-threads N     threads serving connections (default 4; they never wait for the model)\n"
             "  --verbose            log every request to stderr\n"
             "  --test-engine        scripted engine instead of the model (protocol tests only)\n");
 }
@@ -138,7 +149,13 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--kv-type") && eng_kv_type_from_name(v, &kv_type)) {}
         else if (!strcmp(a, "--block-size") && parse_int(v, 1, 4096, &block_size)) {}
         else if (!strcmp(a, "--max-body") && parse_size(v, &cfg.max_body) && cfg.max_body >= 1024) {}
+        else if (!strcmp(a, "--max-inflight") && parse_size(v, &cfg.max_inflight) && cfg.max_inflight >= 1024) {}
+        else if (!strcmp(a, "--max-json-nodes") && parse_int(v, 16, 1L << 30, &n)) cfg.max_json_nodes = (int)n;
         else if (!strcmp(a, "--ping-ms") && parse_int(v, 10, 600000, &n)) cfg.ping_ms = (int)n;
+        else if (!strcmp(a, "--max-connections") && parse_int(v, 1, 1 << 20, &n)) cfg.max_connections = (int)n;
+        else if (!strcmp(a, "--max-conn-per-ip") && parse_int(v, 0, 1 << 20, &n)) cfg.max_conn_per_ip = (int)n;
+        else if (!strcmp(a, "--idle-timeout") && parse_int(v, 1, 86400, &n)) cfg.idle_timeout_s = (int)n;
+        else if (!strcmp(a, "--http-threads") && parse_int(v, 1, 256, &n)) cfg.http_threads = (int)n;
         else {
             fprintf(stderr, "hone serve: bad option or value: %s %s\n", a, v);
             usage(stderr);
@@ -159,6 +176,12 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* every connection is a file descriptor: raise the soft limit to the hard one */
+    struct rlimit rl;
+    if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
 
     hn_err err = {0};
     gguf_ctx *g = NULL;

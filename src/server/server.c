@@ -4,9 +4,12 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,8 +21,13 @@ srv_config srv_default_config(void) {
     c.port = 8080;
     c.model_name = "hone";
     c.max_body = 32u << 20;
+    c.max_inflight = 256u << 20;
+    c.max_json_nodes = 200000;
     c.max_header = 64u << 10;
-    c.max_connections = 256;
+    c.max_connections = 1024;
+    c.max_conn_per_ip = -1;
+    c.idle_timeout_s = 15;
+    c.http_threads = 4;
     c.ping_ms = 5000;
     c.sampling = smp_default_params();
     return c;
@@ -42,6 +50,34 @@ bool srv_key_equal(const char *given, size_t given_len, const char *want) {
         diff |= (unsigned)(a ^ b);
     }
     return diff == 0 && wl > 0;
+}
+
+size_t srv_json_containers(const char *s, size_t n, size_t limit) {
+    size_t k = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < n && k <= limit; i++) {
+        char ch = s[i];
+        if (in_str) {
+            if (ch == '\\') i++;
+            else if (ch == '"') in_str = false;
+        } else if (ch == '"') {
+            in_str = true;
+        } else if (ch == '{' || ch == '[') {
+            k++;
+        }
+    }
+    return k;
+}
+
+/* Counts n more body bytes against max_inflight; false (nothing counted) if over. */
+static bool hold_bytes(srv_conn *c, size_t n) {
+    srv_server *s = c->s;
+    size_t cur = atomic_load(&s->inflight);
+    do {
+        if (cur + n > s->cfg.max_inflight) return false;
+    } while (!atomic_compare_exchange_weak(&s->inflight, &cur, cur + n));
+    c->held += n;
+    return true;
 }
 
 bool srv_utf8_valid(const char *str, size_t n) {
@@ -68,6 +104,80 @@ bool srv_utf8_valid(const char *str, size_t n) {
         i += (size_t)len;
     }
     return true;
+}
+
+/* ---- suspension: nothing blocks an HTTP thread ---- */
+
+static void unlink_parked(srv_server *s, srv_conn *c) {
+    if (c->pprev) c->pprev->pnext = c->pnext;
+    else s->parked = c->pnext;
+    if (c->pnext) c->pnext->pprev = c->pprev;
+    c->pnext = c->pprev = NULL;
+}
+
+bool srv_park(srv_conn *c) {
+    srv_server *s = c->s;
+    pthread_mutex_lock(&s->park_mu);
+    bool park = !c->wake_pending && !atomic_load(&s->stopping);
+    c->wake_pending = false;
+    if (park) {
+        c->parked = true;
+        c->pprev = NULL;
+        c->pnext = s->parked;
+        if (s->parked) s->parked->pprev = c;
+        s->parked = c;
+        MHD_suspend_connection(c->mc);
+    }
+    pthread_mutex_unlock(&s->park_mu);
+    return park;
+}
+
+static void wake_locked(srv_server *s, srv_conn *c) {
+    if (c->parked) {
+        c->parked = false;
+        unlink_parked(s, c);
+        MHD_resume_connection(c->mc);
+    } else {
+        c->wake_pending = true;
+    }
+}
+
+void srv_wake(srv_conn *c) {
+    pthread_mutex_lock(&c->s->park_mu);
+    wake_locked(c->s, c);
+    pthread_mutex_unlock(&c->s->park_mu);
+}
+
+bool srv_client_gone(srv_conn *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
+    if (p.revents & POLLIN) {
+        char ch;
+        return recv(ci->connect_fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+    }
+    return false;
+}
+
+/* The ticker resumes parked connections that have something to do without
+ * the engine: a ping is due, the client left, the server stops. */
+static void *ticker_main(void *arg) {
+    srv_server *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->park_mu);
+        bool stop = atomic_load(&s->stopping);
+        double now = srv_now_ms();
+        for (srv_conn *c = s->parked, *next; c; c = next) {
+            next = c->pnext;
+            if (stop || (c->streaming && now - c->last_send >= s->cfg.ping_ms) || srv_client_gone(c)) wake_locked(s, c);
+        }
+        bool done = stop && !s->parked && !s->ticker_on;
+        pthread_mutex_unlock(&s->park_mu);
+        if (done) return NULL;
+        usleep((useconds_t)s->tick_ms * 1000);
+    }
 }
 
 /* ---- responses ---- */
@@ -208,6 +318,10 @@ static api_kind render_api(srv_conn *c, const json_t *body) {
 
 static enum MHD_Result finish_body(srv_conn *c) {
     api_error e;
+    if (c->overloaded) {
+        api_seterr(&e, APIE_OVERLOADED, NULL, "too many request bytes in progress (over %zu); retry later", c->s->cfg.max_inflight);
+        return srv_send_error(c, c->api, &e);
+    }
     if (c->too_large) {
         api_seterr(&e, APIE_TOO_LARGE, NULL, "request body is larger than %zu bytes", c->s->cfg.max_body);
         return srv_send_error(c, c->api, &e);
@@ -217,8 +331,15 @@ static enum MHD_Result finish_body(srv_conn *c) {
         api_seterr(&e, APIE_INVALID, NULL, "request body is not valid UTF-8");
         return srv_send_error(c, c->api, &e);
     }
+    /* the parser's memory is many times the text's for small values: count first */
+    size_t lim = (size_t)c->s->cfg.max_json_nodes;
+    if (srv_json_containers(data, c->body.len, lim) > lim) {
+        api_seterr(&e, APIE_TOO_LARGE, NULL, "request body has more than %zu JSON objects and arrays", lim);
+        return srv_send_error(c, c->api, &e);
+    }
     json_error_t je;
     json_t *body = json_loadb(data, c->body.len, 0, &je);
+    sb_free(&c->body); /* the parsed form is what is kept (its bytes stay counted) */
     if (!body) {
         api_seterr(&e, APIE_INVALID, NULL, "malformed JSON in request body: %s (line %d, column %d)", je.text, je.line,
                    je.column);
@@ -274,6 +395,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
                 return srv_send_error(c, c->api,
                                       api_seterr(&e, APIE_TOO_LARGE, NULL, "request body is larger than %zu bytes", s->cfg.max_body));
             if (len > s->cfg.max_body) c->too_large = true;
+            else if (len && !hold_bytes(c, (size_t)len))
+                return srv_send_error(c, c->api,
+                                      api_seterr(&e, APIE_OVERLOADED, NULL,
+                                                 "too many request bytes in progress (over %zu); retry later", s->cfg.max_inflight));
         }
         return MHD_YES;
     }
@@ -282,7 +407,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
             if (c->body.len + *upload_size > c->s->cfg.max_body) {
                 c->too_large = true;
                 sb_free(&c->body);
-            } else {
+            } else if (c->body.len + *upload_size > c->held && !c->overloaded &&
+                       !hold_bytes(c, c->body.len + *upload_size - c->held)) {
+                c->overloaded = true; /* a chunked body beyond what was counted */
+                sb_free(&c->body);
+            } else if (!c->overloaded) {
                 sb_add(&c->body, upload_data, *upload_size);
                 if (c->body.oom) return MHD_NO;
             }
@@ -291,6 +420,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
         return MHD_YES;
     }
     if (!is_generation(c->route)) return simple_get(c);
+    if (c->job) return srv_continue(c); /* resumed while waiting for the engine */
     return finish_body(c);
 }
 
@@ -299,8 +429,17 @@ void srv_conn_release(srv_conn *c) {
     int left = --c->refs;
     pthread_mutex_unlock(&c->mu);
     if (left > 0) return;
+    pthread_mutex_lock(&c->s->park_mu);
+    if (c->parked) unlink_parked(c->s, c); /* not expected: MHD ends no suspended connection */
+    pthread_mutex_unlock(&c->s->park_mu);
+    if (c->job) {
+        pthread_mutex_lock(&c->job->mu);
+        c->job->conn = NULL;
+        pthread_mutex_unlock(&c->job->mu);
+    }
     if (c->job && !c->finished) c->s->eng.cancel(c->s->eng.ctx, c->job->id);
     if (c->counted) atomic_fetch_sub(&c->s->n_running, 1);
+    if (c->held) atomic_fetch_sub(&c->s->inflight, c->held);
     if (c->job) srv_job_release(c->job);
     gen_free(c->g);
     wr_free(c->w);
@@ -334,6 +473,7 @@ hn_status srv_start(const srv_config *cfg, const srv_engine *eng, const prm_mode
     srv_server *s = hn_calloc(1, sizeof *s);
     if (!s) return hn_errf(err, HN_ERR_NOMEM, "out of memory");
     s->cfg = *cfg;
+    pthread_mutex_init(&s->park_mu, NULL);
     s->host = hn_strdup(cfg->host && *cfg->host ? cfg->host : "127.0.0.1");
     s->api_key = cfg->api_key && *cfg->api_key ? hn_strdup(cfg->api_key) : NULL;
     s->model_name = hn_strdup(cfg->model_name && *cfg->model_name ? cfg->model_name : "hone");
@@ -346,15 +486,32 @@ hn_status srv_start(const srv_config *cfg, const srv_engine *eng, const prm_mode
     }
     if (!s->cfg.max_body) s->cfg.max_body = 32u << 20;
     if (!s->cfg.max_header) s->cfg.max_header = 64u << 10;
-    if (s->cfg.max_connections <= 0) s->cfg.max_connections = 256;
+    if (s->cfg.max_inflight < s->cfg.max_body) s->cfg.max_inflight = s->cfg.max_body;
+    if (s->cfg.max_json_nodes <= 0) s->cfg.max_json_nodes = 200000;
+    if (s->cfg.max_connections <= 0) s->cfg.max_connections = 1024;
     if (s->cfg.ping_ms <= 0) s->cfg.ping_ms = 5000;
+    if (s->cfg.idle_timeout_s <= 0) s->cfg.idle_timeout_s = 15;
+    if (s->cfg.http_threads <= 0) s->cfg.http_threads = 4;
+    /* a silent stream must ping before it counts as idle */
+    if (s->cfg.ping_ms > s->cfg.idle_timeout_s * 500) s->cfg.ping_ms = s->cfg.idle_timeout_s * 500;
+    s->tick_ms = s->cfg.ping_ms / 4 < 10 ? 10 : s->cfg.ping_ms / 4 > 100 ? 100 : s->cfg.ping_ms / 4;
+    /* every connection is a file descriptor: stay under the process's limit */
+    struct rlimit rl;
+    if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY) {
+        long room = (long)rl.rlim_cur - 64;
+        if (room < 16) room = 16;
+        if (s->cfg.max_connections > room) {
+            fprintf(stderr, "hone serve: at most %ld connections (the open-file limit is %ld)\n", room, (long)rl.rlim_cur);
+            s->cfg.max_connections = (int)room;
+        }
+    }
 
     struct sockaddr_in a4;
     struct sockaddr_in6 a6;
     memset(&a4, 0, sizeof a4);
     memset(&a6, 0, sizeof a6);
     const char *h = !strcmp(s->host, "localhost") ? "127.0.0.1" : s->host;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     const struct sockaddr *sa;
     if (cfg->port < 0 || cfg->port > 65535) {
         srv_stop(s);
@@ -373,13 +530,24 @@ hn_status srv_start(const srv_config *cfg, const srv_engine *eng, const prm_mode
         srv_stop(s);
         return hn_errf(err, HN_ERR_INVALID, "host '%s' is not an IPv4/IPv6 address (or localhost)", s->host);
     }
+    bool loopback = (sa == (const struct sockaddr *)&a4 && (ntohl(a4.sin_addr.s_addr) >> 24) == 127) ||
+                    (sa == (const struct sockaddr *)&a6 && IN6_IS_ADDR_LOOPBACK(&a6.sin6_addr));
+    if (s->cfg.max_conn_per_ip < 0) s->cfg.max_conn_per_ip = loopback ? 0 : 64;
+    s->ticker_on = true;
+    if (pthread_create(&s->ticker, NULL, ticker_main, s)) {
+        s->ticker_on = false;
+        srv_stop(s);
+        return hn_errf(err, HN_ERR_NOMEM, "cannot start a thread");
+    }
     s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, handler, s,
                             MHD_OPTION_EXTERNAL_LOGGER, log_mhd, s,
                             MHD_OPTION_SOCK_ADDR, sa,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, s,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, s->cfg.max_header,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conn_per_ip,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.idle_timeout_s,
+                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg.http_threads,
                             MHD_OPTION_END);
     if (!s->d) {
         srv_stop(s);
@@ -397,6 +565,14 @@ int srv_running(const srv_server *s) { return atomic_load(&((srv_server *)s)->n_
 void srv_stop(srv_server *s) {
     if (!s) return;
     atomic_store(&s->stopping, true);
+    if (s->ticker_on) {
+        /* MHD must not be stopped with suspended connections: the ticker
+         * resumes them all (srv_park refuses from now on), then ends */
+        pthread_mutex_lock(&s->park_mu);
+        s->ticker_on = false;
+        pthread_mutex_unlock(&s->park_mu);
+        pthread_join(s->ticker, NULL);
+    }
     if (s->d) MHD_stop_daemon(s->d);
     /* cancelled requests may still be in the engine, using their grammar
      * state (which uses the shared vocabulary index): wait for their ends */
@@ -405,5 +581,6 @@ void srv_stop(srv_server *s) {
     hn_free(s->host);
     hn_free(s->api_key);
     hn_free(s->model_name);
+    pthread_mutex_destroy(&s->park_mu);
     hn_free(s);
 }

@@ -1,8 +1,17 @@
 /* server.h: the HTTP server behind `hone serve`.
  *
- * libmicrohttpd, one thread per connection (keep-alive, many concurrent
- * connections, bounded by max_connections), bound to 127.0.0.1 unless told
- * otherwise. Routes:
+ * libmicrohttpd with a small pool of epoll threads (http_threads) that
+ * never block: a request waiting for the engine, or a stream with nothing
+ * to send, is suspended (MHD_suspend_connection) and resumed by the
+ * engine's callback when tokens arrive, or by the server's ticker thread
+ * when a keep-alive ping is due, the client is gone or the server stops.
+ * An idle socket therefore costs a file descriptor and a little memory,
+ * not a thread: max_connections (default 1024, clamped to the process's
+ * file limit) is shared by everyone, max_conn_per_ip bounds one client
+ * address (default 64, but none when bound to loopback, where every client
+ * is 127.0.0.1), and a connection silent for idle_timeout_s (default 15)
+ * is closed, whether it is between requests or has sent half a header.
+ * Bound to 127.0.0.1 unless told otherwise. Routes:
  *   GET|HEAD /            200 (probes by Claude Code and others)
  *   GET /health           {"status":"ok"}
  *   GET /v1/models        the loaded model under its alias (also /models, /v1/models/{id})
@@ -15,7 +24,11 @@
  * Limits: request headers are capped by the per-connection memory limit;
  * the API key (when set) is checked on the headers before any body is read
  * (Authorization: Bearer or x-api-key, compared in constant time); bodies
- * over max_body are refused with 413; bodies must be valid UTF-8 JSON.
+ * over max_body are refused with 413; bodies must be valid UTF-8 JSON with
+ * at most max_json_nodes objects and arrays (counted in one pass before
+ * the parser allocates: 413 beyond). Each request holds its body's size
+ * against max_inflight from its headers to its end; one that would go
+ * over is refused with 503 (529 on /v1/messages), which clients retry.
  *
  * Generation goes through srv_engine: the engine.h functions in production,
  * a scripted engine in tests. Each request gets its tokens on the engine
@@ -51,8 +64,13 @@ typedef struct srv_config {
     int32_t max_tokens;      /* cap per request (<= 0: no cap beyond the context) */
     int32_t default_max_tokens; /* when the request names none (<= 0: until the context is full) */
     size_t max_body;         /* default 32 MiB */
+    size_t max_inflight;     /* bodies of all requests in progress, read or held (default 256 MiB, >= max_body) */
+    int max_json_nodes;      /* objects + arrays in one body, counted before parsing (default 200000) */
     size_t max_header;       /* per-connection header memory, default 64 KiB */
-    int max_connections;     /* default 256 */
+    int max_connections;     /* default 1024 (clamped to RLIMIT_NOFILE less a margin) */
+    int max_conn_per_ip;     /* per client address; -1 (default): 64, or none on a loopback bind; 0: none */
+    int idle_timeout_s;      /* a connection silent this long is closed (default 15) */
+    int http_threads;        /* epoll threads serving connections (default 4) */
     int ping_ms;             /* keep-alive interval while nothing is produced (default 5000) */
     smp_params sampling;     /* defaults for fields a request leaves out */
     bool log_requests;       /* one line per request on stderr */
@@ -74,6 +92,9 @@ void srv_stop(srv_server *s);
 
 /* Constant-time comparison of a presented key with the expected one. */
 bool srv_key_equal(const char *given, size_t given_len, const char *want);
+/* The objects and arrays in JSON text (brackets outside strings), counting
+ * no further than limit + 1. */
+size_t srv_json_containers(const char *s, size_t n, size_t limit);
 /* Whether n bytes are valid UTF-8 (no overlongs, surrogates or > U+10FFFF). */
 bool srv_utf8_valid(const char *s, size_t n);
 

@@ -23,13 +23,20 @@ struct srv_server {
     atomic_int n_running;
     atomic_int n_jobs;   /* jobs not yet released by both sides (the engine's DONE pending) */
     atomic_bool stopping;
+    atomic_size_t inflight; /* body bytes held by requests in progress */
+
+    /* suspended connections (see srv_park), for the ticker */
+    pthread_mutex_t park_mu;
+    struct srv_conn *parked;
+    pthread_t ticker;
+    bool ticker_on;
+    int tick_ms;
 };
 
 /* One generation, shared by the HTTP thread and the engine thread's callback. */
 typedef struct srv_job {
     srv_server *s;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     int refs;            /* HTTP side + engine side */
     int32_t *toks;       /* tokens delivered and not yet taken */
     int n_toks, cap_toks;
@@ -40,6 +47,7 @@ typedef struct srv_job {
     eng_req_stats stats;
     eng_req_id id;
     cst_req *cst;        /* the request's grammar, freed with the job */
+    struct srv_conn *conn; /* woken on each event; NULL once the request is gone (under mu) */
 } srv_job;
 
 enum srv_route {
@@ -58,6 +66,8 @@ typedef struct srv_conn {
     api_kind api;
     sbuf body;
     bool too_large;
+    bool overloaded;      /* the body would exceed max_inflight */
+    size_t held;          /* bytes counted in s->inflight */
     double t_start;
 
     /* generation */
@@ -73,9 +83,25 @@ typedef struct srv_conn {
     bool cancelled;
     bool counted;         /* counted in s->n_running */
     double last_send;     /* monotonic ms of the last bytes handed to MHD */
+
+    /* suspension (under s->park_mu) */
+    bool parked;          /* MHD_suspend_connection called, not yet resumed */
+    bool wake_pending;    /* woken while not parked: the next park is skipped */
+    bool streaming;       /* a stream's reader is installed (pings are due) */
+    struct srv_conn *pnext, *pprev;
 } srv_conn;
 
 double srv_now_ms(void);
+/* Suspends c's MHD connection until srv_wake (only from MHD's callbacks for
+ * c). Returns false, suspending nothing, when a wake came since the last
+ * park or the server is stopping: the caller then looks again. */
+bool srv_park(srv_conn *c);
+/* Resumes c if parked, else makes its next park return at once. Any thread. */
+void srv_wake(srv_conn *c);
+/* Whether the client closed its end of the connection. */
+bool srv_client_gone(srv_conn *c);
+/* A suspended non-streaming request resumed: finish it or park again. */
+enum MHD_Result srv_continue(srv_conn *c);
 /* Drops one reference to a job (HTTP or engine side); the last frees it. */
 void srv_job_release(srv_job *j);
 void srv_conn_release(srv_conn *c);

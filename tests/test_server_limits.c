@@ -1,0 +1,223 @@
+/* test_server_limits.c: the server against hostile or careless clients
+ * (issue 12): idle sockets cannot lock others out, per-address connection
+ * limits, idle / half-header timeouts, and the rest of the limits as they
+ * are added. The scripted engine on the real Qwen3 tokenizer and template. */
+#include <jansson.h>
+#include <pthread.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "gguf/gguf.h"
+#include "server/prompt.h"
+#include "server/server.h"
+#include "server/testeng.h"
+#include "srv_client.h"
+#include "test.h"
+#include "tokenizer/tokenizer.h"
+
+static prm_model g_pm;
+static teng *g_te;
+static const tok_vocab *g_vocab;
+
+static srv_config base_config(void) {
+    srv_config cfg = srv_default_config();
+    cfg.port = 0;
+    cfg.model_name = "test-model";
+    cfg.n_ctx = 512;
+    cfg.max_body = 1u << 20;
+    cfg.ping_ms = 50;
+    return cfg;
+}
+
+static srv_server *start(const srv_config *cfg) {
+    srv_server *srv = NULL;
+    hn_err err = {0};
+    srv_engine se = teng_engine(g_te);
+    CHECKF(srv_start(cfg, &se, &g_pm, &srv, &err) == HN_OK, "start: %s", err.msg);
+    if (srv) g_port = srv_port(srv);
+    return srv;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* 300 sockets that send nothing (more than the old limit of 256), and a
+ * half-sent header: /health and a generation still answer at once; the
+ * idle ones are closed after the idle timeout. */
+static void test_idle_sockets(void) {
+    srv_config cfg = base_config();
+    cfg.idle_timeout_s = 2;
+    srv_server *srv = start(&cfg);
+    if (!srv) return;
+    enum { N = 300 };
+    int fds[N];
+    int opened = 0;
+    for (int i = 0; i < N; i++) {
+        fds[i] = dial();
+        if (fds[i] >= 0) opened++;
+    }
+    CHECK(opened == N);
+    int half = dial();
+    const char *part = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    CHECK(send(half, part, strlen(part), MSG_NOSIGNAL) == (ssize_t)strlen(part));
+    usleep(200000);
+    double t0 = now_s();
+    int fd = dial_t(g_port, 3);
+    resp r;
+    send_req(fd, "GET", "/health", NULL, NULL, 0, false);
+    CHECKF(read_resp(fd, &r) && r.status == 200, "/health answers with %d idle sockets open", N);
+    sb_free(&r.body);
+    close(fd);
+    CHECKF(now_s() - t0 < 2.0, "/health took %.2f s", now_s() - t0);
+    CHECK(http("POST", "/v1/chat/completions", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r) == 200);
+    sb_free(&r.body);
+    /* the idle timeout reclaims them (and the half header) */
+    int closed = 0;
+    for (int i = 0; i < N; i++) closed += fds[i] >= 0 && closed_by_peer(fds[i], 6);
+    CHECKF(closed == N, "%d of %d idle sockets closed by the server", closed, N);
+    CHECKF(closed_by_peer(half, 6), "a half-sent header times out");
+    CHECKF(now_s() - t0 < 8.0, "idle sockets closed after %.1f s", now_s() - t0);
+    for (int i = 0; i < N; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    close(half);
+    srv_stop(srv);
+}
+
+/* One client address gets at most max_conn_per_ip connections. */
+static void test_per_ip_limit(void) {
+    srv_config cfg = base_config();
+    cfg.max_conn_per_ip = 4;
+    srv_server *srv = start(&cfg);
+    if (!srv) return;
+    int fds[4];
+    for (int i = 0; i < 4; i++) fds[i] = dial();
+    usleep(100000);
+    resp r;
+    CHECKF(http("GET", "/health", NULL, NULL, &r) != 200, "a fifth connection from one address is refused");
+    sb_free(&r.body);
+    close(fds[0]);
+    usleep(200000);
+    CHECK(http("GET", "/health", NULL, NULL, &r) == 200);
+    sb_free(&r.body);
+    for (int i = 1; i < 4; i++) close(fds[i]);
+    srv_stop(srv);
+}
+
+/* A stream longer than the idle timeout is not cut (its connection is
+ * suspended between tokens; ping_ms is capped below the idle timeout). */
+static void test_slow_stream_survives(void) {
+    srv_config cfg = base_config();
+    cfg.idle_timeout_s = 1;
+    cfg.ping_ms = 5000; /* capped to half the idle timeout */
+    srv_server *srv = start(&cfg);
+    if (!srv) return;
+    resp r;
+    const char *req = "{\"model\":\"m\",\"max_tokens\":12,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"MOCK:SLOW\"}]}";
+    double t0 = now_s();
+    CHECK(http("POST", "/v1/messages", NULL, req, &r) == 200);
+    CHECKF(r.body.data && strstr(r.body.data, "event: message_stop"), "a 2.4 s stream completes under a 1 s idle timeout");
+    CHECK(now_s() - t0 > 2.0);
+    sb_free(&r.body);
+    srv_stop(srv);
+}
+
+static long peak_rss_kb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+/* 300,000 empty messages (9 MB, under a 32 MB body limit) are refused with
+ * a 413 in the API's format before the JSON parser builds them: the
+ * process's peak RSS grows by little more than the body. */
+static void test_many_messages(void) {
+    srv_config cfg = base_config();
+    cfg.max_body = 32u << 20;
+    srv_server *srv = start(&cfg);
+    if (!srv) return;
+    sbuf b = {0};
+    sb_adds(&b, "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[");
+    for (int i = 0; i < 300000; i++) sb_adds(&b, i ? ",{\"role\":\"user\",\"content\":\"\"}" : "{\"role\":\"user\",\"content\":\"\"}");
+    sb_adds(&b, "]}");
+    long before = peak_rss_kb();
+    double t0 = now_s();
+    resp r;
+    int st = http("POST", "/v1/messages", NULL, b.data, &r);
+    long grew_mb = (peak_rss_kb() - before) / 1024;
+    CHECKF(st == 413, "300k messages: %d", st);
+    json_t *v = r.body.data ? json_loads(r.body.data, 0, NULL) : NULL;
+    CHECKF(json_is_string(json_object_get(v, "type")) && !strcmp(json_string_value(json_object_get(v, "type")), "error"),
+           "Anthropic error format: %.200s", r.body.data);
+    json_decref(v);
+    sb_free(&r.body);
+    CHECKF(grew_mb < 48, "peak RSS grew by %ld MB for a %zu MB body", grew_mb, b.len >> 20);
+    CHECKF(now_s() - t0 < 5.0, "refused in %.2f s", now_s() - t0);
+    sb_free(&b);
+    /* a normal request still works */
+    CHECK(http("POST", "/v1/chat/completions", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r) == 200);
+    sb_free(&r.body);
+    srv_stop(srv);
+}
+
+/* Bodies held by requests in progress are bounded in all: two uploads of
+ * 600 KB under a 1.2 MB bound leave no room for a third, which gets a 503;
+ * once one leaves there is room again. */
+static void test_inflight_bound(void) {
+    srv_config cfg = base_config();
+    cfg.max_body = 1u << 20;
+    cfg.max_inflight = 1200u << 10;
+    srv_server *srv = start(&cfg);
+    if (!srv) return;
+    int a = dial(), b = dial();
+    char head[256];
+    snprintf(head, sizeof head, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", 600 << 10);
+    CHECK(send(a, head, strlen(head), MSG_NOSIGNAL) > 0);
+    CHECK(send(b, head, strlen(head), MSG_NOSIGNAL) > 0);
+    usleep(200000);
+    resp r;
+    int st = http("POST", "/v1/chat/completions", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r);
+    CHECKF(st == 503, "a third body over the in-flight bound: %d", st);
+    CHECKF(r.body.data && strstr(r.body.data, "\"error\""), "JSON error: %.200s", r.body.data);
+    sb_free(&r.body);
+    close(a);
+    usleep(300000);
+    CHECK(http("POST", "/v1/chat/completions", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r) == 200);
+    sb_free(&r.body);
+    close(b);
+    srv_stop(srv);
+}
+
+static void test_json_containers(void) {
+    const char *j = "{\"a\":[1,{}],\"b\":\"[{\\\"[\"}";
+    CHECK(srv_json_containers(j, strlen(j), 100) == 3);
+    CHECK(srv_json_containers("[[[[[[", 6, 2) == 3); /* stops at limit + 1 */
+}
+
+int main(void) {
+    char path[512];
+    test_data_path(path, sizeof path, "data/models/qwen3-real-q8_0.gguf");
+    gguf_ctx *g = NULL;
+    tok_vocab *v = NULL;
+    hn_err err = {0};
+    if (gguf_open(path, &g, &err) != HN_OK || tok_load(g, &v, &err) != HN_OK) {
+        CHECKF(0, "load %s: %s", path, err.msg);
+        TEST_DONE();
+    }
+    g_vocab = v;
+    CHECK(prm_model_init(&g_pm, g, v, &err) == HN_OK);
+    CHECK(teng_create(v, 512, &g_te, &err) == HN_OK);
+    test_idle_sockets();
+    test_per_ip_limit();
+    test_slow_stream_survives();
+    test_json_containers();
+    test_many_messages();
+    test_inflight_bound();
+    teng_free(g_te);
+    prm_model_free(&g_pm);
+    tok_free(v);
+    gguf_close(g);
+    TEST_DONE();
+}
