@@ -196,6 +196,85 @@ static void test_json_containers(void) {
     CHECK(srv_json_containers("[[[[[[", 6, 2) == 3); /* stops at limit + 1 */
 }
 
+static int raw_status(const char *req, char *hdr, size_t hn) {
+    int fd = dial();
+    if (fd < 0) return -1;
+    ssize_t w = send(fd, req, strlen(req), MSG_NOSIGNAL);
+    (void)w;
+    resp r;
+    int st = read_resp(fd, &r) ? r.status : -1;
+    if (hdr) snprintf(hdr, hn, "%s", r.headers);
+    sb_free(&r.body);
+    close(fd);
+    return st;
+}
+
+/* Browsers: no CORS by default, JSON bodies only, Host checked. */
+static void test_browser_defaults(void) {
+    srv_config cfg = base_config();
+    srv_server *srv = start(&cfg);
+    if (!srv) return;
+    const char *msg = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    resp r;
+    /* a page's "simple" POST (text/plain, or no type) does no work */
+    CHECK(http_ct("POST", "/v1/chat/completions", NULL, "text/plain", msg, &r) == 415);
+    CHECKF(r.body.data && strstr(r.body.data, "application/json"), "415 body: %.200s", r.body.data);
+    sb_free(&r.body);
+    CHECK(http_ct("POST", "/v1/messages", NULL, "", "{\"max_tokens\":5,\"messages\":[]}", &r) == 415);
+    CHECK(r.body.data && strstr(r.body.data, "\"type\":\"error\""));
+    sb_free(&r.body);
+    CHECK(http_ct("POST", "/v1/chat/completions", NULL, "Application/JSON; charset=utf-8", msg, &r) == 200);
+    CHECKF(!strcasestr(r.headers, "access-control-allow-origin"), "no CORS header by default");
+    sb_free(&r.body);
+    /* any Origin that is not allowed is refused */
+    CHECK(http("POST", "/v1/chat/completions", "Origin: http://evil.example\r\n", msg, &r) == 403);
+    CHECKF(!strcasestr(r.headers, "access-control-allow-origin"), "403 without CORS header");
+    sb_free(&r.body);
+    char hdr[4096];
+    int st = raw_status("OPTIONS /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://evil.example\r\n"
+                        "Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n", hdr, sizeof hdr);
+    CHECK(st == 204 && !strcasestr(hdr, "access-control-allow"));
+    /* DNS rebinding: a name that is not this server */
+    CHECK(raw_status("GET /v1/models HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n", NULL, 0) == 403);
+    CHECK(raw_status("GET /v1/models HTTP/1.1\r\nHost: evil.example:8080\r\nConnection: close\r\n\r\n", NULL, 0) == 403);
+    CHECK(raw_status("GET /v1/models HTTP/1.1\r\nHost: localhost:8080\r\nConnection: close\r\n\r\n", NULL, 0) == 200);
+    CHECK(raw_status("GET /v1/models HTTP/1.1\r\nHost: [::1]:8080\r\nConnection: close\r\n\r\n", NULL, 0) == 200);
+    CHECK(raw_status("GET /v1/models HTTP/1.1\r\nHost: 10.1.2.3\r\nConnection: close\r\n\r\n", NULL, 0) == 200);
+    srv_stop(srv);
+}
+
+/* With an allow-list: the origin is echoed, preflights name the headers
+ * clients send; an allowed host name passes. */
+static void test_browser_allowed(void) {
+    srv_config cfg = base_config();
+    cfg.cors_origins = "http://app.example, http://localhost:3000";
+    cfg.allowed_hosts = "myhost.lan";
+    cfg.api_key = "k";
+    srv_server *srv = start(&cfg);
+    if (!srv) return;
+    char hdr[4096];
+    int st = raw_status("OPTIONS /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://localhost:3000\r\n"
+                        "Access-Control-Request-Method: POST\r\n"
+                        "Access-Control-Request-Headers: authorization, x-api-key, content-type, anthropic-version\r\n"
+                        "Connection: close\r\n\r\n", hdr, sizeof hdr);
+    CHECK(st == 204);
+    CHECKF(strcasestr(hdr, "access-control-allow-origin: http://localhost:3000"), "preflight: %s", hdr);
+    const char *ah = strcasestr(hdr, "access-control-allow-headers:");
+    CHECKF(ah && strstr(ah, "x-api-key") && strstr(ah, "anthropic-version") && strstr(ah, "authorization") && strstr(ah, "content-type"),
+           "Allow-Headers: %s", hdr);
+    CHECK(strcasestr(hdr, "access-control-allow-methods:") != NULL);
+    resp r;
+    CHECK(http("POST", "/v1/chat/completions", "Origin: http://app.example\r\nx-api-key: k\r\n",
+               "{\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r) == 200);
+    CHECKF(strcasestr(r.headers, "access-control-allow-origin: http://app.example"), "stream echoes the origin: %s", r.headers);
+    sb_free(&r.body);
+    CHECK(http("GET", "/v1/models", "Origin: http://other.example\r\nx-api-key: k\r\n", NULL, &r) == 403);
+    sb_free(&r.body);
+    CHECK(raw_status("GET /v1/models HTTP/1.1\r\nHost: MyHost.lan:8080\r\nx-api-key: k\r\nConnection: close\r\n\r\n", NULL, 0) == 200);
+    CHECK(raw_status("GET /v1/models HTTP/1.1\r\nHost: myhost.lan.evil\r\nx-api-key: k\r\nConnection: close\r\n\r\n", NULL, 0) == 403);
+    srv_stop(srv);
+}
+
 int main(void) {
     char path[512];
     test_data_path(path, sizeof path, "data/models/qwen3-real-q8_0.gguf");
@@ -215,6 +294,8 @@ int main(void) {
     test_json_containers();
     test_many_messages();
     test_inflight_bound();
+    test_browser_defaults();
+    test_browser_allowed();
     teng_free(g_te);
     prm_model_free(&g_pm);
     tok_free(v);

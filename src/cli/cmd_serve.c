@@ -72,6 +72,11 @@ static void usage(FILE *f) {
             "  --idle-timeout S     close a connection silent for S seconds, between requests or inside\n"
             "                       a header (default 15)\n"
             "  --http-threads N     threads serving connections (default 4; they never wait for the model)\n"
+            "  --cors-origins LIST  origins (comma-separated, e.g. http://localhost:3000; * for any) whose\n"
+            "                       pages may call the server; default none: no CORS headers, and a\n"
+            "                       request with any other Origin header is refused (403)\n"
+            "  --allowed-hosts LIST Host header names to serve beyond IP literals and localhost\n"
+            "                       (comma-separated; * for any); others get 403 (DNS rebinding)\n"
             "  --verbose            log every request to stderr\n"
             "  --test-engine        scripted engine instead of the model (protocol tests only)\n");
 }
@@ -142,6 +147,8 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--port") && parse_int(v, 0, 65535, &n)) cfg.port = (int)n;
         else if (!strcmp(a, "--api-key")) api_key = v;
         else if (!strcmp(a, "--alias")) alias = v;
+        else if (!strcmp(a, "--cors-origins")) cfg.cors_origins = v;
+        else if (!strcmp(a, "--allowed-hosts")) cfg.allowed_hosts = v;
         else if (!strcmp(a, "--ctx") && parse_int(v, 16, 1L << 24, &ctx)) {}
         else if (!strcmp(a, "--max-tokens") && parse_int(v, 1, 1L << 24, &max_tokens)) {}
         else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && parse_int(v, 1, 4096, &threads)) {}

@@ -182,8 +182,11 @@ static void *ticker_main(void *arg) {
 
 /* ---- responses ---- */
 
-static void common_headers(srv_conn *c, struct MHD_Response *r) {
-    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+void srv_common_headers(srv_conn *c, struct MHD_Response *r) {
+    if (c->origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", c->origin);
+        MHD_add_response_header(r, "Vary", "Origin");
+    }
     if (c->api == API_MESSAGES) {
         char id[40];
         api_make_id(id, sizeof id, "req_", 24);
@@ -195,7 +198,7 @@ enum MHD_Result srv_send(srv_conn *c, int status, const char *ctype, const char 
     struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     if (ctype) MHD_add_response_header(r, "Content-Type", ctype);
-    common_headers(c, r);
+    srv_common_headers(c, r);
     enum MHD_Result ret = MHD_queue_response(c->mc, (unsigned)status, r);
     MHD_destroy_response(r);
     if (c->s->cfg.log_requests)
@@ -218,6 +221,79 @@ static enum MHD_Result send_json(srv_conn *c, int status, json_t *v) {
     enum MHD_Result r = srv_send(c, status, "application/json", s, strlen(s));
     free(s);
     return r;
+}
+
+/* ---- browsers: origins, hosts, content types ---- */
+
+/* Whether item (n bytes) is in a comma-separated list (case-insensitive, "*" any). */
+static bool in_list(const char *list, const char *item, size_t n) {
+    if (!list) return false;
+    for (const char *p = list; *p;) {
+        while (*p == ',' || *p == ' ') p++;
+        const char *e = p;
+        while (*e && *e != ',') e++;
+        const char *t = e;
+        while (t > p && t[-1] == ' ') t--;
+        size_t l = (size_t)(t - p);
+        if ((l == 1 && *p == '*') || (l == n && l && !strncasecmp(p, item, n))) return true;
+        p = e;
+    }
+    return false;
+}
+
+/* Whether a Host header names this server: an IP literal, localhost, or an allowed name. */
+static bool host_ok(srv_server *s, const char *host) {
+    if (!host) return true; /* HTTP/1.0 without Host: no browser sends that */
+    char name[256];
+    size_t n = strlen(host);
+    if (n >= sizeof name) return false;
+    memcpy(name, host, n + 1);
+    if (name[0] == '[') { /* [v6]:port */
+        char *e = strchr(name, ']');
+        if (!e || (e[1] && e[1] != ':')) return false;
+        *e = 0;
+        struct in6_addr a6;
+        return inet_pton(AF_INET6, name + 1, &a6) == 1;
+    }
+    char *colon = strchr(name, ':');
+    if (colon) *colon = 0;
+    struct in_addr a4;
+    if (inet_pton(AF_INET, name, &a4) == 1) return true;
+    n = strlen(name);
+    if (n && name[n - 1] == '.') name[--n] = 0;
+    if (!strcasecmp(name, "localhost")) return true;
+    return in_list(s->allowed_hosts, name, n);
+}
+
+static bool json_ctype(const char *ct) {
+    if (!ct) return false;
+    while (*ct == ' ') ct++;
+    if (strncasecmp(ct, "application/json", 16)) return false;
+    ct += 16;
+    while (*ct == ' ') ct++;
+    return !*ct || *ct == ';';
+}
+
+/* Answers a preflight: the origin, methods and headers when the origin is allowed. */
+static enum MHD_Result preflight(srv_conn *c) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    if (c->origin) {
+        srv_common_headers(c, r);
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+        const char *want = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        bool plain = want != NULL && *want;
+        for (const char *p = want; plain && *p; p++)
+            if (!(((*p | 32) >= 'a' && (*p | 32) <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' || *p == ',' || *p == ' '))
+                plain = false;
+        MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                                plain ? want : "authorization, x-api-key, content-type, anthropic-version, anthropic-beta, "
+                                               "anthropic-dangerous-direct-browser-access, openai-organization, openai-project");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    }
+    enum MHD_Result ret = MHD_queue_response(c->mc, 204, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
 /* ---- routing ---- */
@@ -376,8 +452,17 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
         c->route = route_of(url, method, &c->api, &known);
         if (s->cfg.log_requests) fprintf(stderr, "hone serve: %s %s\n", method, url);
         api_error e;
+        const char *origin = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Origin");
+        bool origin_ok = origin && in_list(s->cors_origins, origin, strlen(origin));
+        if (origin_ok) c->origin = origin;
+        if (!strcmp(method, "OPTIONS")) return preflight(c);
+        if (!host_ok(s, MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Host")))
+            return srv_send_error(c, c->api, api_seterr(&e, APIE_FORBIDDEN, NULL,
+                                                        "the Host header does not name this server (see --allowed-hosts)"));
+        if (origin && !origin_ok && c->route != R_HEALTH && c->route != R_ROOT)
+            return srv_send_error(c, c->api, api_seterr(&e, APIE_FORBIDDEN, NULL,
+                                                        "requests from web pages of this origin are not allowed (see --cors-origins)"));
         if (c->route == R_NONE) {
-            if (!strcmp(method, "OPTIONS")) return srv_send(c, 204, NULL, "", 0);
             if (known) return srv_send_error(c, c->api, api_seterr(&e, APIE_METHOD, NULL, "method %s not allowed on %s", method, url));
             return srv_send_error(c, c->api, api_seterr(&e, APIE_NOT_FOUND, NULL, "no route for %s %s", method, url));
         }
@@ -386,6 +471,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
             return srv_send_error(c, c->api,
                                   api_seterr(&e, APIE_AUTH, NULL, "invalid API key (send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY')"));
         if (is_generation(c->route)) {
+            if (!json_ctype(MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Type")))
+                return srv_send_error(c, c->api, api_seterr(&e, APIE_MEDIA_TYPE, NULL, "the request body must be sent as Content-Type: application/json"));
             const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
             unsigned long long len = cl ? strtoull(cl, NULL, 10) : 0;
             /* a body somewhat over the limit is read and dropped, so that the
@@ -477,10 +564,14 @@ hn_status srv_start(const srv_config *cfg, const srv_engine *eng, const prm_mode
     s->host = hn_strdup(cfg->host && *cfg->host ? cfg->host : "127.0.0.1");
     s->api_key = cfg->api_key && *cfg->api_key ? hn_strdup(cfg->api_key) : NULL;
     s->model_name = hn_strdup(cfg->model_name && *cfg->model_name ? cfg->model_name : "hone");
+    s->cors_origins = cfg->cors_origins && *cfg->cors_origins ? hn_strdup(cfg->cors_origins) : NULL;
+    s->allowed_hosts = cfg->allowed_hosts && *cfg->allowed_hosts ? hn_strdup(cfg->allowed_hosts) : NULL;
     s->eng = *eng;
     s->pm = pm;
     s->cst = cst_shared_new(pm);
-    if (!s->cst || !s->host || !s->model_name || (cfg->api_key && *cfg->api_key && !s->api_key)) {
+    if (!s->cst || !s->host || !s->model_name || (cfg->api_key && *cfg->api_key && !s->api_key) ||
+        (cfg->cors_origins && *cfg->cors_origins && !s->cors_origins) ||
+        (cfg->allowed_hosts && *cfg->allowed_hosts && !s->allowed_hosts)) {
         srv_stop(s);
         return hn_errf(err, HN_ERR_NOMEM, "out of memory");
     }
@@ -581,6 +672,8 @@ void srv_stop(srv_server *s) {
     hn_free(s->host);
     hn_free(s->api_key);
     hn_free(s->model_name);
+    hn_free(s->cors_origins);
+    hn_free(s->allowed_hosts);
     pthread_mutex_destroy(&s->park_mu);
     hn_free(s);
 }

@@ -30,6 +30,14 @@
  * against max_inflight from its headers to its end; one that would go
  * over is refused with 503 (529 on /v1/messages), which clients retry.
  *
+ * Browsers: no CORS header unless the request's Origin is in cors_origins
+ * (then it is echoed, and a preflight gets the methods and the headers it
+ * asked for); a request carrying any other Origin is refused (403), so
+ * that a page cannot drive a keyless server with "simple" requests; POST
+ * bodies must be Content-Type: application/json (415 otherwise); the Host
+ * header must be an IP literal, localhost or in allowed_hosts (403 else:
+ * DNS rebinding).
+ *
  * Generation goes through srv_engine: the engine.h functions in production,
  * a scripted engine in tests. Each request gets its tokens on the engine
  * thread's callback, queued to the HTTP thread, which runs the gen pipeline
@@ -74,6 +82,8 @@ typedef struct srv_config {
     int ping_ms;             /* keep-alive interval while nothing is produced (default 5000) */
     smp_params sampling;     /* defaults for fields a request leaves out */
     bool log_requests;       /* one line per request on stderr */
+    const char *cors_origins; /* comma-separated origins allowed to call from a browser ("*": any); NULL: none */
+    const char *allowed_hosts; /* comma-separated extra Host names ("*": any); IP literals and localhost always pass */
 } srv_config;
 
 typedef struct srv_server srv_server;

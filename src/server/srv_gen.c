@@ -307,12 +307,7 @@ enum MHD_Result srv_generate(srv_conn *c, json_t *body, bool count_only, bool re
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         MHD_add_response_header(r, "X-Accel-Buffering", "no");
-        MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
-        if (c->api == API_MESSAGES) {
-            char id[40];
-            api_make_id(id, sizeof id, "req_", 24);
-            MHD_add_response_header(r, "request-id", id);
-        }
+        srv_common_headers(c, r);
         enum MHD_Result ret = MHD_queue_response(c->mc, 200, r);
         MHD_destroy_response(r);
         return ret;

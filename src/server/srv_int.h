@@ -14,7 +14,7 @@
 
 struct srv_server {
     srv_config cfg;
-    char *host, *api_key, *model_name;
+    char *host, *api_key, *model_name, *cors_origins, *allowed_hosts;
     srv_engine eng;
     const prm_model *pm;
     cst_shared *cst;
@@ -66,6 +66,7 @@ typedef struct srv_conn {
     api_kind api;
     sbuf body;
     bool too_large;
+    const char *origin;   /* the request's Origin when allowed (echoed), else NULL */
     bool overloaded;      /* the body would exceed max_inflight */
     size_t held;          /* bytes counted in s->inflight */
     double t_start;
@@ -106,6 +107,8 @@ enum MHD_Result srv_continue(srv_conn *c);
 void srv_job_release(srv_job *j);
 void srv_conn_release(srv_conn *c);
 
+/* The headers every response carries (CORS, Anthropic's request-id). */
+void srv_common_headers(srv_conn *c, struct MHD_Response *r);
 /* Sends a JSON error in the API's format. */
 enum MHD_Result srv_send_error(srv_conn *c, api_kind api, const api_error *e);
 /* Sends a body with a status and content type (copied). */
