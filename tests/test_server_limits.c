@@ -350,6 +350,29 @@ static void test_special_text(void) {
     srv_stop(srv);
 }
 
+/* One-line requests that hit undefined behaviour before (UBSan: memcpy from
+ * NULL): an empty completions prompt, as text or as tokens; a JSON schema
+ * that only references itself. A clear answer each. */
+static void test_one_liners(void) {
+    srv_config cfg = base_config();
+    srv_server *srv = start(&cfg);
+    if (!srv) return;
+    resp r;
+    CHECK(http("POST", "/v1/completions", NULL, "{\"prompt\":\"\"}", &r) == 400);
+    CHECKF(r.body.data && strstr(r.body.data, "empty"), "%.200s", r.body.data);
+    sb_free(&r.body);
+    CHECK(http("POST", "/v1/completions", NULL, "{\"prompt\":[]}", &r) == 400);
+    sb_free(&r.body);
+    int st = http("POST", "/v1/chat/completions", NULL,
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_schema\","
+                  "\"json_schema\":{\"name\":\"x\",\"schema\":{\"$ref\":\"#\"}}}}", &r);
+    CHECKF(st == 400 && r.body.data && strstr(r.body.data, "refers to itself"), "self-referencing schema: %d %.200s", st, r.body.data);
+    sb_free(&r.body);
+    CHECK(http("GET", "/health", NULL, NULL, &r) == 200);
+    sb_free(&r.body);
+    srv_stop(srv);
+}
+
 int main(void) {
     char path[512];
     test_data_path(path, sizeof path, "data/models/qwen3-real-q8_0.gguf");
@@ -372,6 +395,7 @@ int main(void) {
     test_browser_defaults();
     test_browser_allowed();
     test_special_text();
+    test_one_liners();
     teng_free(g_te);
     prm_model_free(&g_pm);
     tok_free(v);

@@ -90,6 +90,7 @@ bool prm_build(const prm_model *pm, creq *r, prm_prompt *p, api_error *e) {
                 api_seterr(e, APIE_INVALID, "prompt", "token id %d is outside the vocabulary (%d)", r->prompt_tokens[i], nv);
                 return false;
             }
+        if (r->n_prompt_tokens <= 0) return true; /* empty: refused by the caller */
         p->tokens = hn_malloc((size_t)r->n_prompt_tokens * sizeof(int32_t));
         if (!p->tokens) return api_seterr(e, APIE_INTERNAL, NULL, "out of memory"), false;
         memcpy(p->tokens, r->prompt_tokens, (size_t)r->n_prompt_tokens * sizeof(int32_t));

@@ -731,7 +731,7 @@ static int64_t encode(const tok_vocab *v, const char *text, size_t len, bool add
     hn_free(present);
     hn_free(fa.v);
     hn_free(fb.v);
-    if (out && cap > 0) memcpy(out, ids.v, (size_t)((int64_t)ids.n < cap ? (int64_t)ids.n : cap) * sizeof *out);
+    if (out && cap > 0 && ids.n) memcpy(out, ids.v, (size_t)((int64_t)ids.n < cap ? (int64_t)ids.n : cap) * sizeof *out);
     hn_free(ids.v);
     return (int64_t)ids.n;
 fail:
