@@ -373,6 +373,51 @@ static void test_one_liners(void) {
     srv_stop(srv);
 }
 
+/* A request the KV cache can never hold is the client's error (400 in the
+ * API's format, an invalid_request_error event in a stream), not a 500
+ * that SDKs retry. */
+static void test_kv_never_fits(void) {
+    srv_config cfg = base_config();
+    srv_server *srv = start(&cfg);
+    if (!srv) return;
+    resp r;
+    int st = http("POST", "/v1/chat/completions", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"MOCK:KVFULL\"}]}", &r);
+    CHECKF(st == 400 && r.body.data && strstr(r.body.data, "invalid_request_error") && strstr(r.body.data, "KV cache"),
+           "never fits (chat): %d %.200s", st, r.body.data);
+    sb_free(&r.body);
+    st = http("POST", "/v1/messages", NULL, "{\"max_tokens\":9,\"messages\":[{\"role\":\"user\",\"content\":\"MOCK:KVFULL\"}]}", &r);
+    CHECKF(st == 400 && r.body.data && strstr(r.body.data, "\"type\":\"error\""), "never fits (messages): %d", st);
+    sb_free(&r.body);
+    st = http("POST", "/v1/messages", NULL,
+              "{\"max_tokens\":9,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"MOCK:KVFULL\"}]}", &r);
+    CHECKF(st == 200 && r.body.data && strstr(r.body.data, "event: error") && strstr(r.body.data, "invalid_request_error") &&
+               !strstr(r.body.data, "api_error"),
+           "never fits (stream): %.300s", r.body.data);
+    sb_free(&r.body);
+    srv_stop(srv);
+    /* known capacity: a prompt beyond it is refused before the engine, and
+     * max_tokens is cut to what fits */
+    cfg.kv_tokens = 48;
+    srv = start(&cfg);
+    if (!srv) return;
+    sbuf p = {0};
+    sb_adds(&p, "{\"messages\":[{\"role\":\"user\",\"content\":\"");
+    for (int i = 0; i < 60; i++) sb_adds(&p, "hello ");
+    sb_adds(&p, "\"}]}");
+    st = http("POST", "/v1/chat/completions", NULL, p.data, &r);
+    CHECKF(st == 400 && r.body.data && strstr(r.body.data, "KV cache holds 48"), "beyond the KV cache: %d %.200s", st, r.body.data);
+    sb_free(&r.body);
+    sb_free(&p);
+    CHECK(http("POST", "/v1/responses", NULL, "{\"input\":\"MOCK:LONG\",\"max_output_tokens\":400}", &r) == 200);
+    json_t *v = r.body.data ? json_loads(r.body.data, 0, NULL) : NULL;
+    json_t *u = json_object_get(v, "usage");
+    json_int_t in = json_integer_value(json_object_get(u, "input_tokens")), out = json_integer_value(json_object_get(u, "output_tokens"));
+    CHECKF(in > 0 && in + out == 48, "cut to the KV cache: %lld + %lld", (long long)in, (long long)out);
+    json_decref(v);
+    sb_free(&r.body);
+    srv_stop(srv);
+}
+
 int main(void) {
     char path[512];
     test_data_path(path, sizeof path, "data/models/qwen3-real-q8_0.gguf");
@@ -396,6 +441,7 @@ int main(void) {
     test_browser_allowed();
     test_special_text();
     test_one_liners();
+    test_kv_never_fits();
     teng_free(g_te);
     prm_model_free(&g_pm);
     tok_free(v);

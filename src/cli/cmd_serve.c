@@ -198,7 +198,7 @@ int cmd_serve(int argc, char **argv) {
     srv_engine se;
     const gguf_ctx *meta;
     const tok_vocab *voc;
-    int32_t n_ctx;
+    int32_t n_ctx, kv_tokens = 0;
     int rc = 1;
     if (test_engine) {
         if (gguf_open(model, &g, &err) != HN_OK || tok_load(g, &vocab, &err) != HN_OK) {
@@ -236,6 +236,10 @@ int cmd_serve(int argc, char **argv) {
         meta = eng_gguf(eng);
         voc = eng_vocab(eng);
         n_ctx = eng_n_ctx(eng);
+        eng_stats es;
+        eng_get_stats(eng, &es);
+        if (es.blocks_max > 0 && es.block_size > 0 && (int64_t)es.blocks_max * es.block_size < INT32_MAX)
+            kv_tokens = es.blocks_max * es.block_size;
     }
     {
         prm_model pm;
@@ -247,6 +251,7 @@ int cmd_serve(int argc, char **argv) {
         cfg.model_name = name && *name ? name : "hone";
         cfg.api_key = api_key;
         cfg.n_ctx = n_ctx;
+        cfg.kv_tokens = kv_tokens;
         cfg.max_tokens = (int32_t)max_tokens;
         srv_server *srv;
         if (srv_start(&cfg, &se, &pm, &srv, &err) != HN_OK) {

@@ -69,6 +69,8 @@ typedef struct srv_config {
     const char *api_key;     /* NULL or "": no authentication */
     const char *model_name;  /* the name reported to clients (any requested name maps to it) */
     int32_t n_ctx;           /* context length: longer prompts are refused */
+    int32_t kv_tokens;       /* positions the whole KV cache can hold (0: unknown): a prompt that
+                                cannot fit is refused (400), max_tokens is cut to what fits */
     int32_t max_tokens;      /* cap per request (<= 0: no cap beyond the context) */
     int32_t default_max_tokens; /* when the request names none (<= 0: until the context is full) */
     size_t max_body;         /* default 32 MiB */

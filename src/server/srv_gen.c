@@ -43,6 +43,7 @@ static void on_event(void *ctx, const eng_event *ev) {
     } else {
         j->done = true;
         j->fin = ev->finish;
+        j->status = ev->status;
         snprintf(j->err, sizeof j->err, "%s", ev->error ? ev->error : "");
     }
     if (j->conn) srv_wake(j->conn);
@@ -67,6 +68,7 @@ static bool pump(srv_conn *c) {
     bool done = j->done && j->n_toks == 0;
     bool oom = j->oom;
     eng_finish fin = j->fin;
+    hn_status fst = j->status;
     eng_req_stats st = j->stats;
     char err[256];
     memcpy(err, j->err, sizeof err);
@@ -82,7 +84,16 @@ static bool pump(srv_conn *c) {
             snprintf(err, sizeof err, "out of memory queueing tokens");
         }
         if (fin == ENG_FINISH_CANCELLED && !gen_stopped(c->g)) fin = ENG_FINISH_EOG;
-        gen_end(c->g, fin, err, &st, &c->out);
+        if (fin == ENG_FINISH_ERROR && fst == HN_ERR_FULL) {
+            /* the request alone outgrows the KV cache: the client's to change */
+            api_error e;
+            api_seterr(&e, APIE_CONTEXT, NULL, "%s (prompt %d tokens; lower max_tokens or the prompt, or give the server more --kv-bytes)",
+                       err[0] ? err : "the KV cache is too small for this request", st.n_prompt);
+            wr_fail(c->w, &c->out, &e);
+            c->never_fits = true;
+        } else {
+            gen_end(c->g, fin, err, &st, &c->out);
+        }
         c->finished = true;
         if (c->counted) atomic_fetch_sub(&c->s->n_running, 1);
         c->counted = false;
@@ -161,7 +172,7 @@ enum MHD_Result srv_continue(srv_conn *c) {
     for (;;) {
         if (pump(c)) {
             if (c->out.oom) return srv_send_error(c, c->api, api_seterr(&e, APIE_INTERNAL, NULL, "out of memory"));
-            int status = c->job->fin == ENG_FINISH_ERROR ? 500 : 200;
+            int status = c->job->fin != ENG_FINISH_ERROR ? 200 : c->never_fits ? api_http_status(c->api, APIE_CONTEXT) : 500;
             return srv_send(c, status, "application/json", c->out.data ? c->out.data : "", c->out.len);
         }
         if (atomic_load(&s->stopping)) {
@@ -234,12 +245,18 @@ enum MHD_Result srv_generate(srv_conn *c, json_t *body, bool count_only, bool re
                        "Please reduce the length of the messages.", s->cfg.n_ctx, n);
         return srv_send_error(c, c->api, &e);
     }
+    if (s->cfg.kv_tokens > 0 && n >= s->cfg.kv_tokens)
+        return srv_send_error(c, c->api,
+                              api_seterr(&e, APIE_CONTEXT, "messages",
+                                         "the prompt has %d tokens but the server's KV cache holds %d in all "
+                                         "(the server's --kv-bytes)", n, s->cfg.kv_tokens));
     /* how much to generate: the request's limit, the server's cap, the room left */
     int32_t mt = c->req.max_tokens >= 0 ? c->req.max_tokens : s->cfg.default_max_tokens;
     bool drop = c->req.max_tokens == 0; /* Anthropic cache warm-up: nothing visible */
     if (drop) mt = 1;
     if (s->cfg.max_tokens > 0 && (mt <= 0 || mt > s->cfg.max_tokens)) mt = s->cfg.max_tokens;
     if (s->cfg.n_ctx > 0 && (mt <= 0 || mt > s->cfg.n_ctx - n)) mt = s->cfg.n_ctx - n;
+    if (s->cfg.kv_tokens > 0 && (mt <= 0 || mt > s->cfg.kv_tokens - n)) mt = s->cfg.kv_tokens - n;
 
     wr_meta wm = {.api = c->api, .stream = c->req.stream, .include_usage = c->req.include_usage,
                   .model = s->model_name, .custom_tools = c->req.custom_tools};

@@ -43,6 +43,7 @@ typedef struct srv_job {
     bool oom;            /* a token could not be queued */
     bool done;
     eng_finish fin;
+    hn_status status;    /* with fin == ENG_FINISH_ERROR: the engine's class (HN_ERR_FULL: never fits) */
     char err[256];
     eng_req_stats stats;
     eng_req_id id;
@@ -81,6 +82,7 @@ typedef struct srv_conn {
     sbuf out;
     size_t out_off;
     bool finished;        /* the writer has ended the response */
+    bool never_fits;      /* the engine ended it: its KV cache can never hold the request (a 400) */
     bool cancelled;
     bool counted;         /* counted in s->n_running */
     double last_send;     /* monotonic ms of the last bytes handed to MHD */
