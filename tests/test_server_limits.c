@@ -418,6 +418,75 @@ static void test_kv_never_fits(void) {
     srv_stop(srv);
 }
 
+typedef struct {
+    const char *path, *body;
+    int status;
+    sbuf got;
+} shut_req;
+
+static void *shut_client(void *arg) {
+    shut_req *q = arg;
+    resp r;
+    q->status = http(q->path[0] ? "POST" : "GET", q->path, NULL, q->body, &r);
+    q->got = r.body;
+    return NULL;
+}
+
+/* Stopping ends what runs cleanly and within a bound: each stream with its
+ * API's final error event, a non-streaming request with a 503 body; no new
+ * connections. */
+static void test_shutdown(void) {
+    srv_config cfg = base_config();
+    cfg.shutdown_grace_ms = 300;
+    srv_server *srv = start(&cfg);
+    if (!srv) return;
+    shut_req q[] = {
+        {"/v1/messages", "{\"max_tokens\":300,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"MOCK:SLOW\"}]}", 0, {0}},
+        {"/v1/chat/completions", "{\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"MOCK:SLOW\"}]}", 0, {0}},
+        {"/v1/responses", "{\"stream\":true,\"input\":\"MOCK:SLOW\"}", 0, {0}},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"MOCK:SLOW\"}]}", 0, {0}},
+        {"/v1/messages", "{\"max_tokens\":300,\"messages\":[{\"role\":\"user\",\"content\":\"MOCK:SLOW\"}]}", 0, {0}},
+    };
+    enum { NQ = sizeof q / sizeof q[0] };
+    pthread_t th[NQ];
+    for (int i = 0; i < NQ; i++) pthread_create(&th[i], NULL, shut_client, &q[i]);
+    for (int i = 0; i < 200 && srv_running(srv) < NQ; i++) usleep(10000);
+    CHECK(srv_running(srv) == NQ);
+    usleep(300000);
+    double t0 = now_s();
+    srv_stop(srv);
+    double took = now_s() - t0;
+    for (int i = 0; i < NQ; i++) pthread_join(th[i], NULL);
+    CHECKF(took < 2.0, "stopped in %.2f s", took);
+    const char *b0 = q[0].got.data, *b1 = q[1].got.data, *b2 = q[2].got.data, *b3 = q[3].got.data, *b4 = q[4].got.data;
+    CHECKF(q[0].status == 200 && b0 && strstr(b0, "event: error") && strstr(b0, "overloaded_error") && strstr(b0, "shutting down"),
+           "Anthropic stream: %.300s", b0 ? strstr(b0, "event: error") ? strstr(b0, "event: error") : b0 + (strlen(b0) > 200 ? strlen(b0) - 200 : 0) : "(none)");
+    CHECKF(q[1].status == 200 && b1 && strstr(b1, "shutting down") && strstr(b1, "data: [DONE]"), "chat stream ends with an error and [DONE]");
+    CHECKF(q[2].status == 200 && b2 && strstr(b2, "shutting down") && (strstr(b2, "response.failed") || strstr(b2, "event: error")),
+           "Responses stream ends with an error event: %.200s", b2 ? b2 + (strlen(b2) > 200 ? strlen(b2) - 200 : 0) : "(none)");
+    CHECKF(q[3].status == 503 && b3 && strstr(b3, "shutting down") && strstr(b3, "\"error\""), "chat: %d %.200s", q[3].status, b3);
+    CHECKF(q[4].status == 529 && b4 && strstr(b4, "\"type\":\"error\""), "messages: %d %.200s", q[4].status, b4);
+    for (int i = 0; i < NQ; i++) sb_free(&q[i].got);
+    CHECKF(dial() < 0, "no new connections after the stop");
+}
+
+/* A request that finishes within the grace is answered normally. */
+static void test_shutdown_grace(void) {
+    srv_config cfg = base_config();
+    cfg.shutdown_grace_ms = 5000;
+    srv_server *srv = start(&cfg);
+    if (!srv) return;
+    shut_req q = {"/v1/chat/completions", "{\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"MOCK:SLOW\"}]}", 0, {0}};
+    pthread_t th;
+    pthread_create(&th, NULL, shut_client, &q);
+    for (int i = 0; i < 200 && srv_running(srv) < 1; i++) usleep(10000);
+    srv_stop(srv);
+    pthread_join(th, NULL);
+    CHECKF(q.status == 200 && q.got.data && strstr(q.got.data, "\"finish_reason\":\"length\""), "finished in the grace: %d %.200s",
+           q.status, q.got.data);
+    sb_free(&q.got);
+}
+
 int main(void) {
     char path[512];
     test_data_path(path, sizeof path, "data/models/qwen3-real-q8_0.gguf");
@@ -442,6 +511,8 @@ int main(void) {
     test_special_text();
     test_one_liners();
     test_kv_never_fits();
+    test_shutdown();
+    test_shutdown_grace();
     teng_free(g_te);
     prm_model_free(&g_pm);
     tok_free(v);

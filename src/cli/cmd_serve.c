@@ -8,7 +8,7 @@
  * The engine (src/sched/engine.h) loads the model and generates;
  * --test-engine replaces it by the scripted engine of server/testeng.h (the
  * model file then only supplies the tokenizer and the chat template), for
- * protocol tests. Runs until SIGINT/SIGTERM. */
+ * protocol tests. Runs until SIGINT/SIGTERM, then drains (srv_stop). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -77,6 +77,9 @@ static void usage(FILE *f) {
             "                       request with any other Origin header is refused (403)\n"
             "  --allowed-hosts LIST Host header names to serve beyond IP literals and localhost\n"
             "                       (comma-separated; * for any); others get 403 (DNS rebinding)\n"
+            "  --shutdown-grace S   on SIGINT/SIGTERM: stop accepting, let running requests finish for S\n"
+            "                       seconds (default 5), then end the rest with a final error in their\n"
+            "                       API's format (streams: an error event; others: 503), within 3 s more\n"
             "  --verbose            log every request to stderr\n"
             "  --test-engine        scripted engine instead of the model (protocol tests only)\n");
 }
@@ -162,6 +165,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-connections") && parse_int(v, 1, 1 << 20, &n)) cfg.max_connections = (int)n;
         else if (!strcmp(a, "--max-conn-per-ip") && parse_int(v, 0, 1 << 20, &n)) cfg.max_conn_per_ip = (int)n;
         else if (!strcmp(a, "--idle-timeout") && parse_int(v, 1, 86400, &n)) cfg.idle_timeout_s = (int)n;
+        else if (!strcmp(a, "--shutdown-grace") && parse_int(v, 0, 3600, &n)) cfg.shutdown_grace_ms = (int)n * 1000;
         else if (!strcmp(a, "--http-threads") && parse_int(v, 1, 256, &n)) cfg.http_threads = (int)n;
         else {
             fprintf(stderr, "hone serve: bad option or value: %s %s\n", a, v);

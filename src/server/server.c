@@ -28,6 +28,7 @@ srv_config srv_default_config(void) {
     c.max_conn_per_ip = -1;
     c.idle_timeout_s = 15;
     c.http_threads = 4;
+    c.shutdown_grace_ms = 5000;
     c.ping_ms = 5000;
     c.sampling = smp_default_params();
     return c;
@@ -183,6 +184,7 @@ static void *ticker_main(void *arg) {
 /* ---- responses ---- */
 
 void srv_common_headers(srv_conn *c, struct MHD_Response *r) {
+    if (atomic_load(&c->s->draining)) MHD_add_response_header(r, "Connection", "close");
     if (c->origin) {
         MHD_add_response_header(r, "Access-Control-Allow-Origin", c->origin);
         MHD_add_response_header(r, "Vary", "Origin");
@@ -456,6 +458,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
         bool origin_ok = origin && in_list(s->cors_origins, origin, strlen(origin));
         if (origin_ok) c->origin = origin;
         if (!strcmp(method, "OPTIONS")) return preflight(c);
+        if (atomic_load(&s->draining))
+            return srv_send_error(c, c->api, api_seterr(&e, APIE_OVERLOADED, NULL, "the server is shutting down"));
         if (!host_ok(s, MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Host")))
             return srv_send_error(c, c->api, api_seterr(&e, APIE_FORBIDDEN, NULL,
                                                         "the Host header does not name this server (see --allowed-hosts)"));
@@ -527,7 +531,10 @@ void srv_conn_release(srv_conn *c) {
     if (c->job && !c->finished) c->s->eng.cancel(c->s->eng.ctx, c->job->id);
     if (c->counted) atomic_fetch_sub(&c->s->n_running, 1);
     if (c->held) atomic_fetch_sub(&c->s->inflight, c->held);
-    if (c->job) srv_job_release(c->job);
+    if (c->job) {
+        srv_job_release(c->job);
+        atomic_fetch_sub(&c->s->n_gen_conns, 1);
+    }
     gen_free(c->g);
     wr_free(c->w);
     if (c->have_req) creq_free(&c->req);
@@ -653,9 +660,23 @@ hn_status srv_start(const srv_config *cfg, const srv_engine *eng, const prm_mode
 int srv_port(const srv_server *s) { return s->port; }
 int srv_running(const srv_server *s) { return atomic_load(&((srv_server *)s)->n_running); }
 
+static void wait_gen_conns(srv_server *s, int ms) {
+    for (double t0 = srv_now_ms(); atomic_load(&s->n_gen_conns) > 0 && srv_now_ms() - t0 < ms;) usleep(10000);
+}
+
 void srv_stop(srv_server *s) {
     if (!s) return;
+    atomic_store(&s->draining, true);
+    if (s->d) {
+        /* no new connections; kept-alive ones get 503 */
+        MHD_socket fd = MHD_quiesce_daemon(s->d);
+        if (fd != MHD_INVALID_SOCKET) close(fd);
+        wait_gen_conns(s, s->cfg.shutdown_grace_ms > 0 ? s->cfg.shutdown_grace_ms : 0);
+    }
+    /* what still runs is cancelled and ended in its API's format (the
+     * ticker wakes the parked ones; srv_park refuses from now on) */
     atomic_store(&s->stopping, true);
+    if (s->d) wait_gen_conns(s, 3000);
     if (s->ticker_on) {
         /* MHD must not be stopped with suspended connections: the ticker
          * resumes them all (srv_park refuses from now on), then ends */

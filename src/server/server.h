@@ -81,6 +81,7 @@ typedef struct srv_config {
     int max_conn_per_ip;     /* per client address; -1 (default): 64, or none on a loopback bind; 0: none */
     int idle_timeout_s;      /* a connection silent this long is closed (default 15) */
     int http_threads;        /* epoll threads serving connections (default 4) */
+    int shutdown_grace_ms;   /* srv_stop lets running requests finish this long (default 5000) */
     int ping_ms;             /* keep-alive interval while nothing is produced (default 5000) */
     smp_params sampling;     /* defaults for fields a request leaves out */
     bool log_requests;       /* one line per request on stderr */
@@ -99,7 +100,10 @@ hn_status srv_start(const srv_config *cfg, const srv_engine *eng, const prm_mode
 int srv_port(const srv_server *s);
 /* Generations in progress (for tests and status). */
 int srv_running(const srv_server *s);
-/* Stops accepting, cancels running generations, waits for connections, frees. */
+/* Stops: no new connections (and 503 on kept-alive ones); running requests
+ * get shutdown_grace_ms to finish, then are cancelled and ended cleanly,
+ * each in its API's format (a stream's final error event, a 503 body),
+ * with up to 3 s more to send that; then closes everything and frees. */
 void srv_stop(srv_server *s);
 
 /* Constant-time comparison of a presented key with the expected one. */

@@ -305,6 +305,7 @@ enum MHD_Result srv_generate(srv_conn *c, json_t *body, bool count_only, bool re
         return srv_send_error(c, c->api, api_seterr(&e, k, NULL, "%s", herr.msg[0] ? herr.msg : hn_status_str(st)));
     }
     c->job = j;
+    atomic_fetch_add(&s->n_gen_conns, 1);
     pthread_mutex_lock(&j->mu);
     j->conn = c; /* from here on every engine event wakes c */
     pthread_mutex_unlock(&j->mu);

@@ -22,7 +22,9 @@ struct srv_server {
     int port;
     atomic_int n_running;
     atomic_int n_jobs;   /* jobs not yet released by both sides (the engine's DONE pending) */
-    atomic_bool stopping;
+    atomic_bool stopping;   /* cut what runs (after the grace) */
+    atomic_bool draining;   /* srv_stop began: no new requests */
+    atomic_int n_gen_conns; /* requests with an engine job whose response is not yet sent */
     atomic_size_t inflight; /* body bytes held by requests in progress */
 
     /* suspended connections (see srv_park), for the ticker */
