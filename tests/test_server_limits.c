@@ -487,6 +487,117 @@ static void test_shutdown_grace(void) {
     sb_free(&q.got);
 }
 
+static int raw_body(const char *req, size_t len, sbuf *body) {
+    int fd = dial();
+    if (fd < 0) return -1;
+    ssize_t w = send(fd, req, len, MSG_NOSIGNAL);
+    (void)w;
+    resp r;
+    int st = read_resp(fd, &r) ? r.status : -1;
+    *body = r.body;
+    close(fd);
+    return st;
+}
+
+/* The small items of issue 12: escaped logs, request framing, JSON errors
+ * for oversized headers, long URLs routed whole, validation alike across
+ * APIs, a default generation cap. */
+static void test_small_items(void) {
+    char esc[64];
+    srv_log_escape("a\x1b[2J\r\nb\\\xc3\xa9", 11, esc, sizeof esc);
+    CHECKF(!strcmp(esc, "a\\x1b[2J\\x0d\\x0ab\\\\\\xc3\\xa9"), "escaped: %s", esc);
+    CHECK(srv_log_escape("\x01\x02\x03", 3, esc, 6) == 4); /* cut at a whole escape */
+
+    srv_config cfg = base_config();
+    cfg.log_requests = true;
+    FILE *log = tmpfile();
+    cfg.log_file = log;
+    cfg.default_max_tokens = 10;
+    srv_server *srv = start(&cfg);
+    if (!srv) return;
+    sbuf b;
+    /* client bytes in the log are escaped */
+    const char *evil = "GET /\x1b[2J\x1b]0;pwned\x07 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    raw_body(evil, strlen(evil), &b);
+    sb_free(&b);
+    /* conflicting framing */
+    const char *two_cl = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         "Content-Length: 2\r\nContent-Length: 40\r\nConnection: close\r\n\r\n{}";
+    int st = raw_body(two_cl, strlen(two_cl), &b);
+    CHECKF(st == 400 && b.data && b.data[0] == '{', "two Content-Lengths: %d %.100s", st, b.data);
+    sb_free(&b);
+    const char *cl_te = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                        "Content-Length: 7\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n2\r\n{}\r\n0\r\n\r\n";
+    st = raw_body(cl_te, strlen(cl_te), &b);
+    CHECKF(st == 400 && b.data && b.data[0] == '{', "Content-Length with chunked: %d %.100s", st, b.data);
+    sb_free(&b);
+    /* headers over the limit: the API's JSON, not an HTML page */
+    sbuf big = {0};
+    sb_adds(&big, "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ");
+    for (int i = 0; i < 90000; i++) sb_adds(&big, "a");
+    sb_adds(&big, "\r\nConnection: close\r\n\r\n");
+    st = raw_body(big.data, big.len, &b);
+    CHECKF((st == 413 || st == 431) && b.data && b.data[0] == '{' && strstr(b.data, "\"error\""), "big header: %d %.100s", st, b.data);
+    sb_free(&b);
+    sb_free(&big);
+    /* a long URL is routed whole, not cut at 128 bytes */
+    sbuf url = {0};
+    sb_adds(&url, "/v1/health");
+    for (int i = 0; i < 130; i++) sb_adds(&url, "/");
+    sb_adds(&url, "x");
+    resp r;
+    CHECKF(http("GET", url.data, NULL, NULL, &r) == 404, "a long URL is not /health");
+    sb_free(&r.body);
+    sb_free(&url);
+    sbuf mid = {0};
+    sb_adds(&mid, "/v1/models/");
+    for (int i = 0; i < 300; i++) sb_adds(&mid, "m");
+    CHECK(http("GET", mid.data, NULL, NULL, &r) == 200);
+    sb_free(&r.body);
+    sb_free(&mid);
+    /* validation alike */
+    CHECK(http("POST", "/v1/responses", NULL, "{\"input\":\"hi\",\"tool_choice\":\"bogus\"}", &r) == 400);
+    sb_free(&r.body);
+    CHECK(http("POST", "/v1/chat/completions", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":\"bogus\"}", &r) == 400);
+    sb_free(&r.body);
+    CHECK(http("POST", "/v1/messages", NULL, "{\"max_tokens\":5,\"temperature\":2.5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r) == 400);
+    CHECK(r.body.data && strstr(r.body.data, "temperature"));
+    sb_free(&r.body);
+    CHECK(http("POST", "/v1/messages", NULL, "{\"max_tokens\":5,\"temperature\":0.7,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r) == 200);
+    sb_free(&r.body);
+    CHECK(http("POST", "/v1/chat/completions", NULL, "{\"temperature\":2.5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r) == 400);
+    sb_free(&r.body);
+    CHECK(http("POST", "/v1/responses", NULL, "{\"temperature\":2.5,\"input\":\"hi\"}", &r) == 400);
+    sb_free(&r.body);
+    CHECK(http("POST", "/v1/chat/completions", NULL, "{\"temperature\":1.5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r) == 200);
+    sb_free(&r.body);
+    CHECK(http("POST", "/v1/messages", NULL, "{\"max_tokens\":5,\"system\":[1],\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r) == 400);
+    CHECK(r.body.data && strstr(r.body.data, "system[0]"));
+    sb_free(&r.body);
+    CHECK(http("POST", "/v1/messages", NULL,
+               "{\"max_tokens\":5,\"system\":[{\"type\":\"text\",\"text\":\"s\",\"cache_control\":{\"type\":\"ephemeral\"}}],"
+               "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r) == 200);
+    sb_free(&r.body);
+    /* no max_tokens: the default cap, not the end of the context */
+    CHECK(http("POST", "/v1/chat/completions", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"MOCK:LONG\"}]}", &r) == 200);
+    json_t *v = r.body.data ? json_loads(r.body.data, 0, NULL) : NULL;
+    CHECKF(json_integer_value(json_object_get(json_object_get(v, "usage"), "completion_tokens")) == 10, "default cap: %.300s", r.body.data);
+    json_decref(v);
+    sb_free(&r.body);
+    CHECK(srv_default_config().default_max_tokens == 8192);
+    srv_stop(srv);
+    /* the log: no raw control bytes from the client */
+    fflush(log);
+    long n = ftell(log);
+    rewind(log);
+    char *text = calloc(1, (size_t)n + 1);
+    size_t got = fread(text, 1, (size_t)n, log);
+    bool raw_esc = memchr(text, 0x1b, got) != NULL || memchr(text, 0x07, got) != NULL;
+    CHECKF(got > 0 && !raw_esc && strstr(text, "\\x1b"), "log escaped: %s", text);
+    free(text);
+    fclose(log);
+}
+
 int main(void) {
     char path[512];
     test_data_path(path, sizeof path, "data/models/qwen3-real-q8_0.gguf");
@@ -513,6 +624,7 @@ int main(void) {
     test_kv_never_fits();
     test_shutdown();
     test_shutdown_grace();
+    test_small_items();
     teng_free(g_te);
     prm_model_free(&g_pm);
     tok_free(v);

@@ -53,11 +53,16 @@ static void usage(FILE *f) {
             "  --alias NAME         model name reported to clients (default: the file's general.name)\n"
             "  --ctx N              context length per sequence (default: the model's)\n"
             "  --max-tokens N       most tokens one request may generate (default: no cap)\n"
+            "  --default-max-tokens N  tokens to generate when a request names no limit (default 8192;\n"
+            "                       0: until the context is full)\n"
             "  -t, --threads N      compute threads (default: all cores)\n"
             "  --kv-bytes SIZE      cap on KV cache memory, e.g. 4G or 512M\n"
             "  --kv-type T          KV cache elements: f32 (default), f16, q8_0, k8v4 (8-bit K, 4-bit V)\n"
             "  --block-size N       KV positions per block (default 16)\n"
-            "  --no-prefix-cache    compute every prompt from scratch (no reuse across requests)\n"
+            "  --no-prefix-cache    compute every prompt from scratch (no reuse across requests). The cache\n"
+            "                       is shared: a response's cached_tokens (and its speed) show whether\n"
+            "                       another client's prompt began the same way; on a server shared by\n"
+            "                       clients that must not learn about each other, turn it off\n"
             "  --no-tune            built-in kernel parameters: neither tune nor use the tuning cache\n"
             "                       (also HONE_NO_TUNE=1; by default the first start tunes, up to 30 s)\n"
             "  --max-body SIZE      largest request body (default 32M)\n"
@@ -154,6 +159,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--allowed-hosts")) cfg.allowed_hosts = v;
         else if (!strcmp(a, "--ctx") && parse_int(v, 16, 1L << 24, &ctx)) {}
         else if (!strcmp(a, "--max-tokens") && parse_int(v, 1, 1L << 24, &max_tokens)) {}
+        else if (!strcmp(a, "--default-max-tokens") && parse_int(v, 0, 1L << 24, &n)) cfg.default_max_tokens = (int32_t)n;
         else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && parse_int(v, 1, 4096, &threads)) {}
         else if (!strcmp(a, "--kv-bytes") && parse_size(v, &kv_bytes)) {}
         else if (!strcmp(a, "--kv-type") && eng_kv_type_from_name(v, &kv_type)) {}
@@ -267,6 +273,10 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "hone serve: %s on http://%s%s%s:%d (context %d%s%s; tool calls: %s)\n", cfg.model_name,
                 v6 ? "[" : "", cfg.host, v6 ? "]" : "", srv_port(srv), n_ctx, api_key && *api_key ? ", API key required" : "",
                 test_engine ? ", TEST ENGINE" : "", tc_format_name(pm.det.format));
+        bool local = !strcmp(cfg.host, "localhost") || !strncmp(cfg.host, "127.", 4) || !strcmp(cfg.host, "::1");
+        if (!local && !(api_key && *api_key))
+            fprintf(stderr, "hone serve: WARNING: listening on %s without an API key: anyone who can reach this "
+                            "port can use the model (set --api-key or HONE_API_KEY)\n", cfg.host);
         int sig = 0;
         sigwait(&sigs, &sig);
         fprintf(stderr, "hone serve: stopping (signal %d)\n", sig);

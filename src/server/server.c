@@ -29,6 +29,7 @@ srv_config srv_default_config(void) {
     c.idle_timeout_s = 15;
     c.http_threads = 4;
     c.shutdown_grace_ms = 5000;
+    c.default_max_tokens = 8192;
     c.ping_ms = 5000;
     c.sampling = smp_default_params();
     return c;
@@ -106,6 +107,26 @@ bool srv_utf8_valid(const char *str, size_t n) {
     }
     return true;
 }
+
+size_t srv_log_escape(const char *s, size_t n, char *out, size_t cap) {
+    static const char hex[] = "0123456789abcdef";
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        char tmp[4];
+        size_t k = 0;
+        if (ch == '\\') tmp[k++] = '\\', tmp[k++] = '\\';
+        else if (ch >= 0x20 && ch < 0x7f) tmp[k++] = (char)ch;
+        else tmp[k++] = '\\', tmp[k++] = 'x', tmp[k++] = hex[ch >> 4], tmp[k++] = hex[ch & 15];
+        if (w + k >= cap) break;
+        memcpy(out + w, tmp, k);
+        w += k;
+    }
+    out[w] = 0;
+    return w;
+}
+
+static FILE *log_out(const srv_server *s) { return s->cfg.log_file ? (FILE *)s->cfg.log_file : stderr; }
 
 /* ---- suspension: nothing blocks an HTTP thread ---- */
 
@@ -204,7 +225,7 @@ enum MHD_Result srv_send(srv_conn *c, int status, const char *ctype, const char 
     enum MHD_Result ret = MHD_queue_response(c->mc, (unsigned)status, r);
     MHD_destroy_response(r);
     if (c->s->cfg.log_requests)
-        fprintf(stderr, "hone serve: %d (%.0f ms)\n", status, srv_now_ms() - c->t_start);
+        fprintf(log_out(c->s), "hone serve: %d (%.0f ms)\n", status, srv_now_ms() - c->t_start);
     return ret;
 }
 
@@ -300,36 +321,37 @@ static enum MHD_Result preflight(srv_conn *c) {
 
 /* ---- routing ---- */
 
+/* Whether path[0..n) is exactly lit. */
+static bool path_is(const char *path, size_t n, const char *lit) { return strlen(lit) == n && !memcmp(path, lit, n); }
+
 static int route_of(const char *url, const char *method, api_kind *api, bool *known_path) {
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     bool post = !strcmp(method, "POST");
-    /* tolerate a trailing slash */
-    char path[128];
+    /* the whole URL, however long (nothing is cut before matching); a
+     * trailing slash is tolerated */
     size_t l = strlen(url);
-    if (l >= sizeof path) l = sizeof path - 1;
-    memcpy(path, url, l);
-    path[l] = 0;
-    while (l > 1 && path[l - 1] == '/') path[--l] = 0;
-    const char *p = path;
-    if (!strncmp(p, "/v1/", 4)) p += 3;
+    while (l > 1 && url[l - 1] == '/') l--;
+    const char *path = url, *p = url;
+    size_t pl = l;
+    if (l >= 4 && !memcmp(p, "/v1/", 4)) p += 3, pl -= 3;
     *known_path = true;
     *api = API_CHAT;
-    if (!strcmp(path, "/")) return get ? R_ROOT : R_NONE;
-    if (!strcmp(p, "/health")) return get ? R_HEALTH : R_NONE;
-    if (!strcmp(p, "/models")) return get ? R_MODELS : R_NONE;
-    if (!strncmp(p, "/models/", 8)) return get ? R_MODEL_ONE : R_NONE;
-    if (!strcmp(path, "/api/version")) return get ? R_OLLAMA_VERSION : R_NONE;
-    if (!strcmp(path, "/api/tags")) return get ? R_OLLAMA_TAGS : R_NONE;
-    if (!strcmp(p, "/chat/completions")) return post ? R_CHAT : R_NONE;
-    if (!strcmp(p, "/chat/completions/input_tokens")) return post ? R_CHAT_COUNT : R_NONE;
-    if (!strcmp(p, "/responses/input_tokens")) return *api = API_RESPONSES, post ? R_RESPONSES_COUNT : R_NONE;
-    if (!strcmp(p, "/completions")) return *api = API_COMPLETIONS, post ? R_COMPLETIONS : R_NONE;
-    if (!strcmp(p, "/responses")) return *api = API_RESPONSES, post ? R_RESPONSES : R_NONE;
-    if (!strcmp(p, "/messages")) return *api = API_MESSAGES, post ? R_MESSAGES : R_NONE;
-    if (!strcmp(p, "/messages/count_tokens")) return *api = API_MESSAGES, post ? R_COUNT_TOKENS : R_NONE;
-    if (!strcmp(p, "/debug/render") || !strcmp(path, "/apply-template")) return post ? R_RENDER : R_NONE;
+    if (path_is(path, l, "/")) return get ? R_ROOT : R_NONE;
+    if (path_is(p, pl, "/health")) return get ? R_HEALTH : R_NONE;
+    if (path_is(p, pl, "/models")) return get ? R_MODELS : R_NONE;
+    if (pl > 8 && !memcmp(p, "/models/", 8)) return get ? R_MODEL_ONE : R_NONE;
+    if (path_is(path, l, "/api/version")) return get ? R_OLLAMA_VERSION : R_NONE;
+    if (path_is(path, l, "/api/tags")) return get ? R_OLLAMA_TAGS : R_NONE;
+    if (path_is(p, pl, "/chat/completions")) return post ? R_CHAT : R_NONE;
+    if (path_is(p, pl, "/chat/completions/input_tokens")) return post ? R_CHAT_COUNT : R_NONE;
+    if (path_is(p, pl, "/responses/input_tokens")) return *api = API_RESPONSES, post ? R_RESPONSES_COUNT : R_NONE;
+    if (path_is(p, pl, "/completions")) return *api = API_COMPLETIONS, post ? R_COMPLETIONS : R_NONE;
+    if (path_is(p, pl, "/responses")) return *api = API_RESPONSES, post ? R_RESPONSES : R_NONE;
+    if (path_is(p, pl, "/messages")) return *api = API_MESSAGES, post ? R_MESSAGES : R_NONE;
+    if (path_is(p, pl, "/messages/count_tokens")) return *api = API_MESSAGES, post ? R_COUNT_TOKENS : R_NONE;
+    if (path_is(p, pl, "/debug/render") || path_is(path, l, "/apply-template")) return post ? R_RENDER : R_NONE;
     *known_path = false;
-    if (strstr(path, "messages")) *api = API_MESSAGES;
+    if (memmem(path, l, "messages", 8)) *api = API_MESSAGES;
     return R_NONE;
 }
 
@@ -436,6 +458,28 @@ static enum MHD_Result finish_body(srv_conn *c) {
     return r;
 }
 
+/* What the request headers say about framing and size. */
+typedef struct hdr_scan {
+    size_t bytes;
+    const char *cl;
+    int n_cl;
+    bool cl_conflict, te;
+} hdr_scan;
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    hdr_scan *h = cls;
+    h->bytes += strlen(key) + (value ? strlen(value) : 0) + 4;
+    if (!strcasecmp(key, "Content-Length")) {
+        if (h->n_cl && (!value || !h->cl || strcmp(h->cl, value))) h->cl_conflict = true;
+        h->cl = value;
+        h->n_cl++;
+    } else if (!strcasecmp(key, "Transfer-Encoding")) {
+        h->te = true;
+    }
+    return MHD_YES;
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
                                const char *version, const char *upload_data, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -452,11 +496,26 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
         *con_cls = c;
         bool known;
         c->route = route_of(url, method, &c->api, &known);
-        if (s->cfg.log_requests) fprintf(stderr, "hone serve: %s %s\n", method, url);
+        if (s->cfg.log_requests) {
+            char em[64], eu[1024];
+            srv_log_escape(method, strlen(method), em, sizeof em);
+            srv_log_escape(url, strlen(url), eu, sizeof eu);
+            fprintf(log_out(s), "hone serve: %s %s\n", em, eu);
+        }
         api_error e;
         const char *origin = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Origin");
         bool origin_ok = origin && in_list(s->cors_origins, origin, strlen(origin));
         if (origin_ok) c->origin = origin;
+        /* framing the server and a proxy in front could read differently
+         * (request smuggling), and headers over the limit: JSON errors here,
+         * before libmicrohttpd's own (HTML) ones at twice the limit */
+        hdr_scan hs = {.bytes = strlen(url) + strlen(method) + 12};
+        MHD_get_connection_values(mc, MHD_HEADER_KIND, scan_header, &hs);
+        if (hs.cl_conflict || (hs.te && hs.n_cl))
+            return srv_send_error(c, c->api, api_seterr(&e, APIE_INVALID, NULL, "conflicting Content-Length / Transfer-Encoding headers"));
+        if (hs.bytes > s->cfg.max_header)
+            return srv_send_error(c, c->api, api_seterr(&e, APIE_TOO_LARGE, NULL, "the request line and headers are larger than %zu bytes",
+                                                        s->cfg.max_header));
         if (!strcmp(method, "OPTIONS")) return preflight(c);
         if (atomic_load(&s->draining))
             return srv_send_error(c, c->api, api_seterr(&e, APIE_OVERLOADED, NULL, "the server is shutting down"));
@@ -558,8 +617,12 @@ static void completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum
 static void log_mhd(void *cls, const char *fmt, va_list ap) {
     srv_server *s = cls;
     if (!s->cfg.log_requests) return;
-    fprintf(stderr, "hone serve (http): ");
-    vfprintf(stderr, fmt, ap);
+    char msg[1024], esc[2048];
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1;
+    while (len && msg[len - 1] == '\n') len--;
+    srv_log_escape(msg, len, esc, sizeof esc);
+    fprintf(log_out(s), "hone serve (http): %s\n", esc);
 }
 
 hn_status srv_start(const srv_config *cfg, const srv_engine *eng, const prm_model *pm, srv_server **out, hn_err *err) {
@@ -641,7 +704,7 @@ hn_status srv_start(const srv_config *cfg, const srv_engine *eng, const prm_mode
                             MHD_OPTION_EXTERNAL_LOGGER, log_mhd, s,
                             MHD_OPTION_SOCK_ADDR, sa,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, s,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, s->cfg.max_header,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, s->cfg.max_header * 2 + (32u << 10),
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conn_per_ip,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.idle_timeout_s,

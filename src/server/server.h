@@ -38,6 +38,11 @@
  * header must be an IP literal, localhost or in allowed_hosts (403 else:
  * DNS rebinding).
  *
+ * Shared servers: the prefix cache is shared by every client, so a
+ * response's cached_tokens (and its latency) tell whether another client's
+ * prompt began with the same tokens. Where clients must not learn about
+ * each other, run without it (hone serve --no-prefix-cache).
+ *
  * Generation goes through srv_engine: the engine.h functions in production,
  * a scripted engine in tests. Each request gets its tokens on the engine
  * thread's callback, queued to the HTTP thread, which runs the gen pipeline
@@ -72,7 +77,7 @@ typedef struct srv_config {
     int32_t kv_tokens;       /* positions the whole KV cache can hold (0: unknown): a prompt that
                                 cannot fit is refused (400), max_tokens is cut to what fits */
     int32_t max_tokens;      /* cap per request (<= 0: no cap beyond the context) */
-    int32_t default_max_tokens; /* when the request names none (<= 0: until the context is full) */
+    int32_t default_max_tokens; /* when the request names none (default 8192; <= 0: until the context is full) */
     size_t max_body;         /* default 32 MiB */
     size_t max_inflight;     /* bodies of all requests in progress, read or held (default 256 MiB, >= max_body) */
     int max_json_nodes;      /* objects + arrays in one body, counted before parsing (default 200000) */
@@ -84,7 +89,8 @@ typedef struct srv_config {
     int shutdown_grace_ms;   /* srv_stop lets running requests finish this long (default 5000) */
     int ping_ms;             /* keep-alive interval while nothing is produced (default 5000) */
     smp_params sampling;     /* defaults for fields a request leaves out */
-    bool log_requests;       /* one line per request on stderr */
+    bool log_requests;       /* one line per request (client bytes escaped) */
+    void *log_file;          /* FILE * for those lines; NULL: stderr */
     const char *cors_origins; /* comma-separated origins allowed to call from a browser ("*": any); NULL: none */
     const char *allowed_hosts; /* comma-separated extra Host names ("*": any); IP literals and localhost always pass */
 } srv_config;
@@ -105,6 +111,11 @@ int srv_running(const srv_server *s);
  * each in its API's format (a stream's final error event, a 503 body),
  * with up to 3 s more to send that; then closes everything and frees. */
 void srv_stop(srv_server *s);
+
+/* Writes n bytes for a log line into out (cap > 0, NUL-terminated, cut to
+ * fit): printable ASCII as is, every other byte (escape sequences, CR, LF,
+ * UTF-8) as \xNN, backslash as \\. Returns the length written. */
+size_t srv_log_escape(const char *s, size_t n, char *out, size_t cap);
 
 /* Constant-time comparison of a presented key with the expected one. */
 bool srv_key_equal(const char *given, size_t given_len, const char *want);

@@ -98,7 +98,7 @@ static bool pump(srv_conn *c) {
         if (c->counted) atomic_fetch_sub(&c->s->n_running, 1);
         c->counted = false;
         if (c->s->cfg.log_requests)
-            fprintf(stderr, "hone serve: done: %d prompt (%d cached), %d generated, %.0f ms\n", st.n_prompt, st.n_cached,
+            fprintf(c->s->cfg.log_file ? (FILE *)c->s->cfg.log_file : stderr, "hone serve: done: %d prompt (%d cached), %d generated, %.0f ms\n", st.n_prompt, st.n_cached,
                     st.n_generated, srv_now_ms() - c->t_start);
     }
     return done;
