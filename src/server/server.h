@@ -21,8 +21,9 @@
  *   POST /v1/chat/completions/input_tokens, /v1/responses/input_tokens  {"input_tokens": N}
  *        (each also without the /v1 prefix)
  *   POST /v1/debug/render  the prompt a request would produce (?api=chat|completions|responses|messages)
- * Limits: request headers are capped by the per-connection memory limit;
- * the API key (when set) is checked on the headers before any body is read
+ * Limits: the request line and headers are capped at max_header (413 in
+ * JSON; libmicrohttpd's own HTML reply only beyond twice that), conflicting
+ * Content-Length / Transfer-Encoding framing is a 400; the API key (when set) is checked on the headers before any body is read
  * (Authorization: Bearer or x-api-key, compared in constant time); bodies
  * over max_body are refused with 413; bodies must be valid UTF-8 JSON with
  * at most max_json_nodes objects and arrays (counted in one pass before
