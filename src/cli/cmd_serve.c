@@ -31,6 +31,7 @@ static hn_status real_submit(void *ctx, const eng_request *r, eng_req_id *id, hn
     return eng_submit(ctx, r, id, err);
 }
 static void real_cancel(void *ctx, eng_req_id id) { eng_cancel(ctx, id); }
+static void real_stats(void *ctx, eng_stats *out) { eng_get_stats(ctx, out); }
 
 /* model load: the tuned kernel parameters (a failure only warns) */
 static hn_status serve_tune(void *ctx, struct model *m, hn_err *err) {
@@ -63,6 +64,8 @@ static void usage(FILE *f) {
             "                       is shared: a response's cached_tokens (and its speed) show whether\n"
             "                       another client's prompt began the same way; on a server shared by\n"
             "                       clients that must not learn about each other, turn it off\n"
+            "  --cache-idle S       drop cached prefixes and their memory after S seconds idle\n"
+            "                       (default 300; 0: never)\n"
             "  --no-tune            built-in kernel parameters: neither tune nor use the tuning cache\n"
             "                       (also HONE_NO_TUNE=1; by default the first start tunes, up to 30 s)\n"
             "  --max-body SIZE      largest request body (default 32M)\n"
@@ -123,7 +126,7 @@ int cmd_serve(int argc, char **argv) {
     size_t kv_bytes = 0;
     bool test_engine = false, prefix_cache = true, no_tune = false;
     int kv_type = 0;
-    long block_size = 0;
+    long block_size = 0, cache_idle = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -164,6 +167,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--kv-bytes") && parse_size(v, &kv_bytes)) {}
         else if (!strcmp(a, "--kv-type") && eng_kv_type_from_name(v, &kv_type)) {}
         else if (!strcmp(a, "--block-size") && parse_int(v, 1, 4096, &block_size)) {}
+        else if (!strcmp(a, "--cache-idle") && parse_int(v, 0, 86400 * 30, &cache_idle)) {}
         else if (!strcmp(a, "--max-body") && parse_size(v, &cfg.max_body) && cfg.max_body >= 1024) {}
         else if (!strcmp(a, "--max-inflight") && parse_size(v, &cfg.max_inflight) && cfg.max_inflight >= 1024) {}
         else if (!strcmp(a, "--max-json-nodes") && parse_int(v, 16, 1L << 30, &n)) cfg.max_json_nodes = (int)n;
@@ -237,12 +241,13 @@ int cmd_serve(int argc, char **argv) {
         ep.kv_type = kv_type;
         ep.block_size = (int)block_size;
         ep.prefix_cache = prefix_cache;
+        if (cache_idle >= 0) ep.cache_idle_ms = cache_idle ? (int32_t)(cache_idle * 1000) : -1;
         if (!no_tune) ep.on_load = serve_tune;
         if (eng_create(&ep, &eng, &err) != HN_OK) {
             fprintf(stderr, "hone serve: %s: %s\n", model, err.msg);
             goto out;
         }
-        se = (srv_engine){.ctx = eng, .submit = real_submit, .cancel = real_cancel};
+        se = (srv_engine){.ctx = eng, .submit = real_submit, .cancel = real_cancel, .stats = real_stats};
         meta = eng_gguf(eng);
         voc = eng_vocab(eng);
         n_ctx = eng_n_ctx(eng);

@@ -3,6 +3,9 @@
 #include "srv_int.h"
 
 #include <arpa/inet.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -187,7 +190,17 @@ bool srv_client_gone(srv_conn *c) {
  * the engine: a ping is due, the client left, the server stops. */
 static void *ticker_main(void *arg) {
     srv_server *s = arg;
+    double busy_at = 0; /* when requests were last in progress; 0: trimmed since */
     for (;;) {
+        /* two seconds after the last request, give the allocator's free
+         * memory back (glibc keeps what many threads freed in its arenas) */
+        if (atomic_load(&s->n_gen_conns) > 0) busy_at = srv_now_ms();
+        else if (busy_at > 0 && srv_now_ms() - busy_at > 2000) {
+            busy_at = 0;
+#ifdef __GLIBC__
+            malloc_trim(0);
+#endif
+        }
         pthread_mutex_lock(&s->park_mu);
         bool stop = atomic_load(&s->stopping);
         double now = srv_now_ms();
@@ -379,9 +392,18 @@ static enum MHD_Result simple_get(srv_conn *c) {
     srv_server *s = c->s;
     switch (c->route) {
     case R_ROOT: return srv_send(c, 200, "text/plain", "hone is running\n", 16);
-    case R_HEALTH:
-        return send_json(c, 200, json_pack("{s:s,s:b,s:i}", "status", "ok", "constrained_decoding", cst_available(),
-                                           "running", (json_int_t)atomic_load(&s->n_running)));
+    case R_HEALTH: {
+        json_t *h = json_pack("{s:s,s:b,s:i}", "status", "ok", "constrained_decoding", cst_available(), "running",
+                              (json_int_t)atomic_load(&s->n_running));
+        if (h && s->eng.stats) {
+            eng_stats es;
+            s->eng.stats(s->eng.ctx, &es);
+            json_object_set_new(h, "kv", json_pack("{s:i,s:i,s:i,s:i}", "blocks_used", (json_int_t)es.blocks_used, "blocks_cached",
+                                                   (json_int_t)es.blocks_cached, "blocks_total", (json_int_t)es.blocks_total,
+                                                   "blocks_max", (json_int_t)es.blocks_max));
+        }
+        return send_json(c, 200, h);
+    }
     case R_MODELS: {
         json_t *m = model_obj(s);
         return send_json(c, 200, m ? json_pack("{s:s,s:[o],s:b}", "object", "list", "data", m, "has_more", 0) : NULL);

@@ -13,7 +13,8 @@
  * is closed, whether it is between requests or has sent half a header.
  * Bound to 127.0.0.1 unless told otherwise. Routes:
  *   GET|HEAD /            200 (probes by Claude Code and others)
- *   GET /health           {"status":"ok"}
+ *   GET /health           {"status":"ok", "running": N, and with engine stats
+ *                         "kv": {"blocks_used", "blocks_cached", "blocks_total", "blocks_max"}}
  *   GET /v1/models        the loaded model under its alias (also /models, /v1/models/{id})
  *   GET /api/version, /api/tags   minimal Ollama-style probes
  *   POST /v1/chat/completions, /v1/completions, /v1/responses,
@@ -67,6 +68,7 @@ typedef struct srv_engine {
     void *ctx;
     hn_status (*submit)(void *ctx, const eng_request *r, eng_req_id *id, hn_err *err);
     void (*cancel)(void *ctx, eng_req_id id);
+    void (*stats)(void *ctx, eng_stats *out); /* optional: KV figures for /health */
 } srv_engine;
 
 typedef struct srv_config {
