@@ -78,6 +78,10 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libhone.a tests/test.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(DEFS) -Isrc -o $@ $< $(BUILD)/libhone.a $(LIBS)
 
+# headers and sources some tests include besides test.h
+$(BUILD)/tests/test_server_limits: tests/srv_client.h
+$(BUILD)/tests/test_fuzz_replay: tests/fuzz/fuzz_api.c
+
 tests: $(BIN_TST)
 
 # hone serve (and its end-to-end test) switch to the engine when its sources appear

@@ -6,7 +6,8 @@
  * vocabulary. Every input must end in a request and a prompt or in an API
  * error (4xx); a crash, a sanitizer report or a 5xx class for the client's
  * input is a finding. Built by `make fuzz` (clang, ASan+UBSan), run briefly
- * over tests/fuzz/corpus/api_<name> by `make fuzz-run`.
+ * over tests/fuzz/corpus/api_<name> by `make fuzz-run`; tests/test_fuzz_replay.c
+ * replays those corpora through the same code in the ordinary suite.
  *
  * The model: $HONE_FUZZ_MODEL, else ../shared/data/models/qwen3-real-q8_0.gguf
  * from the project root; without it only the mapping runs. */
@@ -26,6 +27,7 @@
 #endif
 
 static api_kind g_api;
+static bool g_inited;
 static prm_model g_pm;
 static bool g_have_pm;
 static gguf_ctx *g_gguf; /* kept for the process's life (reachable: not a leak) */
@@ -34,13 +36,10 @@ static tok_vocab *g_vocab;
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc;
-    (void)argv;
-    g_api = !strcmp(FUZZ_API, "completions") ? API_COMPLETIONS
-            : !strcmp(FUZZ_API, "responses") ? API_RESPONSES
-            : !strcmp(FUZZ_API, "messages")  ? API_MESSAGES
-                                             : API_CHAT;
+/* Loads the model once (also used by tests/test_fuzz_replay.c). */
+static void fuzz_init(void) {
+    if (g_inited) return;
+    g_inited = true;
     const char *path = getenv("HONE_FUZZ_MODEL");
     if (!path) path = "../shared/data/models/qwen3-real-q8_0.gguf";
     hn_err err = {0};
@@ -49,6 +48,16 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         g_have_pm = true;
     else
         fprintf(stderr, "fuzz_api: no model (%s): the mapping only\n", err.msg);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    g_api = !strcmp(FUZZ_API, "completions") ? API_COMPLETIONS
+            : !strcmp(FUZZ_API, "responses") ? API_RESPONSES
+            : !strcmp(FUZZ_API, "messages")  ? API_MESSAGES
+                                             : API_CHAT;
+    fuzz_init();
     return 0;
 }
 
@@ -61,14 +70,16 @@ static void check_error(const api_error *e) {
     }
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+/* One input through the mapping of api; aborts on a finding. */
+static void fuzz_one(api_kind api, const uint8_t *data, size_t size) {
+    g_api = api;
     const char *s = (const char *)data;
-    if (!srv_utf8_valid(s, size)) return 0;
-    if (srv_json_containers(s, size, 200000) > 200000) return 0;
+    if (!srv_utf8_valid(s, size)) return;
+    if (srv_json_containers(s, size, 200000) > 200000) return;
     json_t *body = json_loadb(s, size, 0, NULL);
     if (!json_is_object(body)) {
         json_decref(body);
-        return 0;
+        return;
     }
     for (int count = 0; count < (g_api == API_MESSAGES ? 2 : 1); count++) {
         creq r;
@@ -91,5 +102,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         creq_free(&r);
     }
     json_decref(body);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    fuzz_one(g_api, data, size);
     return 0;
 }
