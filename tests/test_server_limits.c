@@ -86,6 +86,44 @@ static void test_idle_sockets(void) {
     srv_stop(srv);
 }
 
+/* A header trickled a byte at a time (which restarts MHD's idle timer)
+ * is cut at the header deadline; a prompt client on the same server is not. */
+static void test_slow_header(void) {
+    srv_config cfg = base_config();
+    cfg.header_timeout_s = 2;
+    cfg.idle_timeout_s = 30;
+    srv_server *srv = start(&cfg);
+    if (!srv) return;
+    int fd = dial_t(g_port, 1);
+    const char *part = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    ssize_t w = send(fd, part, strlen(part), MSG_NOSIGNAL);
+    (void)w;
+    double t0 = now_s();
+    bool cut = false;
+    while (!cut && now_s() - t0 < 8) {
+        usleep(300000);
+        if (send(fd, "X", 1, MSG_NOSIGNAL) != 1) cut = true;
+        char ch;
+        ssize_t n = recv(fd, &ch, 1, MSG_DONTWAIT);
+        if (n == 0) cut = true;
+    }
+    double took = now_s() - t0;
+    CHECKF(cut && took < 4.5, "a trickled header is cut after %.1f s (deadline 2 s)", took);
+    close(fd);
+    /* an ordinary request (and keep-alive reuse) still works */
+    int k = dial();
+    resp r;
+    send_req(k, "GET", "/health", NULL, NULL, 0, true);
+    CHECK(read_resp(k, &r) && r.status == 200);
+    sb_free(&r.body);
+    usleep(1000000);
+    send_req(k, "GET", "/health", NULL, NULL, 0, true);
+    CHECK(read_resp(k, &r) && r.status == 200);
+    sb_free(&r.body);
+    close(k);
+    srv_stop(srv);
+}
+
 /* One client address gets at most max_conn_per_ip connections. */
 static void test_per_ip_limit(void) {
     srv_config cfg = base_config();
@@ -613,6 +651,7 @@ int main(void) {
     CHECK(teng_create(v, 512, &g_te, &err) == HN_OK);
     test_idle_sockets();
     test_per_ip_limit();
+    test_slow_header();
     test_slow_stream_survives();
     test_json_containers();
     test_many_messages();

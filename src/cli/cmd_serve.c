@@ -77,8 +77,9 @@ static void usage(FILE *f) {
             "  --max-connections N  open connections in all (default 1024, within the open-file limit)\n"
             "  --max-conn-per-ip N  open connections per client address (default 64; none when bound to\n"
             "                       loopback, where every client is 127.0.0.1; 0: none)\n"
-            "  --idle-timeout S     close a connection silent for S seconds, between requests or inside\n"
-            "                       a header (default 15)\n"
+            "  --idle-timeout S     close a connection silent for S seconds (default 15)\n"
+            "  --header-timeout S   a connection must deliver a whole request header within S seconds of\n"
+            "                       its start or its previous response, however it trickles (default 10)\n"
             "  --http-threads N     threads serving connections (default 4; they never wait for the model)\n"
             "  --cors-origins LIST  origins (comma-separated, e.g. http://localhost:3000; * for any) whose\n"
             "                       pages may call the server; default none: no CORS headers, and a\n"
@@ -175,6 +176,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-connections") && parse_int(v, 1, 1 << 20, &n)) cfg.max_connections = (int)n;
         else if (!strcmp(a, "--max-conn-per-ip") && parse_int(v, 0, 1 << 20, &n)) cfg.max_conn_per_ip = (int)n;
         else if (!strcmp(a, "--idle-timeout") && parse_int(v, 1, 86400, &n)) cfg.idle_timeout_s = (int)n;
+        else if (!strcmp(a, "--header-timeout") && parse_int(v, 1, 86400, &n)) cfg.header_timeout_s = (int)n;
         else if (!strcmp(a, "--shutdown-grace") && parse_int(v, 0, 3600, &n)) cfg.shutdown_grace_ms = (int)n * 1000;
         else if (!strcmp(a, "--http-threads") && parse_int(v, 1, 256, &n)) cfg.http_threads = (int)n;
         else {

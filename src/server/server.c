@@ -30,6 +30,7 @@ srv_config srv_default_config(void) {
     c.max_connections = 1024;
     c.max_conn_per_ip = -1;
     c.idle_timeout_s = 15;
+    c.header_timeout_s = 10;
     c.http_threads = 4;
     c.shutdown_grace_ms = 5000;
     c.default_max_tokens = 8192;
@@ -210,6 +211,17 @@ static void *ticker_main(void *arg) {
         }
         bool done = stop && !s->parked && !s->ticker_on;
         pthread_mutex_unlock(&s->park_mu);
+        /* the header deadline: MHD's idle timeout restarts at every byte, so
+         * a client trickling a header would hold its slot for ever; the
+         * socket is shut down and MHD closes the connection (the entry,
+         * and so the descriptor, lives until MHD's CLOSED notice) */
+        pthread_mutex_lock(&s->sock_mu);
+        for (srv_sock *k = s->socks; k; k = k->next)
+            if (!k->in_request && !k->cut && now - k->wait_since > s->cfg.header_timeout_s * 1000.0) {
+                shutdown(k->fd, SHUT_RDWR);
+                k->cut = true;
+            }
+        pthread_mutex_unlock(&s->sock_mu);
         if (done) return NULL;
         usleep((useconds_t)s->tick_ms * 1000);
     }
@@ -480,6 +492,21 @@ static enum MHD_Result finish_body(srv_conn *c) {
     return r;
 }
 
+static srv_sock *sock_of(struct MHD_Connection *mc) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* A request's headers are in (true) or its response is done (false). */
+static void sock_request(srv_server *s, struct MHD_Connection *mc, bool in) {
+    srv_sock *k = sock_of(mc);
+    if (!k) return;
+    pthread_mutex_lock(&s->sock_mu);
+    k->in_request = in;
+    if (!in) k->wait_since = srv_now_ms();
+    pthread_mutex_unlock(&s->sock_mu);
+}
+
 /* What the request headers say about framing and size. */
 typedef struct hdr_scan {
     size_t bytes;
@@ -516,6 +543,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
         c->t_start = srv_now_ms();
         pthread_mutex_init(&c->mu, NULL);
         *con_cls = c;
+        sock_request(s, mc, true);
         bool known;
         c->route = route_of(url, method, &c->api, &known);
         if (s->cfg.log_requests) {
@@ -626,9 +654,35 @@ void srv_conn_release(srv_conn *c) {
     hn_free(c);
 }
 
+static void notify_conn(void *cls, struct MHD_Connection *mc, void **socket_context, enum MHD_ConnectionNotificationCode toe) {
+    srv_server *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        srv_sock *k = ci ? hn_calloc(1, sizeof *k) : NULL;
+        *socket_context = k;
+        if (!k) return; /* no deadline for this one; MHD's idle timeout still holds */
+        k->fd = ci->connect_fd;
+        k->wait_since = srv_now_ms();
+        pthread_mutex_lock(&s->sock_mu);
+        k->next = s->socks;
+        if (s->socks) s->socks->prev = k;
+        s->socks = k;
+        pthread_mutex_unlock(&s->sock_mu);
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        srv_sock *k = *socket_context;
+        if (!k) return;
+        pthread_mutex_lock(&s->sock_mu);
+        if (k->prev) k->prev->next = k->next;
+        else s->socks = k->next;
+        if (k->next) k->next->prev = k->prev;
+        pthread_mutex_unlock(&s->sock_mu);
+        hn_free(k);
+        *socket_context = NULL;
+    }
+}
+
 static void completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls;
-    (void)mc;
+    sock_request(cls, mc, false);
     srv_conn *c = *con_cls;
     if (!c) return;
     *con_cls = NULL;
@@ -653,6 +707,7 @@ hn_status srv_start(const srv_config *cfg, const srv_engine *eng, const prm_mode
     if (!s) return hn_errf(err, HN_ERR_NOMEM, "out of memory");
     s->cfg = *cfg;
     pthread_mutex_init(&s->park_mu, NULL);
+    pthread_mutex_init(&s->sock_mu, NULL);
     s->host = hn_strdup(cfg->host && *cfg->host ? cfg->host : "127.0.0.1");
     s->api_key = cfg->api_key && *cfg->api_key ? hn_strdup(cfg->api_key) : NULL;
     s->model_name = hn_strdup(cfg->model_name && *cfg->model_name ? cfg->model_name : "hone");
@@ -675,6 +730,7 @@ hn_status srv_start(const srv_config *cfg, const srv_engine *eng, const prm_mode
     if (s->cfg.ping_ms <= 0) s->cfg.ping_ms = 5000;
     if (s->cfg.idle_timeout_s <= 0) s->cfg.idle_timeout_s = 15;
     if (s->cfg.http_threads <= 0) s->cfg.http_threads = 4;
+    if (s->cfg.header_timeout_s <= 0) s->cfg.header_timeout_s = 10;
     /* a silent stream must ping before it counts as idle */
     if (s->cfg.ping_ms > s->cfg.idle_timeout_s * 500) s->cfg.ping_ms = s->cfg.idle_timeout_s * 500;
     s->tick_ms = s->cfg.ping_ms / 4 < 10 ? 10 : s->cfg.ping_ms / 4 > 100 ? 100 : s->cfg.ping_ms / 4;
@@ -726,6 +782,7 @@ hn_status srv_start(const srv_config *cfg, const srv_engine *eng, const prm_mode
                             MHD_OPTION_EXTERNAL_LOGGER, log_mhd, s,
                             MHD_OPTION_SOCK_ADDR, sa,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, notify_conn, s,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, s->cfg.max_header * 2 + (32u << 10),
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg.max_conn_per_ip,
@@ -781,5 +838,6 @@ void srv_stop(srv_server *s) {
     hn_free(s->cors_origins);
     hn_free(s->allowed_hosts);
     pthread_mutex_destroy(&s->park_mu);
+    pthread_mutex_destroy(&s->sock_mu);
     hn_free(s);
 }

@@ -10,7 +10,9 @@
  * file limit) is shared by everyone, max_conn_per_ip bounds one client
  * address (default 64, but none when bound to loopback, where every client
  * is 127.0.0.1), and a connection silent for idle_timeout_s (default 15)
- * is closed, whether it is between requests or has sent half a header.
+ * is closed, and one that has not delivered a whole request header within
+ * header_timeout_s (default 10) of its start or its previous response is
+ * cut, however slowly it trickles bytes.
  * Bound to 127.0.0.1 unless told otherwise. Routes:
  *   GET|HEAD /            200 (probes by Claude Code and others)
  *   GET /health           {"status":"ok", "running": N, and with engine stats
@@ -88,6 +90,9 @@ typedef struct srv_config {
     int max_connections;     /* default 1024 (clamped to RLIMIT_NOFILE less a margin) */
     int max_conn_per_ip;     /* per client address; -1 (default): 64, or none on a loopback bind; 0: none */
     int idle_timeout_s;      /* a connection silent this long is closed (default 15) */
+    int header_timeout_s;    /* a connection gets this long, from its start or its previous
+                                response, to deliver a whole request header, however slowly
+                                it trickles (default 10) */
     int http_threads;        /* epoll threads serving connections (default 4) */
     int shutdown_grace_ms;   /* srv_stop lets running requests finish this long (default 5000) */
     int ping_ms;             /* keep-alive interval while nothing is produced (default 5000) */

@@ -12,6 +12,15 @@
 #include "server.h"
 #include "writer.h"
 
+/* One TCP connection (MHD's socket context), for the header deadline. */
+typedef struct srv_sock {
+    int fd;
+    double wait_since;   /* monotonic ms: accepted, or its last request ended */
+    bool in_request;     /* a request's headers are in (the handler has it) */
+    bool cut;            /* shut down by the ticker */
+    struct srv_sock *next, *prev;
+} srv_sock;
+
 struct srv_server {
     srv_config cfg;
     char *host, *api_key, *model_name, *cors_origins, *allowed_hosts;
@@ -33,6 +42,9 @@ struct srv_server {
     pthread_t ticker;
     bool ticker_on;
     int tick_ms;
+    /* every open connection (under sock_mu) */
+    pthread_mutex_t sock_mu;
+    srv_sock *socks;
 };
 
 /* One generation, shared by the HTTP thread and the engine thread's callback. */
