@@ -22,10 +22,14 @@ struct chat_template {
     char *src, *bos, *eos;
     tc_detection det;
     chat_caps caps;
-    /* control-token texts (longest first) that request strings must not produce */
+    /* control-token texts that request strings must not produce, sorted by
+     * their first two bytes, longest first within those; texts of one byte
+     * apart; a bitmap of the two-byte starts that occur */
     char **ctl;
     size_t *ctl_len, n_ctl;
-    unsigned char ctl_first[256];
+    uint16_t *ctl_pair;
+    unsigned char ctl_one[256];
+    uint8_t ctl_pairs[8192];
 };
 
 /* ---- small helpers ---- */
@@ -407,12 +411,30 @@ fail:
 #define LIT_MARK "\xEF\xB7\x90"
 #define LIT_MARK_LEN 3
 
+/* Whether the template knows any control-token text. */
+static bool chat_has_controls(const chat_template *t) {
+    if (t->n_ctl) return true;
+    for (int i = 0; i < 256; i++)
+        if (t->ctl_one[i]) return true;
+    return false;
+}
+
 /* The longest control text at s[0..n), or 0. */
 static size_t ctl_at(const chat_template *t, const char *s, size_t n) {
-    if (!n || !t->ctl_first[(unsigned char)s[0]]) return 0;
-    for (size_t k = 0; k < t->n_ctl; k++)
+    if (!n) return 0;
+    size_t one = t->ctl_one[(unsigned char)s[0]];
+    if (n < 2) return one;
+    uint16_t pair = (uint16_t)((unsigned char)s[0] << 8 | (unsigned char)s[1]);
+    if (!(t->ctl_pairs[pair >> 3] & (1u << (pair & 7)))) return one;
+    size_t lo = 0, hi = t->n_ctl; /* the first text starting with pair */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (t->ctl_pair[mid] < pair) lo = mid + 1;
+        else hi = mid;
+    }
+    for (size_t k = lo; k < t->n_ctl && t->ctl_pair[k] == pair; k++)
         if (t->ctl_len[k] <= n && !memcmp(s, t->ctl[k], t->ctl_len[k])) return t->ctl_len[k];
-    return 0;
+    return one;
 }
 
 /* s with LIT_MARK before each control text (and marks it had dropped), as a
@@ -547,7 +569,7 @@ static json_t *make_vars(const chat_template *t, json_t *msgs, const json_t *too
         json_object_set_new(v, "tools", no_tools ? json_null() : json_deep_copy(tools)))
         goto fail;
     /* everything so far came from the request; what follows is the template's */
-    if (t->n_ctl && mark_value(t, v, 0)) goto fail;
+    if (chat_has_controls(t) && mark_value(t, v, 0)) goto fail;
     if (json_object_set_new(v, "add_generation_prompt", json_boolean(opt && opt->add_generation_prompt))) goto fail;
     if (!json_object_get(v, "documents") && json_object_set_new(v, "documents", json_null())) goto fail;
     if (!json_object_get(v, "bos_token") && json_object_set_new(v, "bos_token", json_string(t->bos))) goto fail;
@@ -588,7 +610,7 @@ hn_status chat_render(const chat_template *t, const json_t *messages, const json
         json_decref(vars);
         if (st == HN_OK) {
             if (!b.data && !(b.data = hn_calloc(1, 1))) return hn_errf(err, HN_ERR_NOMEM, "out of memory");
-            if (t->n_ctl && strip_marks(t, b.data, &b.len, out)) {
+            if (chat_has_controls(t) && strip_marks(t, b.data, &b.len, out)) {
                 tpl_buf_free(&b);
                 chat_prompt_free(out);
                 return hn_errf(err, HN_ERR_NOMEM, "out of memory");
@@ -773,33 +795,50 @@ static char *token_text(const tok_vocab *v, int32_t id) {
 }
 
 /* Remembers the vocabulary's control-token texts (see chat_template_from_gguf). */
+typedef struct ctl_ent {
+    const char *s;
+    size_t len;
+} ctl_ent;
+
+static int cmp_ctl(const void *a, const void *b) {
+    const ctl_ent *x = a, *y = b;
+    unsigned px = (unsigned char)x->s[0] << 8 | (unsigned char)x->s[1], py = (unsigned char)y->s[0] << 8 | (unsigned char)y->s[1];
+    if (px != py) return px < py ? -1 : 1;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return memcmp(x->s, y->s, x->len);
+}
+
 static hn_status set_controls(chat_template *t, const tok_vocab *v, hn_err *err) {
     int32_t nv = tok_n_vocab(v);
     size_t n = 0, l;
-    for (int32_t id = 0; id < nv; id++) n += tok_is_control(v, id, &l) && l > 0;
+    for (int32_t id = 0; id < nv; id++) n += tok_is_control(v, id, &l) && l > 1;
+    for (int32_t id = 0; id < nv; id++)
+        if (tok_is_control(v, id, &l) && l == 1) t->ctl_one[(unsigned char)tok_text(v, id)[0]] = 1;
     if (!n) return HN_OK;
+    ctl_ent *e = hn_malloc(n * sizeof *e);
     t->ctl = hn_calloc(n, sizeof *t->ctl);
     t->ctl_len = hn_calloc(n, sizeof *t->ctl_len);
-    if (!t->ctl || !t->ctl_len) return hn_errf(err, HN_ERR_NOMEM, "out of memory");
-    for (int32_t id = 0; id < nv; id++) {
-        if (!tok_is_control(v, id, &l) || !l) continue;
-        const char *s = tok_text(v, id);
-        /* insertion by length, longest first */
-        size_t k = t->n_ctl;
-        while (k > 0 && t->ctl_len[k - 1] < l) {
-            t->ctl[k] = t->ctl[k - 1];
-            t->ctl_len[k] = t->ctl_len[k - 1];
-            k--;
-        }
-        if (!(t->ctl[k] = dup_n(s, l))) {
-            memmove(t->ctl + k, t->ctl + k + 1, (t->n_ctl - k) * sizeof *t->ctl);
-            memmove(t->ctl_len + k, t->ctl_len + k + 1, (t->n_ctl - k) * sizeof *t->ctl_len);
+    t->ctl_pair = hn_calloc(n, sizeof *t->ctl_pair);
+    if (!e || !t->ctl || !t->ctl_len || !t->ctl_pair) {
+        hn_free(e);
+        return hn_errf(err, HN_ERR_NOMEM, "out of memory");
+    }
+    size_t k = 0;
+    for (int32_t id = 0; id < nv; id++)
+        if (tok_is_control(v, id, &l) && l > 1) e[k].s = tok_text(v, id), e[k].len = l, k++;
+    qsort(e, n, sizeof *e, cmp_ctl);
+    for (k = 0; k < n; k++) {
+        if (!(t->ctl[k] = dup_n(e[k].s, e[k].len))) {
+            hn_free(e);
             return hn_errf(err, HN_ERR_NOMEM, "out of memory");
         }
-        t->ctl_len[k] = l;
-        t->n_ctl++;
-        t->ctl_first[(unsigned char)s[0]] = 1;
+        t->n_ctl = k + 1;
+        t->ctl_len[k] = e[k].len;
+        uint16_t pair = (uint16_t)((unsigned char)e[k].s[0] << 8 | (unsigned char)e[k].s[1]);
+        t->ctl_pair[k] = pair;
+        t->ctl_pairs[pair >> 3] |= (uint8_t)(1u << (pair & 7));
     }
+    hn_free(e);
     return HN_OK;
 }
 
@@ -832,6 +871,7 @@ void chat_template_free(chat_template *t) {
     for (size_t k = 0; k < t->n_ctl; k++) hn_free(t->ctl[k]);
     hn_free(t->ctl);
     hn_free(t->ctl_len);
+    hn_free(t->ctl_pair);
     hn_free(t);
 }
 
