@@ -73,7 +73,7 @@ SIMD_VNNI = $(SIMD_AVX512) -mavx512vl -mavx512vnni
 SIMD_AVX512BF16 = $(SIMD_AVX512) -mavx512bf16
 endif
 
-.PHONY: all check test asan-test setup demo clean bench-cuda
+.PHONY: all check test asan-test setup demo clean bench-cuda fuzz fuzz-bins fuzz-run
 
 all: hone
 
@@ -133,6 +133,10 @@ $(BUILD)/bench/bench_cuda_gemv: bench/bench_cuda_gemv.c $(BUILD)/libhone.a $(CUD
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(DEFS) -Isrc -o $@ $< -Wl,--start-group $(BUILD)/libhone.a $(CUDA_LIB) -Wl,--end-group $(LIBS) $(CUDA_LIBS)
 
+# headers and sources some tests include besides test.h
+$(BUILD)/tests/test_server_limits: tests/srv_client.h
+$(BUILD)/tests/test_fuzz_replay: tests/fuzz/fuzz_api.c
+
 tests: $(BIN_TST)
 
 # hone serve (and its end-to-end test) switch to the engine when its sources appear
@@ -145,6 +149,39 @@ SANITIZE = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-re
 asan-test:
 	$(MAKE) BUILD=$(BUILD)-asan CFLAGS="-O1 -g $(SANITIZE)" LDFLAGS="$(SANITIZE)" \
 	  HONE_SANITIZED=1 test
+
+# libFuzzer harnesses (tests/fuzz/fuzz_*.c), built with clang under ASan+UBSan
+# in build-fuzz/. fuzz-run: a short bounded run of each over its corpus in
+# tests/fuzz/corpus/ (new inputs go to build-fuzz/corpus/, not the repository).
+FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_APIS    = chat completions responses messages
+FUZZ_SECONDS ?= 20
+# the harnesses need no kernels: the library parts they reach, only
+FUZZ_LIB_SRC := $(sort $(shell find src/core src/gguf src/tokenizer src/template src/sample src/server -name '*.c'))
+FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=build-fuzz/%.o)
+fuzz:
+	$(MAKE) BUILD=build-fuzz CC=clang CFLAGS="-O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link" build-fuzz/libhone_fuzz.a
+	$(MAKE) BUILD=build-fuzz fuzz-bins
+
+build-fuzz/libhone_fuzz.a: $(FUZZ_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+fuzz-bins: $(FUZZ_APIS:%=build-fuzz/fuzz/api_%)
+
+build-fuzz/fuzz/api_%: tests/fuzz/fuzz_api.c build-fuzz/libhone_fuzz.a
+	@mkdir -p $(dir $@)
+	clang -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer $(WARN) $(DEFS) -Isrc -DFUZZ_API='"$*"' -o $@ $< build-fuzz/libhone_fuzz.a $(LIBS)
+
+fuzz-run: fuzz
+	@for a in $(FUZZ_APIS); do \
+	  mkdir -p build-fuzz/corpus/api_$$a build-fuzz/artifacts; \
+	  build-fuzz/fuzz/api_$$a -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=20 -rss_limit_mb=2048 \
+	    -artifact_prefix=build-fuzz/artifacts/api_$$a- -print_final_stats=1 \
+	    build-fuzz/corpus/api_$$a tests/fuzz/corpus/api_$$a > build-fuzz/api_$$a.log 2>&1; rc=$$?; \
+	  echo "fuzz api_$$a ($(FUZZ_SECONDS) s): exit $$rc, $$(grep -o 'number_of_executed_units: *[0-9]*' build-fuzz/api_$$a.log)"; \
+	  if [ $$rc -ne 0 ]; then tail -40 build-fuzz/api_$$a.log; exit 1; fi; \
+	done
 
 setup:
 	scripts/setup.sh
@@ -160,6 +197,6 @@ demo: setup
 	./hone run -p "Once upon a time" -n 32
 
 clean:
-	rm -rf build build-asan build-cuda build-cuda-asan hone
+.PHONY: all check test asan-test setup demo clean bench-cuda fuzz fuzz-bins fuzz-run
 
 -include $(OBJ_LIB:.o=.d) $(OBJ_CLI:.o=.d) $(OBJ_CU:.o=.d)

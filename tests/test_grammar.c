@@ -199,6 +199,24 @@ static void test_texts(void) {
     bad = js("{\"type\":\"frobnicate\"}");
     CHECK(gr_from_schema(bad, &g, NULL) == HN_ERR_UNSUPPORTED && !g);
     json_decref(bad);
+    /* a schema that is only a reference to itself: no character sets at
+     * all (the builder copied them from NULL: UBSan), a clear answer */
+    bad = js("{\"$ref\":\"#\"}");
+    hn_err rerr = {0};
+    hn_status rst = gr_from_schema(bad, &g, &rerr);
+    CHECKF(rst == HN_ERR_INVALID && !g && strstr(rerr.msg, "refers to itself"), "{\"$ref\":\"#\"}: %s", rerr.msg);
+    gr_grammar_free(g);
+    g = NULL;
+    json_decref(bad);
+    bad = js("{\"anyOf\":[{\"type\":\"null\"},{\"$ref\":\"#\"}]}"); /* left recursion through a choice */
+    CHECK(gr_from_schema(bad, &g, NULL) == HN_ERR_INVALID && !g);
+    json_decref(bad);
+    /* recursion after content is fine (a tree) */
+    bad = js("{\"type\":\"object\",\"properties\":{\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#\"}}}}");
+    CHECK(gr_from_schema(bad, &g, NULL) == HN_OK && g);
+    gr_grammar_free(g);
+    g = NULL;
+    json_decref(bad);
 
     /* tool-call texts */
     json_t *tools = js("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","

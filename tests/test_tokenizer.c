@@ -320,6 +320,29 @@ static void test_qwen3_specials(void) {
     for (int64_t i = 0; i < n; i++) has_special |= ids[i] == im_start || ids[i] == im_end;
     CHECK(n > 4 && !has_special);
     free(ids);
+    /* empty text: no ids, no output written (and no memcpy from NULL: UBSan) */
+    int32_t none[2] = {-7, -7};
+    CHECK(tok_encode(v, "", 0, false, true, none, 2) == 0 && none[0] == -7);
+    CHECK(tok_encode(v, "", 0, true, true, none, 2) == 0);
+    CHECK(tok_encode_spans(v, "", 0, true, NULL, 0, none, 2) == 0);
+    /* spans: a control token overlapping one is text (as without
+     * parse_special); outside spans they match; user-defined ones always */
+    const char *mix = "<|im_start|>x<|im_end|>y<think>";
+    size_t sp[2] = {13, 23}; /* the <|im_end|> */
+    int32_t a[64], b[64];
+    int64_t na = tok_encode_spans(v, mix, strlen(mix), false, sp, 1, a, 64);
+    int64_t nb = tok_encode(v, "x<|im_end|>y<think>", 19, false, false, b, 64);
+    CHECKF(na == nb + 1 && a[0] == im_start && !memcmp(a + 1, b, (size_t)nb * sizeof *b), "spans: %lld vs %lld", (long long)na,
+           (long long)nb);
+    size_t sp2[2] = {20, 21}; /* only the last byte of <|im_end|> */
+    na = tok_encode_spans(v, mix, strlen(mix), false, sp2, 1, a, 64);
+    bool end_tok = false;
+    for (int64_t i = 0; i < na; i++) end_tok |= a[i] == im_end;
+    CHECK(!end_tok);
+    size_t sp3[2] = {0, 1}; /* the span covers <|im_start|>'s first byte only */
+    na = tok_encode_spans(v, mix, strlen(mix), false, sp3, 1, a, 64);
+    nb = tok_encode(v, mix, strlen(mix), false, true, b, 64);
+    CHECK(na > 0 && a[0] != im_start && nb > 0 && b[0] == im_start);
     /* no BOS for qwen (add_bos_token=false); EOG set */
     CHECK(!tok_add_bos(v));
     n = enc(v, "Hi", 2, true, false, &ids);

@@ -8,12 +8,13 @@
  * The engine (src/sched/engine.h) loads the model and generates;
  * --test-engine replaces it by the scripted engine of server/testeng.h (the
  * model file then only supplies the tokenizer and the chat template), for
- * protocol tests. Runs until SIGINT/SIGTERM. */
+ * protocol tests. Runs until SIGINT/SIGTERM, then drains (srv_stop). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "../core/alloc.h"
 #include "../gguf/gguf.h"
@@ -54,15 +55,41 @@ static void usage(FILE *f) {
             "  --alias NAME         model name reported to clients (default: the file's general.name)\n"
             "  --ctx N              context length per sequence (default: the model's)\n"
             "  --max-tokens N       most tokens one request may generate (default: no cap)\n"
+            "  --default-max-tokens N  tokens to generate when a request names no limit (default 8192;\n"
+            "                       0: until the context is full)\n"
             "  -t, --threads N      compute threads (default: all cores)\n"
             "  --kv-bytes SIZE      cap on KV cache memory, e.g. 4G or 512M\n"
             "  --kv-type T          KV cache elements: f16 (default), f32, q8_0, k8v4 (8-bit K, 4-bit V)\n"
             "  --block-size N       KV positions per block (default 16)\n"
-            "  --no-prefix-cache    compute every prompt from scratch (no reuse across requests)\n"
+            "  --no-prefix-cache    compute every prompt from scratch (no reuse across requests). The cache\n"
+            "                       is shared: a response's cached_tokens (and its speed) show whether\n"
+            "                       another client's prompt began the same way; on a server shared by\n"
+            "                       clients that must not learn about each other, turn it off\n"
+            "  --cache-idle S       drop cached prefixes and their memory after S seconds idle\n"
+            "                       (default 300; 0: never)\n"
             "  --no-tune            built-in kernel parameters: neither tune nor use the tuning cache\n"
             "                       (also HONE_NO_TUNE=1; by default the first start tunes, up to 30 s)\n"
             "  --max-body SIZE      largest request body (default 32M)\n"
-            "  --ping-ms N          keep-alive interval of a silent stream (default 5000)\n"
+            "  --max-inflight SIZE  request bodies held at once by all requests in progress (default 256M);\n"
+            "                       beyond it a request gets 503 (529 on /v1/messages) to retry later\n"
+            "  --max-json-nodes N   most JSON objects + arrays in one body, counted before parsing\n"
+            "                       (default 200000; 413 beyond)\n"
+            "  --ping-ms N          keep-alive interval of a silent stream (default 5000; at most half the idle timeout)\n"
+            "  --max-connections N  open connections in all (default 1024, within the open-file limit)\n"
+            "  --max-conn-per-ip N  open connections per client address (default 64; none when bound to\n"
+            "                       loopback, where every client is 127.0.0.1; 0: none)\n"
+            "  --idle-timeout S     close a connection silent for S seconds (default 15)\n"
+            "  --header-timeout S   a connection must deliver a whole request header within S seconds of\n"
+            "                       its start or its previous response, however it trickles (default 10)\n"
+            "  --http-threads N     threads serving connections (default 4; they never wait for the model)\n"
+            "  --cors-origins LIST  origins (comma-separated, e.g. http://localhost:3000; * for any) whose\n"
+            "                       pages may call the server; default none: no CORS headers, and a\n"
+            "                       request with any other Origin header is refused (403)\n"
+            "  --allowed-hosts LIST Host header names to serve beyond IP literals and localhost\n"
+            "                       (comma-separated; * for any); others get 403 (DNS rebinding)\n"
+            "  --shutdown-grace S   on SIGINT/SIGTERM: stop accepting, let running requests finish for S\n"
+            "                       seconds (default 5), then end the rest with a final error in their\n"
+            "                       API's format (streams: an error event; others: 503), within 3 s more\n"
             "  --verbose            log every request to stderr\n"
             "  --test-engine        scripted engine instead of the model (protocol tests only)\n");
 }
@@ -101,7 +128,7 @@ int cmd_serve(int argc, char **argv) {
     size_t kv_bytes = 0;
     bool test_engine = false, prefix_cache = true, no_tune = false;
     int kv_type = ENG_KV_F16;
-    long block_size = 0;
+    long block_size = 0, cache_idle = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -133,14 +160,26 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--port") && parse_int(v, 0, 65535, &n)) cfg.port = (int)n;
         else if (!strcmp(a, "--api-key")) api_key = v;
         else if (!strcmp(a, "--alias")) alias = v;
+        else if (!strcmp(a, "--cors-origins")) cfg.cors_origins = v;
+        else if (!strcmp(a, "--allowed-hosts")) cfg.allowed_hosts = v;
         else if (!strcmp(a, "--ctx") && parse_int(v, 16, 1L << 24, &ctx)) {}
         else if (!strcmp(a, "--max-tokens") && parse_int(v, 1, 1L << 24, &max_tokens)) {}
+        else if (!strcmp(a, "--default-max-tokens") && parse_int(v, 0, 1L << 24, &n)) cfg.default_max_tokens = (int32_t)n;
         else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && parse_int(v, 1, 4096, &threads)) {}
         else if (!strcmp(a, "--kv-bytes") && parse_size(v, &kv_bytes)) {}
         else if (!strcmp(a, "--kv-type") && eng_kv_type_from_name(v, &kv_type)) {}
         else if (!strcmp(a, "--block-size") && parse_int(v, 1, 4096, &block_size)) {}
+        else if (!strcmp(a, "--cache-idle") && parse_int(v, 0, 86400 * 30, &cache_idle)) {}
         else if (!strcmp(a, "--max-body") && parse_size(v, &cfg.max_body) && cfg.max_body >= 1024) {}
+        else if (!strcmp(a, "--max-inflight") && parse_size(v, &cfg.max_inflight) && cfg.max_inflight >= 1024) {}
+        else if (!strcmp(a, "--max-json-nodes") && parse_int(v, 16, 1L << 30, &n)) cfg.max_json_nodes = (int)n;
         else if (!strcmp(a, "--ping-ms") && parse_int(v, 10, 600000, &n)) cfg.ping_ms = (int)n;
+        else if (!strcmp(a, "--max-connections") && parse_int(v, 1, 1 << 20, &n)) cfg.max_connections = (int)n;
+        else if (!strcmp(a, "--max-conn-per-ip") && parse_int(v, 0, 1 << 20, &n)) cfg.max_conn_per_ip = (int)n;
+        else if (!strcmp(a, "--idle-timeout") && parse_int(v, 1, 86400, &n)) cfg.idle_timeout_s = (int)n;
+        else if (!strcmp(a, "--header-timeout") && parse_int(v, 1, 86400, &n)) cfg.header_timeout_s = (int)n;
+        else if (!strcmp(a, "--shutdown-grace") && parse_int(v, 0, 3600, &n)) cfg.shutdown_grace_ms = (int)n * 1000;
+        else if (!strcmp(a, "--http-threads") && parse_int(v, 1, 256, &n)) cfg.http_threads = (int)n;
         else {
             fprintf(stderr, "hone serve: bad option or value: %s %s\n", a, v);
             usage(stderr);
@@ -161,6 +200,12 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* every connection is a file descriptor: raise the soft limit to the hard one */
+    struct rlimit rl;
+    if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
 
     hn_err err = {0};
     gguf_ctx *g = NULL;
@@ -170,7 +215,7 @@ int cmd_serve(int argc, char **argv) {
     srv_engine se;
     const gguf_ctx *meta;
     const tok_vocab *voc;
-    int32_t n_ctx;
+    int32_t n_ctx, kv_tokens = 0;
     int rc = 1;
     if (test_engine) {
         if (gguf_open(model, &g, &err) != HN_OK || tok_load(g, &vocab, &err) != HN_OK) {
@@ -199,6 +244,7 @@ int cmd_serve(int argc, char **argv) {
         ep.kv_type = kv_type;
         ep.block_size = (int)block_size;
         ep.prefix_cache = prefix_cache;
+        if (cache_idle >= 0) ep.cache_idle_ms = cache_idle ? (int32_t)(cache_idle * 1000) : -1;
         if (!no_tune) ep.on_load = serve_tune;
         if (eng_create(&ep, &eng, &err) != HN_OK) {
             fprintf(stderr, "hone serve: %s: %s\n", model, err.msg);
@@ -209,6 +255,10 @@ int cmd_serve(int argc, char **argv) {
         meta = eng_gguf(eng);
         voc = eng_vocab(eng);
         n_ctx = eng_n_ctx(eng);
+        eng_stats es;
+        eng_get_stats(eng, &es);
+        if (es.blocks_max > 0 && es.block_size > 0 && (int64_t)es.blocks_max * es.block_size < INT32_MAX)
+            kv_tokens = es.blocks_max * es.block_size;
     }
     {
         prm_model pm;
@@ -220,6 +270,7 @@ int cmd_serve(int argc, char **argv) {
         cfg.model_name = name && *name ? name : "hone";
         cfg.api_key = api_key;
         cfg.n_ctx = n_ctx;
+        cfg.kv_tokens = kv_tokens;
         cfg.max_tokens = (int32_t)max_tokens;
         srv_server *srv;
         if (srv_start(&cfg, &se, &pm, &srv, &err) != HN_OK) {
@@ -231,6 +282,10 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "hone serve: %s on http://%s%s%s:%d (context %d%s%s; tool calls: %s)\n", cfg.model_name,
                 v6 ? "[" : "", cfg.host, v6 ? "]" : "", srv_port(srv), n_ctx, api_key && *api_key ? ", API key required" : "",
                 test_engine ? ", TEST ENGINE" : "", tc_format_name(pm.det.format));
+        bool local = !strcmp(cfg.host, "localhost") || !strncmp(cfg.host, "127.", 4) || !strcmp(cfg.host, "::1");
+        if (!local && !(api_key && *api_key))
+            fprintf(stderr, "hone serve: WARNING: listening on %s without an API key: anyone who can reach this "
+                            "port can use the model (set --api-key or HONE_API_KEY)\n", cfg.host);
         int sig = 0;
         sigwait(&sigs, &sig);
         fprintf(stderr, "hone serve: stopping (signal %d)\n", sig);

@@ -786,6 +786,72 @@ static void gb_release(gb *b) {
     json_decref(b->refs);
 }
 
+/* Whether some rule can reach itself without consuming a byte (left
+ * recursion, e.g. the schema {"$ref":"#"}): the matcher's expansion of
+ * such a rule would never end. Nullable rules first (a fixed point), then a
+ * depth-first search over the references each alternative can start with. */
+static bool gb_left_recursive(gb *b) {
+    int32_t n = b->n_rules;
+    if (n <= 0) return false;
+    bool *nul = hn_calloc((size_t)n, sizeof *nul);
+    int32_t *color = hn_calloc((size_t)n, sizeof *color), *stack = hn_malloc((size_t)n * 2 * sizeof *stack);
+    bool found = false;
+    if (!nul || !color || !stack) {
+        gb_fail(b, HN_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int32_t r = 0; r < n; r++) {
+            if (nul[r]) continue;
+            bool all = true, nullable = false; /* all: the alternative so far */
+            for (int32_t i = 0; i < b->rules[r].n && !nullable; i++) {
+                int32_t x = b->rules[r].v[i];
+                if (x == GR_ALT_END) nullable = all, all = true;
+                else if (x >= 0 || !nul[GR_REF_BASE - x]) all = false;
+            }
+            if (nullable) nul[r] = changed = true;
+        }
+    }
+    /* iterative DFS: stack of (rule, position in its code) */
+    for (int32_t r0 = 0; r0 < n && !found; r0++) {
+        if (color[r0]) continue;
+        int32_t sp = 0;
+        stack[sp++] = r0, stack[sp++] = 0;
+        color[r0] = 1;
+        while (sp && !found) {
+            int32_t r = stack[sp - 2], i = stack[sp - 1];
+            const int32_t *v = b->rules[r].v;
+            /* the next leftmost reference of r from position i */
+            int32_t next = -1;
+            while (i < b->rules[r].n && next < 0) {
+                int32_t x = v[i];
+                bool at_start = i == 0 || v[i - 1] == GR_ALT_END;
+                bool prefix_nullable = true; /* every element before i in this alternative is nullable */
+                for (int32_t k = i - 1; !at_start && k >= 0 && v[k] != GR_ALT_END; k--)
+                    if (v[k] >= 0 || !nul[GR_REF_BASE - v[k]]) prefix_nullable = false;
+                i++;
+                if (x <= GR_REF_BASE && prefix_nullable) next = GR_REF_BASE - x;
+            }
+            stack[sp - 1] = i;
+            if (next < 0) {
+                color[r] = 2;
+                sp -= 2;
+            } else if (color[next] == 1) {
+                found = true;
+            } else if (!color[next]) {
+                color[next] = 1;
+                stack[sp++] = next, stack[sp++] = 0;
+            }
+        }
+    }
+out:
+    hn_free(nul);
+    hn_free(color);
+    hn_free(stack);
+    return found;
+}
+
 /* Flattens the builder into a grammar whose start symbol is rule 0, which
  * must have been filled. Releases the builder. */
 static hn_status gb_finish(gb *b, gr_grammar **out) {
@@ -805,6 +871,8 @@ static hn_status gb_finish(gb *b, gr_grammar **out) {
             n_alts += na;
         }
         if (n_code > INT32_MAX / 2) gb_fail(b, HN_ERR_RANGE, "grammar too large");
+        if (b->st == HN_OK && gb_left_recursive(b))
+            gb_fail(b, HN_ERR_INVALID, "the schema refers to itself before any content (e.g. {\"$ref\":\"#\"}): no JSON value matches it");
         g = hn_calloc(1, sizeof *g);
         if (g) {
             g->code = hn_malloc((size_t)n_code * sizeof *g->code);
@@ -828,7 +896,7 @@ static hn_status gb_finish(gb *b, gr_grammar **out) {
             g->n_code = pc;
             g->n_rules = b->n_rules;
             g->root = 0;
-            memcpy(g->sets, b->sets, (size_t)b->n_sets * sizeof *g->sets);
+            if (b->n_sets) memcpy(g->sets, b->sets, (size_t)b->n_sets * sizeof *g->sets);
             g->n_sets = b->n_sets;
         }
     }

@@ -23,6 +23,8 @@ int api_http_status(api_kind api, api_errkind kind) {
     case APIE_INVALID:
     case APIE_CONTEXT: return 400;
     case APIE_AUTH: return 401;
+    case APIE_FORBIDDEN: return 403;
+    case APIE_MEDIA_TYPE: return 415;
     case APIE_NOT_FOUND: return 404;
     case APIE_METHOD: return 405;
     case APIE_TOO_LARGE: return 413;
@@ -36,7 +38,9 @@ static const char *anthropic_type(api_errkind k) {
     switch (k) {
     case APIE_INVALID:
     case APIE_CONTEXT:
-    case APIE_METHOD: return "invalid_request_error";
+    case APIE_METHOD:
+    case APIE_MEDIA_TYPE: return "invalid_request_error";
+    case APIE_FORBIDDEN: return "permission_error";
     case APIE_AUTH: return "authentication_error";
     case APIE_NOT_FOUND: return "not_found_error";
     case APIE_TOO_LARGE: return "request_too_large";
@@ -51,7 +55,9 @@ static const char *openai_type(api_errkind k) {
     case APIE_INVALID:
     case APIE_CONTEXT:
     case APIE_METHOD:
-    case APIE_TOO_LARGE: return "invalid_request_error";
+    case APIE_TOO_LARGE:
+    case APIE_MEDIA_TYPE: return "invalid_request_error";
+    case APIE_FORBIDDEN: return "permission_error";
     case APIE_AUTH: return "authentication_error";
     case APIE_NOT_FOUND: return "not_found_error";
     case APIE_OVERLOADED: return "server_error";
@@ -67,6 +73,8 @@ static const char *openai_code(api_errkind k) {
     case APIE_TOO_LARGE: return "request_too_large";
     case APIE_NOT_FOUND: return "not_found";
     case APIE_METHOD: return "method_not_allowed";
+    case APIE_FORBIDDEN: return "forbidden";
+    case APIE_MEDIA_TYPE: return "unsupported_media_type";
     case APIE_OVERLOADED: return "server_overloaded";
     case APIE_INVALID:
     case APIE_INTERNAL: return NULL;

@@ -28,6 +28,8 @@ typedef enum api_errkind {
     APIE_INVALID,      /* 400 malformed JSON, missing/ill-typed field, bad UTF-8 */
     APIE_CONTEXT,      /* 400 prompt (plus reserved output) longer than the context */
     APIE_AUTH,         /* 401 missing or wrong API key */
+    APIE_FORBIDDEN,    /* 403 an Origin or Host the server does not serve */
+    APIE_MEDIA_TYPE,   /* 415 a body that is not Content-Type: application/json */
     APIE_NOT_FOUND,    /* 404 unknown route */
     APIE_METHOD,       /* 405 wrong method for a known route */
     APIE_TOO_LARGE,    /* 413 body over the limit */

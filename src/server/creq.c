@@ -266,7 +266,8 @@ bool creq_str_field(const json_t *o, const char *key, char **out, api_error *e) 
 }
 
 bool creq_sampling(const json_t *body, creq *r, api_error *e) {
-    if (!num_field(body, "temperature", &r->has_temp, &r->temp, 0, 100, e)) return false;
+    /* each API's own range (OpenAI 0..2, Anthropic 0..1), as their servers check */
+    if (!num_field(body, "temperature", &r->has_temp, &r->temp, 0, r->api == API_MESSAGES ? 1 : 2, e)) return false;
     if (!num_field(body, "top_p", &r->has_top_p, &r->top_p, 0, 1, e)) return false;
     if (!num_field(body, "min_p", &r->has_min_p, &r->min_p, 0, 1, e)) return false;
     if (!num_field(body, "presence_penalty", &r->has_presence, &r->presence_penalty, -2, 2, e))

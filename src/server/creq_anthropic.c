@@ -37,6 +37,21 @@ static bool system_field(creq_msgs *m, const json_t *sys, api_error *e) {
     return ok || OOM(e);
 }
 
+/* 'system' as a string or text blocks ({"type":"text","text":...}), as the API requires. */
+static bool system_blocks_ok(const json_t *sys, api_error *e) {
+    if (!json_is_array(sys)) return true; /* null, a string, or refused by system_field */
+    size_t i;
+    json_t *b;
+    json_array_foreach(sys, i, b) {
+        const char *type = json_string_value(json_object_get(b, "type"));
+        if (!json_is_object(b) || !type || strcmp(type, "text") || !json_is_string(json_object_get(b, "text"))) {
+            api_seterr(e, APIE_INVALID, "system", "system[%zu] must be a text block {\"type\":\"text\",\"text\":...}", i);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Text of a tool_result's content (string or blocks; images dropped). */
 static bool tool_result(creq_msgs *m, const json_t *blk, size_t idx, api_error *e) {
     sbuf b = {0};
@@ -220,7 +235,8 @@ bool creq_from_messages(const json_t *body, bool count_only, creq *r, api_error 
     }
     creq_msgs m;
     if (!creq_msgs_init(&m)) return OOM(e);
-    if (!system_field(&m, json_object_get(body, "system"), e)) goto fail;
+    if (!system_blocks_ok(json_object_get(body, "system"), e) || !system_field(&m, json_object_get(body, "system"), e))
+        goto fail;
     size_t i;
     json_t *msg;
     json_array_foreach(msgs, i, msg) {

@@ -174,7 +174,11 @@ static bool resp_tool_choice(const json_t *tc, creq *r, api_error *e) {
         const char *s = json_string_value(tc);
         if (!strcmp(s, "none")) r->tool_choice = CREQ_TOOLS_NONE;
         else if (!strcmp(s, "required")) r->tool_choice = CREQ_TOOLS_REQUIRED;
-        else r->tool_choice = CREQ_TOOLS_AUTO;
+        else if (!strcmp(s, "auto")) r->tool_choice = CREQ_TOOLS_AUTO;
+        else {
+            api_seterr(e, APIE_INVALID, "tool_choice", "unknown tool_choice '%s'", s);
+            return false;
+        }
         return true;
     }
     if (!json_is_object(tc)) {

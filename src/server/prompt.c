@@ -64,6 +64,18 @@ static bool render(const prm_model *pm, const creq *r, prm_prompt *p, api_error 
     sb_add(&p->text, cp.text ? cp.text : "", cp.len);
     if (cont) sb_add(&p->text, json_string_value(cont), json_string_length(cont));
     p->start_in_reasoning = cp.opens_think && !cont;
+    /* the spans, and the continued assistant text (the request's) as one more */
+    size_t nc = cont && json_string_length(cont) ? 1 : 0;
+    if (cp.n_spans + nc) {
+        p->spans = hn_malloc((cp.n_spans + nc) * 2 * sizeof *p->spans);
+        if (!p->spans) {
+            chat_prompt_free(&cp);
+            return api_seterr(e, APIE_INTERNAL, NULL, "out of memory"), false;
+        }
+        if (cp.n_spans) memcpy(p->spans, cp.spans, cp.n_spans * 2 * sizeof *p->spans);
+        if (nc) p->spans[2 * cp.n_spans] = cp.len, p->spans[2 * cp.n_spans + 1] = cp.len + json_string_length(cont);
+        p->n_spans = cp.n_spans + nc;
+    }
     chat_prompt_free(&cp);
     if (p->text.oom) return api_seterr(e, APIE_INTERNAL, NULL, "out of memory"), false;
     return true;
@@ -78,6 +90,7 @@ bool prm_build(const prm_model *pm, creq *r, prm_prompt *p, api_error *e) {
                 api_seterr(e, APIE_INVALID, "prompt", "token id %d is outside the vocabulary (%d)", r->prompt_tokens[i], nv);
                 return false;
             }
+        if (r->n_prompt_tokens <= 0) return true; /* empty: refused by the caller */
         p->tokens = hn_malloc((size_t)r->n_prompt_tokens * sizeof(int32_t));
         if (!p->tokens) return api_seterr(e, APIE_INTERNAL, NULL, "out of memory"), false;
         memcpy(p->tokens, r->prompt_tokens, (size_t)r->n_prompt_tokens * sizeof(int32_t));
@@ -96,7 +109,8 @@ bool prm_build(const prm_model *pm, creq *r, prm_prompt *p, api_error *e) {
     }
     int64_t n = 0;
     hn_err err = {0};
-    if (chat_tokenize(pm->vocab, p->text.data ? p->text.data : "", p->text.len, &p->tokens, &n, &err) != HN_OK ||
+    if (chat_tokenize_spans(pm->vocab, p->text.data ? p->text.data : "", p->text.len, p->spans, p->n_spans, &p->tokens, &n,
+                            &err) != HN_OK ||
         n > 0x7fffffff) {
         prm_prompt_free(p);
         return api_seterr(e, APIE_INTERNAL, NULL, "tokenizing the prompt failed: %s", err.msg), false;
@@ -107,6 +121,7 @@ bool prm_build(const prm_model *pm, creq *r, prm_prompt *p, api_error *e) {
 
 void prm_prompt_free(prm_prompt *p) {
     sb_free(&p->text);
+    hn_free(p->spans);
     hn_free(p->tokens);
     memset(p, 0, sizeof *p);
 }

@@ -42,6 +42,8 @@ typedef struct prm_prompt {
     int32_t *tokens; /* hn_malloc'd */
     int32_t n_tokens;
     bool start_in_reasoning; /* the prompt ends inside an open <think> */
+    size_t *spans;           /* text from the request spelling control tokens (chat_prompt.spans) */
+    size_t n_spans;
 } prm_prompt;
 
 /* Renders (chat APIs) and tokenizes r into p. On failure fills e (APIE_INVALID for template errors,

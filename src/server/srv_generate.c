@@ -21,7 +21,6 @@ void srv_job_release(srv_job *j) {
     srv_server *s = j->s;
     cst_req_free(j->cst);
     pthread_mutex_destroy(&j->mu);
-    pthread_cond_destroy(&j->cv);
     hn_free(j->toks);
     hn_free(j);
     atomic_fetch_sub(&s->n_jobs, 1);
@@ -45,39 +44,22 @@ static void on_event(void *ctx, const eng_event *ev) {
     } else {
         j->done = true;
         j->fin = ev->finish;
+        j->status = ev->status;
         snprintf(j->err, sizeof j->err, "%s", ev->error ? ev->error : "");
     }
-    pthread_cond_signal(&j->cv);
+    if (j->conn) srv_wake(j->conn);
     pthread_mutex_unlock(&j->mu);
     if (ev->type == ENG_EV_DONE) srv_job_release(j); /* the engine's reference */
 }
 
 /* ---- the HTTP side ---- */
 
-static bool client_gone(srv_conn *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return false;
-    struct pollfd p = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
-    if (poll(&p, 1, 0) <= 0) return false;
-    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
-    if (p.revents & POLLIN) {
-        char ch;
-        return recv(ci->connect_fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
-    }
-    return false;
-}
-
-/* Runs delivered tokens through the pipeline (waiting up to wait_ms for
- * some); writes the end when the job is done. Returns true once finished. */
-static bool pump(srv_conn *c, int wait_ms) {
+/* Runs delivered tokens through the pipeline (never waits); writes the end
+ * when the job is done. Returns true once finished. */
+static bool pump(srv_conn *c) {
     srv_job *j = c->job;
     int32_t local[256];
     pthread_mutex_lock(&j->mu);
-    if (!j->n_toks && !j->done && wait_ms > 0) {
-        struct timespec ts;
-        hn_deadline_ms(&ts, wait_ms);
-        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-    }
     int n = j->n_toks < 256 ? j->n_toks : 256;
     if (n > 0) {
         memcpy(local, j->toks, (size_t)n * sizeof(int32_t));
@@ -87,6 +69,7 @@ static bool pump(srv_conn *c, int wait_ms) {
     bool done = j->done && j->n_toks == 0;
     bool oom = j->oom;
     eng_finish fin = j->fin;
+    hn_status fst = j->status;
     eng_req_stats st = j->stats;
     char err[256];
     memcpy(err, j->err, sizeof err);
@@ -102,12 +85,21 @@ static bool pump(srv_conn *c, int wait_ms) {
             snprintf(err, sizeof err, "out of memory queueing tokens");
         }
         if (fin == ENG_FINISH_CANCELLED && !gen_stopped(c->g)) fin = ENG_FINISH_EOG;
-        gen_end(c->g, fin, err, &st, &c->out);
+        if (fin == ENG_FINISH_ERROR && fst == HN_ERR_FULL) {
+            /* the request alone outgrows the KV cache: the client's to change */
+            api_error e;
+            api_seterr(&e, APIE_CONTEXT, NULL, "%s (prompt %d tokens; lower max_tokens or the prompt, or give the server more --kv-bytes)",
+                       err[0] ? err : "the KV cache is too small for this request", st.n_prompt);
+            wr_fail(c->w, &c->out, &e);
+            c->never_fits = true;
+        } else {
+            gen_end(c->g, fin, err, &st, &c->out);
+        }
         c->finished = true;
         if (c->counted) atomic_fetch_sub(&c->s->n_running, 1);
         c->counted = false;
         if (c->s->cfg.log_requests)
-            fprintf(stderr, "hone serve: done: %d prompt (%d cached), %d generated, %.0f ms\n", st.n_prompt, st.n_cached,
+            fprintf(c->s->cfg.log_file ? (FILE *)c->s->cfg.log_file : stderr, "hone serve: done: %d prompt (%d cached), %d generated, %.0f ms\n", st.n_prompt, st.n_cached,
                     st.n_generated, hn_now_ms() - c->t_start);
     }
     return done;
@@ -120,6 +112,21 @@ static void cancel_job(srv_conn *c) {
     }
 }
 
+/* The server stops: the request is cancelled and its response ends with an
+ * error in the API's format (a stream's last event, or a 503 body). */
+static void end_for_shutdown(srv_conn *c) {
+    cancel_job(c);
+    api_error e;
+    api_seterr(&e, APIE_OVERLOADED, NULL, "the server is shutting down");
+    wr_fail(c->w, &c->out, &e);
+    c->finished = true;
+    if (c->counted) atomic_fetch_sub(&c->s->n_running, 1);
+    c->counted = false;
+}
+
+/* MHD asks for stream bytes: give what is queued, else run delivered
+ * tokens, else a due ping, else park until the engine or the ticker wakes
+ * the connection (returning 0 while parked). */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     srv_conn *c = cls;
@@ -142,13 +149,42 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             return (ssize_t)n;
         }
         if (c->finished) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (atomic_load(&s->stopping) || client_gone(c)) {
+        if (srv_client_gone(c)) {
             cancel_job(c);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
-        pump(c, 100);
-        if (c->out.len == 0 && !c->finished && hn_now_ms() - c->last_send >= s->cfg.ping_ms)
+        if (pump(c) || c->out.len) continue;
+        if (atomic_load(&s->stopping)) {
+            end_for_shutdown(c);
+            continue;
+        }
+        if (hn_now_ms() - c->last_send >= s->cfg.ping_ms) {
             wr_keepalive(c->w, &c->out);
+            if (c->out.len) continue;
+            c->last_send = hn_now_ms(); /* nothing to ping with: wait another interval */
+        }
+        if (srv_park(c)) return 0;
+    }
+}
+
+enum MHD_Result srv_continue(srv_conn *c) {
+    srv_server *s = c->s;
+    api_error e;
+    for (;;) {
+        if (pump(c)) {
+            if (c->out.oom) return srv_send_error(c, c->api, api_seterr(&e, APIE_INTERNAL, NULL, "out of memory"));
+            int status = c->job->fin != ENG_FINISH_ERROR ? 200 : c->never_fits ? api_http_status(c->api, APIE_CONTEXT) : 500;
+            return srv_send(c, status, "application/json", c->out.data ? c->out.data : "", c->out.len);
+        }
+        if (atomic_load(&s->stopping)) {
+            end_for_shutdown(c);
+            return srv_send_error(c, c->api, api_seterr(&e, APIE_OVERLOADED, NULL, "the server is shutting down"));
+        }
+        if (srv_client_gone(c)) {
+            cancel_job(c);
+            return MHD_NO;
+        }
+        if (srv_park(c)) return MHD_YES;
     }
 }
 
@@ -210,12 +246,18 @@ enum MHD_Result srv_generate(srv_conn *c, json_t *body, bool count_only, bool re
                        "Please reduce the length of the messages.", s->cfg.n_ctx, n);
         return srv_send_error(c, c->api, &e);
     }
+    if (s->cfg.kv_tokens > 0 && n >= s->cfg.kv_tokens)
+        return srv_send_error(c, c->api,
+                              api_seterr(&e, APIE_CONTEXT, "messages",
+                                         "the prompt has %d tokens but the server's KV cache holds %d in all "
+                                         "(the server's --kv-bytes)", n, s->cfg.kv_tokens));
     /* how much to generate: the request's limit, the server's cap, the room left */
     int32_t mt = c->req.max_tokens >= 0 ? c->req.max_tokens : s->cfg.default_max_tokens;
     bool drop = c->req.max_tokens == 0; /* Anthropic cache warm-up: nothing visible */
     if (drop) mt = 1;
     if (s->cfg.max_tokens > 0 && (mt <= 0 || mt > s->cfg.max_tokens)) mt = s->cfg.max_tokens;
     if (s->cfg.n_ctx > 0 && (mt <= 0 || mt > s->cfg.n_ctx - n)) mt = s->cfg.n_ctx - n;
+    if (s->cfg.kv_tokens > 0 && (mt <= 0 || mt > s->cfg.kv_tokens - n)) mt = s->cfg.kv_tokens - n;
 
     wr_meta wm = {.api = c->api, .stream = c->req.stream, .include_usage = c->req.include_usage,
                   .model = s->model_name, .custom_tools = c->req.custom_tools};
@@ -240,7 +282,6 @@ enum MHD_Result srv_generate(srv_conn *c, json_t *body, bool count_only, bool re
         return srv_send_error(c, c->api, api_seterr(&e, APIE_INTERNAL, NULL, "out of memory"));
     }
     pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
     j->s = s;
     j->refs = 2;
     atomic_fetch_add(&s->n_jobs, 1);
@@ -265,10 +306,15 @@ enum MHD_Result srv_generate(srv_conn *c, json_t *body, bool count_only, bool re
         return srv_send_error(c, c->api, api_seterr(&e, k, NULL, "%s", herr.msg[0] ? herr.msg : hn_status_str(st)));
     }
     c->job = j;
+    atomic_fetch_add(&s->n_gen_conns, 1);
+    pthread_mutex_lock(&j->mu);
+    j->conn = c; /* from here on every engine event wakes c */
+    pthread_mutex_unlock(&j->mu);
     atomic_fetch_add(&s->n_running, 1);
     c->counted = true;
 
     if (c->req.stream) {
+        c->streaming = true;
         /* the first events go out at once, before any token */
         wr_begin(c->w, &c->out, n);
         c->last_send = hn_now_ms();
@@ -280,24 +326,11 @@ enum MHD_Result srv_generate(srv_conn *c, json_t *body, bool count_only, bool re
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         MHD_add_response_header(r, "X-Accel-Buffering", "no");
-        MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
-        if (c->api == API_MESSAGES) {
-            char id[40];
-            api_make_id(id, sizeof id, "req_", 24);
-            MHD_add_response_header(r, "request-id", id);
-        }
+        srv_common_headers(c, r);
         enum MHD_Result ret = MHD_queue_response(c->mc, 200, r);
         MHD_destroy_response(r);
         return ret;
     }
     wr_begin(c->w, &c->out, n);
-    while (!pump(c, 200)) {
-        if (atomic_load(&s->stopping) || client_gone(c)) {
-            cancel_job(c);
-            return MHD_NO;
-        }
-    }
-    if (c->out.oom) return srv_send_error(c, c->api, api_seterr(&e, APIE_INTERNAL, NULL, "out of memory"));
-    int status = c->job->fin == ENG_FINISH_ERROR ? 500 : 200;
-    return srv_send(c, status, "application/json", c->out.data ? c->out.data : "", c->out.len);
+    return srv_continue(c);
 }

@@ -19,6 +19,7 @@ typedef struct tjob {
     int32_t *out;       /* the scripted tokens */
     int32_t n_out, pos;
     bool long_mode;     /* generate until max_tokens */
+    bool kv_full;       /* end at once as the engine does when the request can never fit its KV cache */
     int delay_ms;
     bool cancelled;
     eng_req_stats st;
@@ -89,6 +90,8 @@ static void script(const char *prompt, sbuf *reply, bool *long_mode, int *delay)
     } else if (!strncmp(d, "SLOW", 4)) {
         *delay = 200;
         for (int i = 0; i < 200; i++) sb_adds(reply, " slow");
+    } else if (!strncmp(d, "KVFULL", 6)) {
+        *delay = -1; /* see teng_submit */
     } else if (!strncmp(d, "UTF8", 4)) {
         sb_adds(reply, "h\xc3\xa9llo \xe4\xb8\x96\xe7\x95\x8c \xf0\x9f\x8e\x89 done");
     } else {
@@ -125,6 +128,7 @@ static hn_status teng_submit(void *ctx, const eng_request *r, eng_req_id *id, hn
     }
     j->n_out = (int32_t)n;
     j->long_mode = long_mode;
+    if (j->delay_ms < 0) j->kv_full = true, j->delay_ms = 0;
     j->r = *r;
     j->r.prompt = NULL;
     j->t0 = hn_now_ms();
@@ -176,6 +180,15 @@ static bool step(teng *t, tjob *j, bool cancelled) {
     if (cancelled) fin = ENG_FINISH_CANCELLED;
     else if (j->st.n_generated >= limit) fin = j->r.max_tokens > 0 ? ENG_FINISH_LENGTH : ENG_FINISH_CONTEXT;
     else if (!j->long_mode && j->pos >= j->n_out) fin = ENG_FINISH_EOG;
+    if (!cancelled && j->kv_full) {
+        ev.type = ENG_EV_DONE;
+        ev.finish = ENG_FINISH_ERROR;
+        ev.status = HN_ERR_FULL;
+        ev.error = "the KV cache is too small for this request";
+        ev.stats = j->st;
+        j->r.on_event(j->r.ctx, &ev);
+        return true;
+    }
     if (fin != ENG_FINISH_NONE) {
         ev.type = ENG_EV_DONE;
         ev.finish = fin;

@@ -13,6 +13,8 @@
  *   MOCK:STOP                "alpha beta STOPHERE gamma delta"
  *   MOCK:SLOW                long text at 200 ms per token (disconnect tests)
  *   MOCK:UTF8                multi-byte text split across tokens
+ *   MOCK:KVFULL              no token: ends with the engine's error for a request its
+ *                            KV cache can never hold (HN_ERR_FULL)
  * Once a "<tool_response>" follows the last directive, it answers
  * "Done: the tool ran." It also imitates the prefix cache: n_cached is the
  * longest block-aligned (16) common prefix with a recent prompt, always

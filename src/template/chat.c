@@ -22,6 +22,14 @@ struct chat_template {
     char *src, *bos, *eos;
     tc_detection det;
     chat_caps caps;
+    /* control-token texts that request strings must not produce, sorted by
+     * their first two bytes, longest first within those; texts of one byte
+     * apart; a bitmap of the two-byte starts that occur */
+    char **ctl;
+    size_t *ctl_len, n_ctl;
+    uint16_t *ctl_pair;
+    unsigned char ctl_one[256];
+    uint8_t ctl_pairs[8192];
 };
 
 /* ---- small helpers ---- */
@@ -399,18 +407,174 @@ fail:
     return st;
 }
 
+/* ---- literal control-token text in request strings ---- */
+
+/* U+FDD0, a noncharacter: put before control-token text found in request
+ * strings, found again in the rendered text and removed there; requests
+ * cannot smuggle one in (removed from their strings first). */
+#define LIT_MARK "\xEF\xB7\x90"
+#define LIT_MARK_LEN 3
+
+/* Whether the template knows any control-token text. */
+static bool chat_has_controls(const chat_template *t) {
+    if (t->n_ctl) return true;
+    for (int i = 0; i < 256; i++)
+        if (t->ctl_one[i]) return true;
+    return false;
+}
+
+/* The longest control text at s[0..n), or 0. */
+static size_t ctl_at(const chat_template *t, const char *s, size_t n) {
+    if (!n) return 0;
+    size_t one = t->ctl_one[(unsigned char)s[0]];
+    if (n < 2) return one;
+    uint16_t pair = (uint16_t)((unsigned char)s[0] << 8 | (unsigned char)s[1]);
+    if (!(t->ctl_pairs[pair >> 3] & (1u << (pair & 7)))) return one;
+    size_t lo = 0, hi = t->n_ctl; /* the first text starting with pair */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (t->ctl_pair[mid] < pair) lo = mid + 1;
+        else hi = mid;
+    }
+    for (size_t k = lo; k < t->n_ctl && t->ctl_pair[k] == pair; k++)
+        if (t->ctl_len[k] <= n && !memcmp(s, t->ctl[k], t->ctl_len[k])) return t->ctl_len[k];
+    return one;
+}
+
+/* s with LIT_MARK before each control text (and marks it had dropped), as a
+ * new string; NULL with *nomem false when nothing changes. */
+static char *mark_str(const chat_template *t, const char *s, size_t n, size_t *out_n, bool *nomem) {
+    *nomem = false;
+    size_t extra = 0;
+    bool change = false;
+    for (size_t i = 0; i < n; i++) {
+        if (n - i >= LIT_MARK_LEN && !memcmp(s + i, LIT_MARK, LIT_MARK_LEN)) change = true;
+        else if (ctl_at(t, s + i, n - i)) change = true, extra += LIT_MARK_LEN;
+    }
+    if (!change) return NULL;
+    char *d = hn_malloc(n + extra + 1);
+    if (!d) {
+        *nomem = true;
+        return NULL;
+    }
+    size_t w = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l;
+        if (n - i >= LIT_MARK_LEN && !memcmp(s + i, LIT_MARK, LIT_MARK_LEN)) {
+            i += LIT_MARK_LEN;
+        } else if ((l = ctl_at(t, s + i, n - i))) {
+            memcpy(d + w, LIT_MARK, LIT_MARK_LEN);
+            memcpy(d + w + LIT_MARK_LEN, s + i, l);
+            w += LIT_MARK_LEN + l;
+            i += l;
+        } else {
+            d[w++] = s[i++];
+        }
+    }
+    d[w] = 0;
+    *out_n = w;
+    return d;
+}
+
+/* Marks every string in v (keys included), in place. 0, or -1 out of memory. */
+static int mark_value(const chat_template *t, json_t *v, int depth) {
+    if (depth > 256) return 0;
+    bool nomem;
+    size_t n;
+    if (json_is_string(v)) {
+        char *d = mark_str(t, json_string_value(v), json_string_length(v), &n, &nomem);
+        if (nomem) return -1;
+        if (!d) return 0;
+        int r = json_string_setn_nocheck(v, d, n);
+        hn_free(d);
+        return r ? -1 : 0;
+    }
+    if (json_is_array(v)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x) if (mark_value(t, x, depth + 1)) return -1;
+        return 0;
+    }
+    if (!json_is_object(v)) return 0;
+    const char *k;
+    json_t *x;
+    bool keys = false;
+    json_object_foreach(v, k, x) {
+        char *d = mark_str(t, k, strlen(k), &n, &nomem);
+        if (nomem) return -1;
+        if (d) keys = true;
+        hn_free(d);
+        if (mark_value(t, x, depth + 1)) return -1;
+    }
+    if (!keys) return 0;
+    /* a key spells a control token: rebuild the object in order */
+    json_t *o = json_object();
+    if (!o) return -1;
+    json_object_foreach(v, k, x) {
+        char *d = mark_str(t, k, strlen(k), &n, &nomem);
+        if (nomem || json_object_set(o, d ? d : k, x)) {
+            hn_free(d);
+            json_decref(o);
+            return -1;
+        }
+        hn_free(d);
+    }
+    json_object_clear(v);
+    int r = json_object_update(v, o);
+    json_decref(o);
+    return r ? -1 : 0;
+}
+
+/* Removes the marks from rendered text, recording where marked control text
+ * survived as spans. 0, or -1 out of memory. */
+static int strip_marks(const chat_template *t, char *text, size_t *len, chat_prompt *out) {
+    size_t n = *len, w = 0, cap = 0;
+    for (size_t r = 0; r < n;) {
+        if (n - r >= LIT_MARK_LEN && !memcmp(text + r, LIT_MARK, LIT_MARK_LEN)) {
+            r += LIT_MARK_LEN;
+            size_t l = ctl_at(t, text + r, n - r);
+            if (!l) continue;
+            if (out->n_spans == cap) {
+                size_t nc = cap ? cap * 2 : 8;
+                size_t *ns = hn_realloc(out->spans, nc * 2 * sizeof *ns);
+                if (!ns) return -1;
+                out->spans = ns;
+                cap = nc;
+            }
+            out->spans[2 * out->n_spans] = w;
+            out->spans[2 * out->n_spans + 1] = w + l;
+            out->n_spans++;
+            memmove(text + w, text + r, l);
+            w += l;
+            r += l;
+            continue;
+        }
+        text[w++] = text[r++];
+    }
+    text[w] = 0;
+    *len = w;
+    return 0;
+}
+
 /* ---- rendering ---- */
 
 /* The variables of one render; NULL on allocation failure. */
 static json_t *make_vars(const chat_template *t, json_t *msgs, const json_t *tools, const chat_options *opt) {
     json_t *v = json_object();
     if (!v) return NULL;
-    if (opt && json_is_object(opt->kwargs) && json_object_update(v, (json_t *)opt->kwargs)) goto fail;
+    if (opt && json_is_object(opt->kwargs)) {
+        json_t *kw = json_deep_copy(opt->kwargs); /* marked below: not the caller's */
+        int r = kw ? json_object_update(v, kw) : -1;
+        json_decref(kw);
+        if (r) goto fail;
+    }
     bool no_tools = !tools || json_is_null(tools) || (json_is_array(tools) && json_array_size(tools) == 0);
     if (json_object_set(v, "messages", msgs) ||
-        json_object_set_new(v, "tools", no_tools ? json_null() : json_deep_copy(tools)) ||
-        json_object_set_new(v, "add_generation_prompt", json_boolean(opt && opt->add_generation_prompt)))
+        json_object_set_new(v, "tools", no_tools ? json_null() : json_deep_copy(tools)))
         goto fail;
+    /* everything so far came from the request; what follows is the template's */
+    if (chat_has_controls(t) && mark_value(t, v, 0)) goto fail;
+    if (json_object_set_new(v, "add_generation_prompt", json_boolean(opt && opt->add_generation_prompt))) goto fail;
     if (!json_object_get(v, "documents") && json_object_set_new(v, "documents", json_null())) goto fail;
     if (!json_object_get(v, "bos_token") && json_object_set_new(v, "bos_token", json_string(t->bos))) goto fail;
     if (!json_object_get(v, "eos_token") && json_object_set_new(v, "eos_token", json_string(t->eos))) goto fail;
@@ -450,6 +614,11 @@ hn_status chat_render(const chat_template *t, const json_t *messages, const json
         json_decref(vars);
         if (st == HN_OK) {
             if (!b.data && !(b.data = hn_calloc(1, 1))) return hn_errf(err, HN_ERR_NOMEM, "out of memory");
+            if (chat_has_controls(t) && strip_marks(t, b.data, &b.len, out)) {
+                tpl_buf_free(&b);
+                chat_prompt_free(out);
+                return hn_errf(err, HN_ERR_NOMEM, "out of memory");
+            }
             out->text = b.data;
             out->len = b.len;
             out->n_demoted = nd;
@@ -470,6 +639,7 @@ hn_status chat_render(const chat_template *t, const json_t *messages, const json
 void chat_prompt_free(chat_prompt *p) {
     if (!p) return;
     hn_free(p->text);
+    hn_free(p->spans);
     memset(p, 0, sizeof *p);
 }
 
@@ -628,6 +798,54 @@ static char *token_text(const tok_vocab *v, int32_t id) {
     return big;
 }
 
+/* Remembers the vocabulary's control-token texts (see chat_template_from_gguf). */
+typedef struct ctl_ent {
+    const char *s;
+    size_t len;
+} ctl_ent;
+
+static int cmp_ctl(const void *a, const void *b) {
+    const ctl_ent *x = a, *y = b;
+    unsigned px = (unsigned char)x->s[0] << 8 | (unsigned char)x->s[1], py = (unsigned char)y->s[0] << 8 | (unsigned char)y->s[1];
+    if (px != py) return px < py ? -1 : 1;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return memcmp(x->s, y->s, x->len);
+}
+
+static hn_status set_controls(chat_template *t, const tok_vocab *v, hn_err *err) {
+    int32_t nv = tok_n_vocab(v);
+    size_t n = 0, l;
+    for (int32_t id = 0; id < nv; id++) n += tok_is_control(v, id, &l) && l > 1;
+    for (int32_t id = 0; id < nv; id++)
+        if (tok_is_control(v, id, &l) && l == 1) t->ctl_one[(unsigned char)tok_text(v, id)[0]] = 1;
+    if (!n) return HN_OK;
+    ctl_ent *e = hn_malloc(n * sizeof *e);
+    t->ctl = hn_calloc(n, sizeof *t->ctl);
+    t->ctl_len = hn_calloc(n, sizeof *t->ctl_len);
+    t->ctl_pair = hn_calloc(n, sizeof *t->ctl_pair);
+    if (!e || !t->ctl || !t->ctl_len || !t->ctl_pair) {
+        hn_free(e);
+        return hn_errf(err, HN_ERR_NOMEM, "out of memory");
+    }
+    size_t k = 0;
+    for (int32_t id = 0; id < nv; id++)
+        if (tok_is_control(v, id, &l) && l > 1) e[k].s = tok_text(v, id), e[k].len = l, k++;
+    qsort(e, n, sizeof *e, cmp_ctl);
+    for (k = 0; k < n; k++) {
+        if (!(t->ctl[k] = dup_n(e[k].s, e[k].len))) {
+            hn_free(e);
+            return hn_errf(err, HN_ERR_NOMEM, "out of memory");
+        }
+        t->n_ctl = k + 1;
+        t->ctl_len[k] = e[k].len;
+        uint16_t pair = (uint16_t)((unsigned char)e[k].s[0] << 8 | (unsigned char)e[k].s[1]);
+        t->ctl_pair[k] = pair;
+        t->ctl_pairs[pair >> 3] |= (uint8_t)(1u << (pair & 7));
+    }
+    hn_free(e);
+    return HN_OK;
+}
+
 hn_status chat_template_from_gguf(const gguf_ctx *g, const tok_vocab *v, chat_template **out, hn_err *err) {
     *out = NULL;
     const gguf_value *val = gguf_get(g, "tokenizer.chat_template");
@@ -641,6 +859,10 @@ hn_status chat_template_from_gguf(const gguf_ctx *g, const tok_vocab *v, chat_te
                                err);
     hn_free(bos);
     hn_free(eos);
+    if (st == HN_OK && (st = set_controls(*out, v, err)) != HN_OK) {
+        chat_template_free(*out);
+        *out = NULL;
+    }
     return st;
 }
 
@@ -650,6 +872,10 @@ void chat_template_free(chat_template *t) {
     hn_free(t->src);
     hn_free(t->bos);
     hn_free(t->eos);
+    for (size_t k = 0; k < t->n_ctl; k++) hn_free(t->ctl[k]);
+    hn_free(t->ctl);
+    hn_free(t->ctl_len);
+    hn_free(t->ctl_pair);
     hn_free(t);
 }
 
@@ -661,10 +887,16 @@ const char *chat_template_source(const chat_template *t) { return t->src; }
 
 hn_status chat_tokenize(const tok_vocab *v, const char *prompt, size_t len, int32_t **tokens, int64_t *n,
                         hn_err *err) {
+    return chat_tokenize_spans(v, prompt, len, NULL, 0, tokens, n, err);
+}
+
+hn_status chat_tokenize_spans(const tok_vocab *v, const char *prompt, size_t len, const size_t *spans_in, size_t n_spans,
+                              int32_t **tokens, int64_t *n, hn_err *err) {
     *tokens = NULL;
     *n = 0;
     /* llama.cpp's rule: when the vocabulary adds BOS (EOS) itself, a BOS (EOS)
-     * text the template already wrote is dropped, so there is exactly one. */
+     * text the template already wrote is dropped, so there is exactly one
+     * (not when that text came from the request: it stays text). */
     char *bos = tok_add_bos(v) ? token_text(v, tok_bos(v)) : NULL;
     char *eos = tok_add_eos(v) ? token_text(v, tok_eos(v)) : NULL;
     if ((tok_add_bos(v) && !bos) || (tok_add_eos(v) && !eos)) {
@@ -672,25 +904,44 @@ hn_status chat_tokenize(const tok_vocab *v, const char *prompt, size_t len, int3
         hn_free(eos);
         return hn_errf(err, HN_ERR_NOMEM, "out of memory");
     }
-    size_t bl = bos ? strlen(bos) : 0, el = eos ? strlen(eos) : 0;
-    if (bl && len >= bl && !memcmp(prompt, bos, bl)) prompt += bl, len -= bl;
-    if (el && len >= el && !memcmp(prompt + len - el, eos, el)) len -= el;
+    size_t bl = bos ? strlen(bos) : 0, el = eos ? strlen(eos) : 0, shift = 0;
+    bool lit_first = n_spans && spans_in[0] == 0, lit_last = n_spans && spans_in[2 * n_spans - 1] == len;
+    if (bl && len >= bl && !lit_first && !memcmp(prompt, bos, bl)) prompt += bl, len -= bl, shift = bl;
+    if (el && len >= el && !lit_last && !memcmp(prompt + len - el, eos, el)) len -= el;
     hn_free(bos);
     hn_free(eos);
+    size_t *spans = NULL;
+    if (n_spans) { /* in the trimmed text's offsets */
+        spans = hn_malloc(n_spans * 2 * sizeof *spans);
+        if (!spans) return hn_errf(err, HN_ERR_NOMEM, "out of memory");
+        size_t k = 0;
+        for (size_t i = 0; i < n_spans; i++) {
+            size_t a = spans_in[2 * i] > shift ? spans_in[2 * i] - shift : 0;
+            size_t b = spans_in[2 * i + 1] > shift ? spans_in[2 * i + 1] - shift : 0;
+            if (b > len) b = len;
+            if (a < b) spans[2 * k] = a, spans[2 * k + 1] = b, k++;
+        }
+        n_spans = k;
+    }
     int64_t cap = (int64_t)len + 4; /* every token covers at least one byte, plus BOS/EOS */
     int32_t *buf = hn_malloc((size_t)cap * sizeof *buf);
-    if (!buf) return hn_errf(err, HN_ERR_NOMEM, "out of memory tokenizing the prompt");
-    int64_t got = tok_encode(v, prompt, len, true, true, buf, cap);
+    if (!buf) {
+        hn_free(spans);
+        return hn_errf(err, HN_ERR_NOMEM, "out of memory tokenizing the prompt");
+    }
+    int64_t got = tok_encode_spans(v, prompt, len, true, spans, n_spans, buf, cap);
     if (got > cap) { /* cannot happen by the bound above; handled anyway */
         int32_t *nb = hn_realloc(buf, (size_t)got * sizeof *buf);
         if (!nb) {
             hn_free(buf);
+            hn_free(spans);
             return hn_errf(err, HN_ERR_NOMEM, "out of memory tokenizing the prompt");
         }
         buf = nb;
         cap = got;
-        got = tok_encode(v, prompt, len, true, true, buf, cap);
+        got = tok_encode_spans(v, prompt, len, true, spans, n_spans, buf, cap);
     }
+    hn_free(spans);
     if (got < 0 || got > cap) {
         hn_free(buf);
         return hn_errf(err, HN_ERR_INTERNAL, "tokenizing the prompt failed");

@@ -110,6 +110,9 @@ typedef struct chat_prompt {
     bool opens_think;   /* the prompt ends inside an open <think> (tc_prompt_opens_think) */
     int n_demoted;      /* system messages merged into user text for this template */
     tpl_errkind errkind;/* after a failed render: what the template reported */
+    size_t *spans;      /* pairs [start, end): text from the request's strings that spells a
+                           control token (to tokenize as text); hn_malloc'd, may be NULL */
+    size_t n_spans;
 } chat_prompt;
 
 /* Creates a template from its source and the vocabulary's BOS/EOS texts (NULL
@@ -121,7 +124,11 @@ hn_status chat_template_new(const char *src, size_t len, const char *bos, const 
 
 /* Creates the template of a model: tokenizer.chat_template from the GGUF, the
  * BOS/EOS texts and special tokens from its vocabulary. HN_ERR_NOT_FOUND when
- * the GGUF has no chat template. */
+ * the GGUF has no chat template. The texts of the vocabulary's control tokens
+ * are remembered: in what chat_render is given (messages, tools, kwargs)
+ * they are marked before rendering and the marks turned into out->spans
+ * after, so that only the template's own markup becomes control tokens
+ * (chat_tokenize_spans); a prompt without such text is unchanged. */
 hn_status chat_template_from_gguf(const gguf_ctx *g, const tok_vocab *v, chat_template **out, hn_err *err);
 
 /* Frees a template (NULL is fine). */
@@ -161,6 +168,10 @@ void chat_prompt_free(chat_prompt *p);
  * Fails with HN_ERR_NOMEM or HN_ERR_INTERNAL. */
 hn_status chat_tokenize(const tok_vocab *v, const char *prompt, size_t len, int32_t **tokens, int64_t *n,
                         hn_err *err);
+/* chat_tokenize, except that control tokens overlapping the n_spans ranges
+ * (chat_prompt.spans: sorted, disjoint pairs) are not matched there. */
+hn_status chat_tokenize_spans(const tok_vocab *v, const char *prompt, size_t len, const size_t *spans, size_t n_spans,
+                              int32_t **tokens, int64_t *n, hn_err *err);
 
 /* Removes Claude Code's billing line from a system text: returns a new
  * hn_malloc'd string without any line that starts with

@@ -550,7 +550,33 @@ const char *tok_text(const tok_vocab *v, int32_t id) {
     return v->text_pool + v->text_off[id];
 }
 
+bool tok_is_control(const tok_vocab *v, int32_t id, size_t *len) {
+    if (id < 0 || id >= v->n_vocab || !(v->attr[id] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN))) return false;
+    uint32_t l;
+    tok_vtext(v, id, &l);
+    *len = l;
+    return true;
+}
+
 /* ---- encoding ---- */
+
+/* Byte ranges where control tokens are not matched (tok_encode_spans). */
+typedef struct lit_spans {
+    const size_t *v; /* pairs */
+    size_t n;
+} lit_spans;
+
+/* Whether [a, b) overlaps one of the spans. */
+static bool in_spans(const lit_spans *ls, size_t a, size_t b) {
+    if (!ls || !ls->n) return false;
+    size_t lo = 0, hi = ls->n; /* first span with end > a */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (ls->v[2 * mid + 1] <= a) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < ls->n && ls->v[2 * lo] < b;
+}
 
 typedef struct frag {
     int32_t tok; /* -1: raw text [off, off+len) */
@@ -584,10 +610,12 @@ static void frag_push(frags *f, int32_t tok, size_t off, size_t len) {
 static bool is_c_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
 /* Cuts every raw fragment at each occurrence of special token id. */
-static void cut_special(const tok_vocab *v, int32_t id, const char *text, const frags *in, frags *out) {
+static void cut_special(const tok_vocab *v, int32_t id, const char *text, const frags *in, frags *out,
+                        const lit_spans *ls) {
     uint32_t sl;
     const char *st = tok_vtext(v, id, &sl);
     uint32_t a = v->attr[id];
+    if (!(a & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN))) ls = NULL; /* user-defined tokens always match */
     out->n = 0;
     for (size_t k = 0; k < in->n; k++) {
         frag f = in->v[k];
@@ -595,11 +623,15 @@ static void cut_special(const tok_vocab *v, int32_t id, const char *text, const 
             frag_push(out, f.tok, 0, 0);
             continue;
         }
-        size_t base = f.off, end = f.off + f.len;
+        size_t base = f.off, end = f.off + f.len, from = base;
         for (;;) {
-            const char *m = end - base >= sl ? memmem(text + base, end - base, st, sl) : NULL;
+            const char *m = end - from >= sl ? memmem(text + from, end - from, st, sl) : NULL;
             if (!m) break;
             size_t mpos = (size_t)(m - text);
+            if (in_spans(ls, mpos, mpos + sl)) { /* literal text from a message: not this token */
+                from = mpos + 1;
+                continue;
+            }
             size_t left_len = mpos - base;
             if (a & TOK_ATTR_LSTRIP)
                 while (left_len > 0 && is_c_space(text[base + left_len - 1])) left_len--;
@@ -608,6 +640,7 @@ static void cut_special(const tok_vocab *v, int32_t id, const char *text, const 
             base = mpos + sl;
             if (a & TOK_ATTR_RSTRIP)
                 while (base < end && is_c_space(text[base])) base++;
+            from = base;
         }
         if (base < end) frag_push(out, -1, base, end - base);
     }
@@ -625,8 +658,8 @@ static void find_present(const tok_vocab *v, const char *text, size_t len, uint8
     }
 }
 
-int64_t tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
-                   int32_t *out, int64_t cap) {
+static int64_t encode(const tok_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
+                      const lit_spans *ls, int32_t *out, int64_t cap) {
     tok_ids ids = {0};
     frags fa = {0}, fb = {0};
     uint8_t *present = NULL;
@@ -640,7 +673,7 @@ int64_t tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_sp
             if (!parse_special && (v->attr[id] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN))) continue;
             int32_t sid = v->tok_str[id];
             if (!(present[sid >> 3] & (1u << (sid & 7)))) continue;
-            cut_special(v, id, text, &fa, &fb);
+            cut_special(v, id, text, &fa, &fb, ls);
             frags t = fa;
             fa = fb;
             fb = t;
@@ -698,7 +731,7 @@ int64_t tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_sp
     hn_free(present);
     hn_free(fa.v);
     hn_free(fb.v);
-    if (out && cap > 0) memcpy(out, ids.v, (size_t)((int64_t)ids.n < cap ? (int64_t)ids.n : cap) * sizeof *out);
+    if (out && cap > 0 && ids.n) memcpy(out, ids.v, (size_t)((int64_t)ids.n < cap ? (int64_t)ids.n : cap) * sizeof *out);
     hn_free(ids.v);
     return (int64_t)ids.n;
 fail:
@@ -707,6 +740,17 @@ fail:
     hn_free(fb.v);
     hn_free(ids.v);
     return -1;
+}
+
+int64_t tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
+                   int32_t *out, int64_t cap) {
+    return encode(v, text, len, add_special, parse_special, NULL, out, cap);
+}
+
+int64_t tok_encode_spans(const tok_vocab *v, const char *text, size_t len, bool add_special, const size_t *spans,
+                         size_t n_spans, int32_t *out, int64_t cap) {
+    lit_spans ls = {spans, n_spans};
+    return encode(v, text, len, add_special, true, &ls, out, cap);
 }
 
 /* ---- pieces and streaming ---- */

@@ -35,6 +35,9 @@ bool tok_add_eos(const tok_vocab *v);
 bool tok_is_eog(const tok_vocab *v, int32_t id);
 /* The token's stored string (raw vocabulary form), or NULL if out of range. */
 const char *tok_text(const tok_vocab *v, int32_t id);
+/* Whether the token is one that only parse_special matches in text (control
+ * or unknown; user-defined tokens always match). *len gets its text's length. */
+bool tok_is_control(const tok_vocab *v, int32_t id, size_t *len);
 
 /* Tokenizes len bytes of text. add_special adds BOS/EOS per the metadata;
  * parse_special matches special-token text. Writes at most cap ids into out and
@@ -42,6 +45,13 @@ const char *tok_text(const tok_vocab *v, int32_t id);
  * buffer), or -1 on an internal error. */
 int64_t tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_special,
                    bool parse_special, int32_t *out, int64_t cap);
+/* tok_encode with parse_special, except that no control or unknown token is
+ * matched where it overlaps one of the n_spans byte ranges [spans[2i],
+ * spans[2i+1]) (sorted, disjoint): text from outside the template (a
+ * message's content) that spells one stays text, tokenized as
+ * parse_special = false would. */
+int64_t tok_encode_spans(const tok_vocab *v, const char *text, size_t len, bool add_special, const size_t *spans,
+                         size_t n_spans, int32_t *out, int64_t cap);
 
 /* The bytes a token decodes to (byte-level BPE unmapped, SentencePiece's
  * U+2581 turned into spaces, byte tokens <0xNN> as the byte). Writes at most
