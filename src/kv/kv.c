@@ -221,6 +221,27 @@ hn_status kv_create(const kv_config *cfg, kv_cache **out, hn_err *err) {
         kv_free(kv);
         return rst;
     }
+    if (cfg->state_bytes) {
+        size_t G = kv->storage->granule;
+        int32_t ns = cfg->n_state_slots > 0 ? cfg->n_state_slots : 64;
+        kv->state_slot_bytes = (cfg->state_bytes + G - 1) / G * G;
+        if (ns > (1 << 20) || kv->state_slot_bytes > SIZE_MAX / 2 / (size_t)ns) {
+            kv_free(kv);
+            return hn_errf(err, HN_ERR_RANGE, "kv: %d state slots of %zu bytes overflow", (int)ns, cfg->state_bytes);
+        }
+        kv->n_state_slots = ns;
+        kv->st_taken = hn_calloc((size_t)ns, 1);
+        if (!kv->st_taken) {
+            kv_free(kv);
+            return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory");
+        }
+        rst = kv->storage->reserve(kv->storage->ctx, kv->state_slot_bytes * (size_t)ns, &kv->state_base, err);
+        if (rst) {
+            kv->state_base = NULL;
+            kv_free(kv);
+            return rst;
+        }
+    }
     for (size_t i = 0; i < n; i++) kv->lru_prev[i] = kv->lru_next[i] = kv->ht_next[i] = -1;
     for (uint32_t i = 0; i < hsize; i++) kv->ht[i] = -1;
     kv->lru_head = kv->lru_tail = -1;
@@ -248,6 +269,12 @@ void kv_free(kv_cache *kv) {
     hn_free(kv->ht_next);
     hn_free(kv->ht);
     if (kv->base) kv->storage->release(kv->storage->ctx, kv->base, kv->range_bytes);
+    if (kv->state_base) {
+        for (int32_t i = 0; i < kv->n_state_slots; i++)
+            if (kv->st_taken[i]) kv_state_free(kv, i);
+        kv->storage->release(kv->storage->ctx, kv->state_base, kv->state_slot_bytes * (size_t)kv->n_state_slots);
+    }
+    hn_free(kv->st_taken);
     hn_free(kv);
 }
 
@@ -334,14 +361,19 @@ hn_status kv_seq_init(kv_seq *s, const kv_cache *kv, int32_t max_tokens, hn_err 
     s->blocks = hn_malloc(sizeof(int32_t) * (size_t)cap);
     if (!s->blocks) return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory");
     s->cap_blocks = cap;
+    s->state = -1;
     return HN_OK;
 }
 
 void kv_seq_free(kv_seq *s, kv_cache *kv) {
     if (!s) return;
-    if (kv) kv_seq_truncate(kv, s, 0);
+    if (kv) {
+        kv_seq_truncate(kv, s, 0);
+        kv_seq_state_release(kv, s);
+    }
     hn_free(s->blocks);
     memset(s, 0, sizeof *s);
+    s->state = -1;
 }
 
 hn_status kv_seq_reserve(kv_cache *kv, kv_seq *s, int32_t n_tokens, hn_err *err) {
@@ -370,6 +402,50 @@ void kv_seq_truncate(kv_cache *kv, kv_seq *s, int32_t n_tokens) {
     while (s->n_blocks > keep) kv_block_release(kv, s->blocks[--s->n_blocks]);
     if (s->n_hashed > s->n_blocks) s->n_hashed = s->n_blocks;
     if (s->n_tokens > n_tokens) s->n_tokens = n_tokens;
+}
+
+/* ---- recurrent-state slots ---- */
+
+int32_t kv_state_alloc(kv_cache *kv) {
+    for (int32_t i = 0; i < kv->n_state_slots; i++) {
+        if (kv->st_taken[i]) continue;
+        hn_err e;
+        if (kv->storage->map(kv->storage->ctx, kv->state_base, (size_t)i * kv->state_slot_bytes, kv->state_slot_bytes,
+                             &e))
+            return -1;
+        kv->st_taken[i] = 1;
+        kv->n_state_taken++;
+        kv->state_bytes += kv->state_slot_bytes;
+        if (kv->state_bytes > kv->state_peak_bytes) kv->state_peak_bytes = kv->state_bytes;
+        return i;
+    }
+    return -1;
+}
+
+void kv_state_free(kv_cache *kv, int32_t slot) {
+    if (slot < 0 || slot >= kv->n_state_slots || !kv->st_taken[slot]) return;
+    kv->storage->unmap(kv->storage->ctx, kv->state_base, (size_t)slot * kv->state_slot_bytes, kv->state_slot_bytes);
+    kv->st_taken[slot] = 0;
+    kv->n_state_taken--;
+    kv->state_bytes -= kv->state_slot_bytes;
+}
+
+hn_status kv_seq_state_acquire(kv_cache *kv, kv_seq *s, hn_err *err) {
+    if (!kv->state_slot_bytes) return hn_errf(err, HN_ERR_INVALID, "kv: this cache holds no recurrent state");
+    if (s->state >= 0) return HN_OK;
+    int32_t slot = kv_state_alloc(kv);
+    if (slot < 0)
+        return hn_errf(err, HN_ERR_FULL, "kv: no recurrent-state slot left (%d of %zu bytes)", (int)kv->n_state_slots,
+                       kv->state_slot_bytes);
+    s->state = slot;
+    s->state_len = 0;
+    return HN_OK;
+}
+
+void kv_seq_state_release(kv_cache *kv, kv_seq *s) {
+    if (s->state >= 0) kv_state_free(kv, s->state);
+    s->state = -1;
+    s->state_len = 0;
 }
 
 /* ---- prefix cache ---- */
@@ -454,6 +530,10 @@ void kv_get_stats(const kv_cache *kv, kv_stats *o) {
     o->peak_bytes = kv->peak_bytes;
     o->evictions = kv->evictions;
     o->hit_blocks = kv->hit_blocks;
+    o->state_slots_max = kv->n_state_slots;
+    o->state_slots_live = kv->n_state_taken;
+    o->state_bytes = kv->state_bytes;
+    o->state_peak_bytes = kv->state_peak_bytes;
 }
 
 /* ---- invariants (tests) ---- */

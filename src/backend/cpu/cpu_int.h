@@ -193,6 +193,21 @@ static inline float cpu_dot_f32(const float *a, const float *b, int64_t n) {
     return t;
 }
 
+/* Runs fn over rows [0, n) in chunks shared among the pool's threads (cpu_backend.c). */
+void cpu_par_rows(cpu_be *cb, int n, void (*fn)(void *ctx, int r0, int r1), void *ctx);
+
+/* the hybrid-layer ops (cpu_ssm.c) */
+void cpu_op_copy_cols(be_backend *b, const be_tensor *x, int x_ld, int x_off, int n, int nc, be_tensor *y, int y_ld,
+                      int y_off);
+void cpu_op_sigmoid_mul(be_backend *b, const be_tensor *x, const be_tensor *g, int n, int dim, int g_dim, be_tensor *y);
+void cpu_op_l2_norm(be_backend *b, const be_tensor *x, int n, int dim, float eps, be_tensor *y);
+void cpu_op_rope_multi(be_backend *b, be_tensor *x, int n, int n_head, int head_dim, int n_rot, float freq_base,
+                       const int32_t sections[4]);
+void cpu_op_ssm_conv(be_backend *b, const be_tensor *x, const be_tensor *w, int n, int channels, int kernel,
+                     const kv_cache *kv, size_t state_off, be_tensor *y);
+void cpu_op_delta_net(be_backend *b, const be_delta_args *a);
+void cpu_op_state_copy(be_backend *b, const kv_cache *kv, int n, const int32_t *src, const int32_t *dst);
+
 /* ops implemented in cpu_matmul.c and cpu_attn.c */
 hn_status cpu_matmul_reserve(cpu_be *cb, hn_err *err);
 void cpu_matmul_free(cpu_be *cb);
