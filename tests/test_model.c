@@ -214,8 +214,9 @@ static void test_golden(void) {
     qsort(names, (size_t)n, sizeof names[0], cmp_str);
     CHECKF(n >= 20, "found %d reference models", n);
     /* under sanitizers: one file per architecture, a few decode steps */
-    static const char *asan_set[] = {"llama-2k-q4_k_m", "qwen2-2k-q8_0", "qwen3-2k-f32", "qwen3moe-2k-q4_k_m",
-                                     "qwen3-real-q8_0"};
+    static const char *asan_set[] = {"llama-2k-q4_k_m", "qwen2-2k-q8_0",         "qwen3-2k-f32",
+                                     "qwen3moe-2k-q4_k_m", "qwen3-real-q8_0",     "qwen35-tiny-f32",
+                                     "qwen35moe-tiny-q8_0", "qwen35-tiny-f32-ubatch7"};
     for (int i = 0; i < n; i++) {
         bool run = !sanitized();
         for (size_t j = 0; j < sizeof asan_set / sizeof asan_set[0] && !run; j++) run = !strcmp(names[i], asan_set[j]);
@@ -435,6 +436,65 @@ static void test_bad_models(void) {
     rig_close(&r);
 }
 
+/* ---- hybrids (qwen35): the recurrent state ---- */
+
+/* The 130-token prompt of the ubatch references prefilled in one forward,
+ * in forwards of 1, 7 and 32 tokens, and in steps of 7 (max_batch): the
+ * recurrence carried across them gives the same logits; a decode step after
+ * each agrees too. A rewind into the state, or a sequence with no state
+ * slot, fails with a clear error. */
+static void test_hybrid_chunks(const char *file, float tol) {
+    char path[1024], rel[256];
+    snprintf(rel, sizeof rel, "data/models/%s", file);
+    rig r, r7;
+    if (!rig_open(&r, test_data_path(path, sizeof path, rel), 2, 256) ||
+        !rig_open(&r7, test_data_path(path, sizeof path, rel), 2, 7)) {
+        CHECKF(0, "open %s", file);
+        return;
+    }
+    int V = r.n_vocab;
+    int32_t tok[131];
+    for (int i = 0; i < 131; i++) tok[i] = (int32_t)((i * 7919 + 13) % V);
+    float *one = malloc(sizeof(float) * (size_t)V * 2), *lg = malloc(sizeof(float) * (size_t)V * 2);
+    hn_err e;
+    CHECK(run_seq(&r, 0, tok, 130, 0, one, &e) == HN_OK);
+    CHECK(run_seq(&r, 0, tok + 130, 1, 130, one + V, &e) == HN_OK);
+    static const int ub[4] = {1, 7, 32, 0};
+    for (int u = 0; u < 4; u++) {
+        rig *rr = ub[u] ? &r : &r7; /* 0: one forward cut into steps of 7 by max_batch */
+        rig_reset(rr);
+        hn_status st = HN_OK;
+        int step = ub[u] ? ub[u] : 130;
+        for (int p0 = 0; p0 < 130 && st == HN_OK; p0 += step)
+            st = run_seq(rr, 0, tok + p0, 130 - p0 < step ? 130 - p0 : step, p0, lg, &e);
+        if (st == HN_OK) st = run_seq(rr, 0, tok + 130, 1, 130, lg + V, &e);
+        CHECKF(st == HN_OK, "%s ubatch %d: %s", file, ub[u], e.msg);
+        float d0 = max_abs_diff(one, lg, (size_t)V), d1 = max_abs_diff(one + V, lg + V, (size_t)V);
+        CHECKF(d0 <= tol && d1 <= tol, "%s: prefill in pieces of %d differs from one forward by %g (decode %g)", file,
+               ub[u] ? ub[u] : -7, d0, d1);
+    }
+    /* the state is at 131 positions: a forward from position 100 cannot reuse it */
+    hn_status st = run_seq(&r7, 0, tok, 1, 100, lg, &e);
+    CHECKF(st == HN_ERR_INVALID && strstr(e.msg, "recurrent"), "rewind into a recurrent state: %s", e.msg);
+    /* ... but restarting at 0 can (the state restarts from zero) */
+    kv_seq_truncate(r7.kv, &r7.seq[0], 0);
+    CHECK(run_seq(&r7, 0, tok, 130, 0, lg, &e) == HN_OK);
+    CHECKF(max_abs_diff(one, lg, (size_t)V) <= tol, "%s: restart at 0", file);
+    /* a sequence without a state slot */
+    kv_seq_state_release(r7.kv, &r7.seq[1]);
+    st = run_seq(&r7, 1, tok, 3, 0, lg, &e);
+    CHECKF(st == HN_ERR_INVALID && strstr(e.msg, "state slot"), "no state slot: %s", e.msg);
+    /* the slots are counted */
+    kv_stats ks;
+    kv_get_stats(r7.kv, &ks);
+    CHECKF(ks.state_slots_live == 3 && ks.state_bytes >= 3 * model_hp(r7.m)->state_bytes && ks.state_peak_bytes >= ks.state_bytes,
+           "%d state slots live, %zu bytes", (int)ks.state_slots_live, ks.state_bytes);
+    free(one);
+    free(lg);
+    rig_close(&r);
+    rig_close(&r7);
+}
+
 static void test_kv_exhaustion(void) {
     char path[1024];
     hn_err e;
@@ -477,6 +537,11 @@ int main(void) {
     test_threads("qwen3moe-2k-q8_0.gguf", 2e-2);
     test_threads("qwen3-2k-f32.gguf", 1e-6);
     test_threads("llama-2k-q4_k_m.gguf", 2e-2);
+    test_batching("qwen35-tiny-f32.gguf", 2);
+    if (!sanitized()) test_batching("qwen35moe-tiny-q8_0.gguf", 2);
+    test_threads("qwen35-tiny-q8_0.gguf", 2e-2);
+    test_hybrid_chunks("qwen35-tiny-f32.gguf", 1e-4f);
+    if (!sanitized()) test_hybrid_chunks("qwen35moe-tiny-q8_0.gguf", 1e-4f);
     test_bad_models();
     test_kv_exhaustion();
     TEST_DONE();
