@@ -495,6 +495,66 @@ static void test_hybrid_chunks(const char *file, float tol) {
     rig_close(&r7);
 }
 
+/* A cached turn equals a cold turn: sequence 0 computes 64 positions and
+ * publishes them with a state checkpoint at 64; sequence 1 matches the
+ * prefix through the checkpoint (restored into its slot) and computes the
+ * other 30: its logits equal a cold run of the same 94 tokens bit for bit
+ * (the same two forwards). Without the restore they would not. */
+static void test_hybrid_ckpt(const char *file) {
+    char path[1024], rel[256];
+    snprintf(rel, sizeof rel, "data/models/%s", file);
+    rig r;
+    if (!rig_open(&r, test_data_path(path, sizeof path, rel), 2, 128)) {
+        CHECKF(0, "open %s", file);
+        return;
+    }
+    /* a cache with a checkpoint budget */
+    hn_err e;
+    for (int i = 0; i < 4; i++) kv_seq_free(&r.seq[i], r.kv);
+    kv_free(r.kv);
+    kv_config c = model_kv_config(r.m, 64, 16);
+    c.n_ckpt = 2;
+    c.n_state_slots = 6;
+    CHECK(kv_create(&c, &r.kv, &e) == HN_OK);
+    for (int i = 0; i < 4; i++) {
+        kv_seq_init(&r.seq[i], r.kv, 256, &e);
+        kv_seq_state_acquire(r.kv, &r.seq[i], &e);
+    }
+    int V = r.n_vocab;
+    int32_t tok[94];
+    for (int i = 0; i < 94; i++) tok[i] = (int32_t)((i * 4099 + 7) % V);
+    float *cold = malloc(sizeof(float) * (size_t)V), *warm = malloc(sizeof(float) * (size_t)V);
+    /* cold: 64 then 30 in sequence 2 */
+    CHECK(run_seq(&r, 2, tok, 64, 0, cold, &e) == HN_OK && run_seq(&r, 2, tok + 64, 30, 64, cold, &e) == HN_OK);
+    /* sequence 0: the prefix, published, checkpointed */
+    CHECK(run_seq(&r, 0, tok, 64, 0, warm, &e) == HN_OK);
+    kv_seq_commit(r.kv, &r.seq[0], tok, 64);
+    int32_t slot = kv_ckpt_take(r.kv, r.seq[0].blocks[3]);
+    CHECK(slot >= 0 && model_state_copy(r.m, r.kv, 1, &r.seq[0].state, &slot, &e) == HN_OK);
+    CHECK(kv_ckpt_take(r.kv, r.seq[0].blocks[3]) == -1); /* one per block */
+    /* sequence 0 moves on (its live state changes; the checkpoint does not) */
+    CHECK(run_seq(&r, 0, tok, 5, 64, warm, &e) == HN_OK);
+    /* sequence 1: match through the checkpoint, restore, compute the rest */
+    int32_t got_slot = -1;
+    int32_t got = kv_seq_match_ckpt(r.kv, &r.seq[1], tok, 93, &got_slot);
+    CHECKF(got == 64 && got_slot == slot, "matched %d positions through checkpoint %d", (int)got, (int)got_slot);
+    CHECK(model_state_copy(r.m, r.kv, 1, &got_slot, &r.seq[1].state, &e) == HN_OK);
+    r.seq[1].state_len = r.seq[1].n_tokens;
+    CHECK(run_seq(&r, 1, tok + 64, 30, 64, warm, &e) == HN_OK);
+    CHECKF(!memcmp(cold, warm, sizeof(float) * (size_t)V), "%s: cached turn = cold turn (max diff %g)", file,
+           max_abs_diff(cold, warm, (size_t)V));
+    /* a prefix with blocks but no checkpoint is not matched (the state could not be rebuilt) */
+    kv_seq_truncate(r.kv, &r.seq[1], 0);
+    kv_ckpt_drop(r.kv, r.seq[0].blocks[3]);
+    got = kv_seq_match_ckpt(r.kv, &r.seq[1], tok, 93, &got_slot);
+    CHECKF(got == 0 && got_slot == -1 && r.seq[1].n_blocks == 0, "no checkpoint, no match (%d)", (int)got);
+    const kv_seq *all[4] = {&r.seq[0], &r.seq[1], &r.seq[2], &r.seq[3]};
+    CHECKF(kv_check(r.kv, all, 4, &e) == HN_OK, "kv_check: %s", e.msg);
+    free(cold);
+    free(warm);
+    rig_close(&r);
+}
+
 static void test_kv_exhaustion(void) {
     char path[1024];
     hn_err e;
@@ -541,6 +601,8 @@ int main(void) {
     if (!sanitized()) test_batching("qwen35moe-tiny-q8_0.gguf", 2);
     test_threads("qwen35-tiny-q8_0.gguf", 2e-2);
     test_hybrid_chunks("qwen35-tiny-f32.gguf", 1e-4f);
+    test_hybrid_ckpt("qwen35-tiny-f32.gguf");
+    test_hybrid_ckpt("qwen35moe-tiny-q4_k_m.gguf");
     if (!sanitized()) test_hybrid_chunks("qwen35moe-tiny-q8_0.gguf", 1e-4f);
     test_bad_models();
     test_kv_exhaustion();

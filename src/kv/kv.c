@@ -231,7 +231,13 @@ hn_status kv_create(const kv_config *cfg, kv_cache **out, hn_err *err) {
         }
         kv->n_state_slots = ns;
         kv->st_taken = hn_calloc((size_t)ns, 1);
-        if (!kv->st_taken) {
+        kv->ckpt = hn_malloc(sizeof(int32_t) * n);
+        kv->ck_prev = hn_malloc(sizeof(int32_t) * n);
+        kv->ck_next = hn_malloc(sizeof(int32_t) * n);
+        if (kv->ckpt)
+            for (size_t i = 0; i < n; i++) kv->ckpt[i] = kv->ck_prev[i] = kv->ck_next[i] = -1;
+        kv->ck_head = kv->ck_tail = -1;
+        if (!kv->st_taken || !kv->ckpt || !kv->ck_prev || !kv->ck_next) {
             kv_free(kv);
             return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory");
         }
@@ -275,6 +281,9 @@ void kv_free(kv_cache *kv) {
         kv->storage->release(kv->storage->ctx, kv->state_base, kv->state_slot_bytes * (size_t)kv->n_state_slots);
     }
     hn_free(kv->st_taken);
+    hn_free(kv->ckpt);
+    hn_free(kv->ck_prev);
+    hn_free(kv->ck_next);
     hn_free(kv);
 }
 
@@ -294,6 +303,7 @@ static int32_t take_free(kv_cache *kv, int32_t s) {
 
 /* Drops a cached block's publication: it leaves the LRU and the hash table. */
 static void unpublish_cached(kv_cache *kv, int32_t b) {
+    kv_ckpt_drop(kv, b); /* a checkpoint goes with its block */
     lru_unlink(kv, b);
     ht_remove(kv, b);
     kv->n_cached--;
@@ -448,6 +458,70 @@ void kv_seq_state_release(kv_cache *kv, kv_seq *s) {
     s->state_len = 0;
 }
 
+/* ---- checkpoints ---- */
+
+static void ck_unlink(kv_cache *kv, int32_t b) {
+    int32_t p = kv->ck_prev[b], n = kv->ck_next[b];
+    if (p >= 0) kv->ck_next[p] = n;
+    else kv->ck_head = n;
+    if (n >= 0) kv->ck_prev[n] = p;
+    else kv->ck_tail = p;
+    kv->ck_prev[b] = kv->ck_next[b] = -1;
+}
+
+static void ck_push_tail(kv_cache *kv, int32_t b) {
+    kv->ck_prev[b] = kv->ck_tail;
+    kv->ck_next[b] = -1;
+    if (kv->ck_tail >= 0) kv->ck_next[kv->ck_tail] = b;
+    else kv->ck_head = b;
+    kv->ck_tail = b;
+}
+
+void kv_ckpt_drop(kv_cache *kv, int32_t b) {
+    if (!kv->ckpt || kv->ckpt[b] < 0) return;
+    ck_unlink(kv, b);
+    kv_state_free(kv, kv->ckpt[b]);
+    kv->ckpt[b] = -1;
+    kv->n_ckpt--;
+}
+
+int32_t kv_ckpt_take(kv_cache *kv, int32_t b) {
+    if (!kv->ckpt || kv->cfg.n_ckpt <= 0 || b < 0 || b >= kv->cfg.n_blocks || !kv->pub[b] || kv->ckpt[b] >= 0) return -1;
+    if (kv->n_ckpt >= kv->cfg.n_ckpt && kv->ck_head >= 0) {
+        kv_ckpt_drop(kv, kv->ck_head);
+        kv->ckpt_evictions++;
+    }
+    int32_t slot = kv_state_alloc(kv);
+    if (slot < 0) return -1;
+    kv->ckpt[b] = slot;
+    kv->n_ckpt++;
+    ck_push_tail(kv, b);
+    return slot;
+}
+
+int32_t kv_seq_match_ckpt(kv_cache *kv, kv_seq *s, const int32_t *tokens, int32_t n_max, int32_t *slot) {
+    *slot = -1;
+    int32_t before = s->n_blocks, n0 = s->n_tokens;
+    int32_t got = kv_seq_match(kv, s, tokens, n_max);
+    if (!got || !kv->ckpt) return 0;
+    int32_t keep = s->n_blocks;
+    while (keep > before && kv->ckpt[s->blocks[keep - 1]] < 0) keep--;
+    int bs = kv->cfg.block_size;
+    if (keep == before) {
+        kv_seq_truncate(kv, s, n0); /* no state to resume from: give the blocks back */
+        kv->hit_blocks -= (uint64_t)(got / bs);
+        return 0;
+    }
+    int32_t b = s->blocks[keep - 1];
+    kv->hit_blocks -= (uint64_t)(s->n_blocks - keep);
+    kv_seq_truncate(kv, s, keep * bs);
+    *slot = kv->ckpt[b];
+    ck_unlink(kv, b); /* used: to the LRU's tail */
+    ck_push_tail(kv, b);
+    kv->ckpt_hits++;
+    return keep * bs - n0;
+}
+
 /* ---- prefix cache ---- */
 
 static uint64_t seq_parent(const kv_cache *kv, const kv_seq *s) {
@@ -534,6 +608,10 @@ void kv_get_stats(const kv_cache *kv, kv_stats *o) {
     o->state_slots_live = kv->n_state_taken;
     o->state_bytes = kv->state_bytes;
     o->state_peak_bytes = kv->state_peak_bytes;
+    o->ckpt_max = kv->ckpt ? kv->cfg.n_ckpt : 0;
+    o->ckpts = kv->n_ckpt;
+    o->ckpt_hits = kv->ckpt_hits;
+    o->ckpt_evictions = kv->ckpt_evictions;
 }
 
 /* ---- invariants (tests) ---- */
@@ -607,6 +685,21 @@ hn_status kv_check(const kv_cache *kv, const kv_seq *const *seqs, int n_seqs, hn
         }
     if (n_chain != n_pub)
         return hn_errf(err, HN_ERR_INTERNAL, "kv: %d published blocks, %d in the hash table", (int)n_pub, (int)n_chain);
+    if (kv->ckpt) {
+        int32_t n_ck = 0, n_lru = 0;
+        for (int32_t b = 0; b < nb; b++) {
+            if (kv->ckpt[b] < 0) continue;
+            n_ck++;
+            if (!kv->pub[b]) return hn_errf(err, HN_ERR_INTERNAL, "kv: unpublished block %d has a checkpoint", (int)b);
+            if (kv->ckpt[b] >= kv->n_state_slots || !kv->st_taken[kv->ckpt[b]])
+                return hn_errf(err, HN_ERR_INTERNAL, "kv: block %d's checkpoint slot %d is not taken", (int)b,
+                               (int)kv->ckpt[b]);
+        }
+        for (int32_t b = kv->ck_head; b >= 0 && n_lru <= nb; b = kv->ck_next[b]) n_lru++;
+        if (n_ck != kv->n_ckpt || n_lru != n_ck || n_ck > kv->cfg.n_ckpt)
+            return hn_errf(err, HN_ERR_INTERNAL, "kv: %d checkpoints, %d counted, %d on the LRU, budget %d", (int)n_ck,
+                           (int)kv->n_ckpt, (int)n_lru, (int)kv->cfg.n_ckpt);
+    }
     if (!seqs) return HN_OK;
     int32_t *refs = hn_calloc((size_t)nb, sizeof(int32_t));
     if (!refs) return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory");

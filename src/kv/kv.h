@@ -92,6 +92,9 @@ typedef struct kv_config {
      * and checkpoints together; 0: 64). */
     size_t state_bytes;
     int32_t n_state_slots;
+    /* the most state checkpoints kept (their own budget, inside
+     * n_state_slots; 0: none, no prefix cache for the recurrent state) */
+    int32_t n_ckpt;
 } kv_config;
 
 /* Engine-facing counters (blocks and bytes now, plus totals since creation). */
@@ -109,8 +112,11 @@ typedef struct kv_stats {
     /* recurrent-state slots (hybrid models; all 0 otherwise) */
     int32_t state_slots_max;   /* the cap */
     int32_t state_slots_live;  /* held by sequences */
-    size_t state_bytes;        /* state slots mapped now (not in `bytes`) */
+    size_t state_bytes;        /* state slots mapped now, live and checkpoints (not in `bytes`) */
     size_t state_peak_bytes;
+    int32_t ckpt_max, ckpts;   /* checkpoint budget and checkpoints held */
+    uint64_t ckpt_hits;        /* states restored from a checkpoint (kv_seq_match_ckpt) */
+    uint64_t ckpt_evictions;   /* dropped by the budget's LRU (not with their block) */
 } kv_stats;
 
 typedef struct kv_cache {
@@ -134,6 +140,10 @@ typedef struct kv_cache {
     uint8_t *st_taken;     /* [n_state_slots] */
     int32_t n_state_taken;
     size_t state_bytes, state_peak_bytes;
+    int32_t *ckpt;         /* [n_blocks] state slot of the block's checkpoint, -1: none */
+    int32_t *ck_prev, *ck_next; /* checkpoint LRU over blocks (head: dropped first) */
+    int32_t ck_head, ck_tail, n_ckpt;
+    uint64_t ckpt_hits, ckpt_evictions;
     int32_t *slab_nfree;   /* free blocks in each mapped slab */
     int32_t *slab_live;    /* used + cached blocks in each slab */
     int32_t *free_ids;     /* per slab: a stack of its free block ids, slab_blocks each */
@@ -245,6 +255,31 @@ void kv_state_free(kv_cache *kv, int32_t slot);
 hn_status kv_seq_state_acquire(kv_cache *kv, kv_seq *s, hn_err *err);
 /* Gives the sequence's slot back (if any). */
 void kv_seq_state_release(kv_cache *kv, kv_seq *s);
+/* ---- recurrent-state checkpoints (DESIGN.md, kv/) ----
+ * A checkpoint is a copy of a sequence's state right after the last token
+ * of a published block, attached to that block: the block's chained hash
+ * names the whole prefix, which is the state's identity. Checkpoints have
+ * their own budget (cfg.n_ckpt) and LRU, and go with their block when it is
+ * evicted. kv/ only keeps the bookkeeping: the caller copies the state
+ * (the backend's state_copy). */
+
+/* A slot for a new checkpoint of published block `block` (dropping the least
+ * recently used checkpoint when the budget is full); -1 if the block is not
+ * published, already has one, or no slot can be had. The caller copies the
+ * state into the slot before the block is used again. */
+int32_t kv_ckpt_take(kv_cache *kv, int32_t block);
+/* Drops the block's checkpoint (if any). */
+void kv_ckpt_drop(kv_cache *kv, int32_t block);
+/* The block's checkpoint slot, or -1. */
+static inline int32_t kv_ckpt_of(const kv_cache *kv, int32_t block) { return kv->ckpt ? kv->ckpt[block] : -1; }
+/* kv_seq_match for a sequence with recurrent state: extends the sequence
+ * with published blocks of `tokens` (up to n_max positions), then cuts the
+ * match back to the deepest new block that carries a checkpoint, whose slot
+ * it returns in *slot (-1 and nothing added when none does). The caller
+ * restores that state into the sequence's slot and sets state_len to the
+ * returned n_tokens. Returns the positions added. */
+int32_t kv_seq_match_ckpt(kv_cache *kv, kv_seq *s, const int32_t *tokens, int32_t n_max, int32_t *slot);
+
 static inline unsigned char *kv_state_ptr(const kv_cache *kv, int32_t slot) {
     return (unsigned char *)kv->state_base + (size_t)slot * kv->state_slot_bytes;
 }

@@ -145,6 +145,10 @@ typedef struct eng_stats {
     uint64_t steps;
     uint64_t check_failures;   /* debug_check: steps whose invariant check failed */
     char check_error[160];     /* the first failure's message */
+    /* hybrid models: recurrent-state memory (live slots + checkpoints, beside kv_bytes) */
+    size_t state_bytes, state_peak_bytes;
+    int32_t ckpts, ckpt_max;   /* state checkpoints held, and their budget */
+    uint64_t ckpt_hits;        /* prefixes resumed from a checkpoint */
 } eng_stats;
 
 /* A consistent snapshot of engine-wide counters. Thread-safe. */
