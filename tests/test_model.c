@@ -555,6 +555,99 @@ static void test_hybrid_ckpt(const char *file) {
     rig_close(&r);
 }
 
+/* MTP (nextn) layers: a copy of qwen35-tiny with one MTP layer appended
+ * (block_count 5, nextn_predict_layers 1, blk.4 = blk.3's tensors plus the
+ * nextn.* ones) loads, binds them, and computes the same logits as the
+ * original (the forward does not run the MTP layer); without eh_proj it
+ * fails naming the tensor. */
+static hn_status load_mtp(bool with_eh, float *logits, int32_t *n_nextn, bool *bound, hn_err *e) {
+    char path[1024];
+    gguf_ctx *g;
+    if (gguf_open(test_data_path(path, sizeof path, "data/models/qwen35-tiny-f32.gguf"), &g, e)) return HN_ERR_IO;
+    gguf_writer *w = gguf_writer_new();
+    for (int64_t i = 0; i < gguf_n_kv(g); i++) gguf_writer_set_value(w, gguf_kv_key(g, i), gguf_kv_value(g, i));
+    gguf_writer_set_u32(w, "qwen35.block_count", 5);
+    gguf_writer_set_u32(w, "qwen35.nextn_predict_layers", 1);
+    static float eh[512 * 256], ones[256];
+    for (int i = 0; i < 256; i++) ones[i] = 1.0f;
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+        gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne, t->data, t->nbytes);
+        if (!strncmp(t->name, "blk.3.", 6)) {
+            char nm[96];
+            snprintf(nm, sizeof nm, "blk.4.%s", t->name + 6);
+            gguf_writer_add_tensor(w, nm, t->type, t->n_dims, ne, t->data, t->nbytes);
+        }
+    }
+    int64_t ne_eh[4] = {512, 256, 1, 1}, ne_v[4] = {256, 1, 1, 1};
+    if (with_eh) gguf_writer_add_tensor(w, "blk.4.nextn.eh_proj.weight", QT_F32, 2, ne_eh, eh, sizeof eh);
+    gguf_writer_add_tensor(w, "blk.4.nextn.enorm.weight", QT_F32, 1, ne_v, ones, sizeof ones);
+    gguf_writer_add_tensor(w, "blk.4.nextn.hnorm.weight", QT_F32, 1, ne_v, ones, sizeof ones);
+    void *buf = NULL;
+    size_t size = 0;
+    hn_status st = gguf_writer_write_mem(w, &buf, &size, e);
+    gguf_writer_free(w);
+    gguf_close(g);
+    if (st) return HN_ERR_INTERNAL;
+    gguf_ctx *g2;
+    if ((st = gguf_open_mem(buf, size, &g2, e)) == HN_OK) {
+        model *m = NULL;
+        model_params p = {.n_threads = 2, .max_batch = 64};
+        st = model_load_gguf(g2, &p, &m, e);
+        if (st == HN_OK) {
+            *n_nextn = model_hp(m)->n_nextn;
+            *bound = m->layers[4].nextn_eh_proj && m->layers[4].nextn_enorm && !m->layers[4].recurrent;
+            kv_config c = model_kv_config(m, 16, 16);
+            kv_cache *kv;
+            kv_seq sq;
+            kv_create(&c, &kv, e);
+            kv_seq_init(&sq, kv, 64, e);
+            kv_seq_state_acquire(kv, &sq, e);
+            int32_t tok[20], pos[20], sid[20] = {0};
+            for (int i = 0; i < 20; i++) {
+                tok[i] = i * 37 + 1;
+                pos[i] = i;
+            }
+            kv_seq *seqs[1] = {&sq};
+            model_batch b = {.n_tokens = 20, .token = tok, .pos = pos, .seq_id = sid, .seqs = seqs, .n_seqs = 1};
+            st = model_forward(m, kv, &b, logits, 1, e);
+            kv_seq_free(&sq, kv);
+            kv_free(kv);
+        }
+        model_free(m);
+        gguf_close(g2);
+    }
+    hn_free(buf);
+    return st;
+}
+
+static void test_mtp(void) {
+    char path[1024];
+    rig r;
+    if (!rig_open(&r, test_data_path(path, sizeof path, "data/models/qwen35-tiny-f32.gguf"), 2, 64)) {
+        CHECK(0);
+        return;
+    }
+    CHECK(model_hp(r.m)->n_nextn == 0); /* absent: nothing needed */
+    int V = r.n_vocab;
+    float *a = malloc(sizeof(float) * (size_t)V), *b = malloc(sizeof(float) * (size_t)V);
+    int32_t tok[20];
+    for (int i = 0; i < 20; i++) tok[i] = i * 37 + 1;
+    hn_err e;
+    CHECK(run_seq(&r, 0, tok, 20, 0, a, &e) == HN_OK);
+    int32_t nn = -1;
+    bool bound = false;
+    hn_status st = load_mtp(true, b, &nn, &bound, &e);
+    CHECKF(st == HN_OK && nn == 1 && bound, "an MTP layer loads and binds (%d: %s)", (int)st, e.msg);
+    CHECKF(st == HN_OK && !memcmp(a, b, sizeof(float) * (size_t)V), "the MTP layer is not part of the forward");
+    st = load_mtp(false, b, &nn, &bound, &e);
+    CHECKF(st == HN_ERR_FORMAT && strstr(e.msg, "blk.4.nextn.eh_proj"), "MTP without eh_proj: %s", e.msg);
+    free(a);
+    free(b);
+    rig_close(&r);
+}
+
 static void test_kv_exhaustion(void) {
     char path[1024];
     hn_err e;
@@ -602,6 +695,7 @@ int main(void) {
     test_threads("qwen35-tiny-q8_0.gguf", 2e-2);
     test_hybrid_chunks("qwen35-tiny-f32.gguf", 1e-4f);
     test_hybrid_ckpt("qwen35-tiny-f32.gguf");
+    test_mtp();
     test_hybrid_ckpt("qwen35moe-tiny-q4_k_m.gguf");
     if (!sanitized()) test_hybrid_chunks("qwen35moe-tiny-q8_0.gguf", 1e-4f);
     test_bad_models();
