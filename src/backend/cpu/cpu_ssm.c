@@ -35,7 +35,9 @@ void cpu_op_sigmoid_mul(be_backend *b, const be_tensor *xt, const be_tensor *gt,
         for (int i = 0; i < dim; i++) {
             size_t at = (size_t)r * (size_t)dim + (size_t)i;
             float gv = g[(size_t)r * (size_t)g_dim + (size_t)(g_dim == 1 ? 0 : i)];
-            y[at] = x[at] / (1.0f + expf(-gv));
+            /* as ggml: the sigmoid, then a product (not a quotient: the roundings differ) */
+            float sg = 1.0f / (1.0f + expf(-gv));
+            y[at] = x[at] * sg;
         }
 }
 
