@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "backend/cpu/cpu_int.h"
 #include "backend/registry.h"
 #include "kv/kv.h"
 #include "quant/quant.h"
@@ -558,21 +559,21 @@ static void test_hybrid_small(rig *r) {
  * their state slots, in two steps (the state carried), then sequence 0
  * restarted at position 0 in a third; against double precision. state_copy
  * checkpoints a slot and restores it. */
-static void test_recurrent(rig *r) {
+static void test_recurrent(rig *r, bool big) {
     hn_err e;
-    enum { NK = 2, NV = 4, S = 16, K = 4, C = 2 * NK * S + NV * S, T = 9 };
+    enum { NK = 2, NV = 4, S = 16, K = 4, C = 2 * NK * S + NV * S, T = 70 };
     const size_t conv_bytes = sizeof(float) * (K - 1) * C, delta_bytes = sizeof(float) * NV * S * S;
-    kv_config c = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4, .n_blocks = 16,
+    kv_config c = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4, .n_blocks = 64,
                    .storage = r->b->ops->kv_storage(r->b), .state_bytes = 64 + conv_bytes + delta_bytes,
                    .n_state_slots = 4};
     kv_cache *kv;
     CHECK(kv_create(&c, &kv, &e) == HN_OK);
     kv_seq sq[2];
     for (int q = 0; q < 2; q++) {
-        kv_seq_init(&sq[q], kv, 64, &e);
+        kv_seq_init(&sq[q], kv, 128, &e);
         CHECK(kv_seq_state_acquire(kv, &sq[q], &e) == HN_OK);
     }
-    const int len[2] = {T, 6};
+    const int len[2] = {big ? 70 : 9, big ? 40 : 6};
     /* inputs per sequence and position: conv input u, and the delta rule's alpha, beta */
     static float u[2][T][C], al[2][T][NV], bt[2][T][NV], w[C][K], dtb[NV], A[NV];
     for (int q = 0; q < 2; q++)
@@ -629,19 +630,22 @@ static void test_recurrent(rig *r) {
             }
         }
     }
-    /* three steps: [seq0 0..3, seq1 0..1], [seq0 4..8, seq1 2..5], [seq0 0..2 again] */
-    static const int lo[3][2] = {{0, 0}, {4, 2}, {0, 6}}, hi[3][2] = {{4, 2}, {9, 6}, {3, 6}};
-    be_tensor *U = act(r, QT_F32, C, 16, NULL), *Wt = weight(r, QT_F32, K, C, 1, w, 0);
-    be_tensor *Q = act(r, QT_F32, NK * S, 16, NULL), *Kt = act(r, QT_F32, NK * S, 16, NULL);
-    be_tensor *V = act(r, QT_F32, NV * S, 16, NULL), *O = act(r, QT_F32, NV * S, 16, NULL);
-    be_tensor *AL = act(r, QT_F32, NV, 16, NULL), *BT = act(r, QT_F32, NV, 16, NULL);
+    /* three steps: [seq0 0..3, seq1 0..1], [seq0 4..8, seq1 2..5], [seq0 0..2 again]
+     * (big: [0..39, 0..1], [40..69, 2..39], [0..32 again]: runs past the chunked form's 32) */
+    static const int lo_s[3][2] = {{0, 0}, {4, 2}, {0, 6}}, hi_s[3][2] = {{4, 2}, {9, 6}, {3, 6}};
+    static const int lo_b[3][2] = {{0, 0}, {40, 2}, {0, 40}}, hi_b[3][2] = {{40, 2}, {70, 40}, {33, 40}};
+    const int(*lo)[2] = big ? lo_b : lo_s, (*hi)[2] = big ? hi_b : hi_s;
+    be_tensor *U = act(r, QT_F32, C, 72, NULL), *Wt = weight(r, QT_F32, K, C, 1, w, 0);
+    be_tensor *Q = act(r, QT_F32, NK * S, 72, NULL), *Kt = act(r, QT_F32, NK * S, 72, NULL);
+    be_tensor *V = act(r, QT_F32, NV * S, 72, NULL), *O = act(r, QT_F32, NV * S, 72, NULL);
+    be_tensor *AL = act(r, QT_F32, NV, 72, NULL), *BT = act(r, QT_F32, NV, 72, NULL);
     be_tensor *DT = weight(r, QT_F32, NV, 1, 1, dtb, 0), *AA = weight(r, QT_F32, NV, 1, 1, A, 0);
     kv_seq *sp[2] = {&sq[0], &sq[1]};
     int32_t ckpt = kv_state_alloc(kv);
     CHECK(ckpt >= 0);
     for (int st = 0; st < 3; st++) {
-        int32_t tok[16], pos[16], sid[16];
-        int n = 0, maxlen = 9;
+        int32_t tok[80], pos[80], sid[80];
+        int n = 0, maxlen = 70;
         for (int p = 0; p < maxlen; p++)
             for (int q = 0; q < 2; q++)
                 if (p >= lo[st][q] && p < hi[st][q]) {
@@ -675,7 +679,8 @@ static void test_recurrent(rig *r) {
             for (int j = 0; j < C; j++) ec = fmax(ec, fabs(cu[(size_t)i * C + j] - cref[sid[i]][pos[i]][j]));
             for (int j = 0; j < NV * S; j++) eo = fmax(eo, fabs(o[(size_t)i * NV * S + j] - ref[sid[i]][pos[i]][j]));
         }
-        CHECKF(ec < 1e-5 && eo < 1e-4, "%s: recurrent step %d: conv error %g, delta-rule error %g", r->name, st, ec, eo);
+        CHECKF(ec < 1e-5 && eo < 1e-4, "%s%s: recurrent step %d: conv error %g, delta-rule error %g", r->name,
+               big ? " (long runs)" : "", st, ec, eo);
         plan_finish(&r->plan);
         if (st == 0) {
             /* checkpoint sequence 1's state after its first 2 positions */
@@ -767,7 +772,15 @@ static void run_backend(const char *name, int nth, bool ref) {
     test_moe_small(&r);
     test_rows(&r);
     test_hybrid_small(&r);
-    test_recurrent(&r);
+    test_recurrent(&r, false);
+    test_recurrent(&r, true);
+    if (!strcmp(name, "cpu") && !ref) {
+        /* the CPU's chunked form of the delta rule (runs of 2+ tokens), against the same double-precision math */
+        cpu_delta_chunk(r.b, 2);
+        test_recurrent(&r, false);
+        test_recurrent(&r, true);
+        cpu_delta_chunk(r.b, 0);
+    }
     rig_close(&r);
 }
 

@@ -180,9 +180,84 @@ typedef struct {
     const step_plan *p;
     const be_delta_args *a;
     int n;
+    int chunk_min; /* runs of at least this many tokens take the chunked form (0: never) */
 } delta_ctx;
 
+#define DCH 32         /* tokens per chunk of the chunked form */
+#define DCH_MAX_S 256  /* the chunked form's largest head dim (its scratch is on the stack) */
+
 static float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
+
+/* One token of the recurrence on one value head's state M (S x S). */
+static void delta_token(float *M, int S, const float *qt, const float *kt, const float *vt, float g, float beta,
+                        float *ot) {
+    const float scale = 1.0f / sqrtf((float)S);
+    float decay = expf(g);
+    for (int vi = 0; vi < S; vi++) {
+        float *row = M + (size_t)vi * (size_t)S;
+        for (int ki = 0; ki < S; ki++) row[ki] *= decay;
+        float d = (vt[vi] - ggml_dot(row, kt, S)) * beta;
+        for (int ki = 0; ki < S; ki++) row[ki] = fmaf(kt[ki], d, row[ki]);
+        ot[vi] = ggml_dot(row, qt, S) * scale;
+    }
+}
+
+/* The chunked (parallel) form over c <= DCH consecutive tokens of one value
+ * head, from state M0 = M. With G_t the cumulative log decay inside the
+ * chunk, M_t = e^{G_t} M0 + sum_{i<=t} e^{G_t - G_i} d_i k_i^T, where the
+ * new-value vectors d solve the unit lower-triangular system
+ *   d_t = b_t (v_t - e^{G_t} M0 k_t) - sum_{i<t} b_t e^{G_t-G_i} (k_t.k_i) d_i;
+ * the outputs are o_t = (e^{G_t} M0 q_t + sum_{i<=t} e^{G_t-G_i} (q_t.k_i) d_i) / sqrt(S)
+ * and the state leaves as M_c. The state is read and written once per
+ * chunk (M0 k and M0 q as one pass over its rows) instead of once per
+ * token; the result equals the token-step form up to float rounding. */
+static void delta_chunk(float *M, int S, int c, const float *const *q, const float *const *k,
+                        const float *const *v, const float *g, const float *beta, float *const *o) {
+    float G[DCH] = {0}, kk[DCH][DCH], qk[DCH][DCH];
+    float d[DCH][DCH_MAX_S], y[DCH][DCH_MAX_S];
+    const float scale = 1.0f / sqrtf((float)S);
+    for (int t = 0; t < c; t++) G[t] = (t ? G[t - 1] : 0.0f) + g[t];
+    /* one pass over M0's rows: w = M0 k_t into d (the right-hand side), M0 q_t into y */
+    for (int vi = 0; vi < S; vi++) {
+        const float *row = M + (size_t)vi * (size_t)S;
+        for (int t = 0; t < c; t++) {
+            d[t][vi] = beta[t] * (v[t][vi] - expf(G[t]) * cpu_dot_f32(row, k[t], S));
+            y[t][vi] = expf(G[t]) * cpu_dot_f32(row, q[t], S);
+        }
+    }
+    for (int t = 0; t < c; t++)
+        for (int i = 0; i <= t; i++) {
+            kk[t][i] = cpu_dot_f32(k[t], k[i], S);
+            qk[t][i] = cpu_dot_f32(q[t], k[i], S);
+        }
+    /* forward substitution */
+    for (int t = 1; t < c; t++)
+        for (int i = 0; i < t; i++) {
+            float f = beta[t] * expf(G[t] - G[i]) * kk[t][i];
+            for (int vi = 0; vi < S; vi++) d[t][vi] -= f * d[i][vi];
+        }
+    /* outputs */
+    for (int t = 0; t < c; t++) {
+        float *ot = o[t];
+        for (int vi = 0; vi < S; vi++) ot[vi] = y[t][vi];
+        for (int i = 0; i <= t; i++) {
+            float f = expf(G[t] - G[i]) * qk[t][i];
+            for (int vi = 0; vi < S; vi++) ot[vi] += f * d[i][vi];
+        }
+        for (int vi = 0; vi < S; vi++) ot[vi] *= scale;
+    }
+    /* the state after the chunk */
+    float e_c = expf(G[c - 1]), w[DCH];
+    for (int vi = 0; vi < S; vi++) {
+        float *row = M + (size_t)vi * (size_t)S;
+        for (int i = 0; i < c; i++) w[i] = expf(G[c - 1] - G[i]) * d[i][vi];
+        for (int ki = 0; ki < S; ki++) {
+            float acc = e_c * row[ki];
+            for (int i = 0; i < c; i++) acc += w[i] * k[i][ki];
+            row[ki] = acc;
+        }
+    }
+}
 
 static void delta_rows(void *ctx, int r0, int r1) {
     delta_ctx *c = ctx;
@@ -191,28 +266,45 @@ static void delta_rows(void *ctx, int r0, int r1) {
     const float *q = a->q->data, *k = a->k->data, *v = a->v->data, *al = a->alpha->data, *be = a->beta->data;
     const float *dtb = a->dt_bias->data, *A = a->a->data;
     float *out = a->out->data;
-    const float scale = 1.0f / sqrtf((float)S);
     for (int task = r0; task < r1; task++) {
         int s = task / Nv, j = task % Nv, kh = j % Nk;
         float *M = (float *)(kv_state_ptr(a->kv, c->p->state_slot[s]) + a->state_off) + (size_t)j * (size_t)S * (size_t)S;
+        /* this sequence's tokens, in order; a run is cut at a restart (position 0) */
+        const float *qs[DCH], *ks[DCH], *vs[DCH];
+        float gs[DCH], bs[DCH], *os[DCH];
+        int run = 0, n_seq = 0;
+        if (c->chunk_min > 0 && S <= DCH_MAX_S)
+            for (int t = 0; t < c->n; t++) n_seq += c->p->seq[t] == s && c->p->slot[t] >= 0;
+        bool chunked = c->chunk_min > 0 && S <= DCH_MAX_S && n_seq >= c->chunk_min;
         for (int t = 0; t < c->n; t++) {
             if (c->p->seq[t] != s || c->p->slot[t] < 0) continue;
-            if (c->p->pos[t] == 0) memset(M, 0, sizeof(float) * (size_t)S * (size_t)S);
+            if (c->p->pos[t] == 0) {
+                if (run) delta_chunk(M, S, run, qs, ks, vs, gs, bs, os);
+                run = 0;
+                memset(M, 0, sizeof(float) * (size_t)S * (size_t)S);
+            }
             const float *qt = q + (size_t)t * (size_t)Nk * (size_t)S + (size_t)kh * (size_t)S;
             const float *kt = k + (size_t)t * (size_t)Nk * (size_t)S + (size_t)kh * (size_t)S;
             const float *vt = v + (size_t)t * (size_t)Nv * (size_t)S + (size_t)j * (size_t)S;
             float *ot = out + (size_t)t * (size_t)Nv * (size_t)S + (size_t)j * (size_t)S;
             float g = softplus(al[(size_t)t * (size_t)Nv + (size_t)j] + dtb[j]) * A[j];
-            float decay = expf(g);
             float beta = 1.0f / (1.0f + expf(-be[(size_t)t * (size_t)Nv + (size_t)j]));
-            for (int vi = 0; vi < S; vi++) {
-                float *row = M + (size_t)vi * (size_t)S;
-                for (int ki = 0; ki < S; ki++) row[ki] *= decay;
-                float d = (vt[vi] - ggml_dot(row, kt, S)) * beta;
-                for (int ki = 0; ki < S; ki++) row[ki] = fmaf(kt[ki], d, row[ki]);
-                ot[vi] = ggml_dot(row, qt, S) * scale;
+            if (!chunked) {
+                delta_token(M, S, qt, kt, vt, g, beta, ot);
+                continue;
+            }
+            qs[run] = qt;
+            ks[run] = kt;
+            vs[run] = vt;
+            os[run] = ot;
+            gs[run] = g;
+            bs[run] = beta;
+            if (++run == DCH) {
+                delta_chunk(M, S, run, qs, ks, vs, gs, bs, os);
+                run = 0;
             }
         }
+        if (run) delta_chunk(M, S, run, qs, ks, vs, gs, bs, os);
     }
 }
 
@@ -228,9 +320,11 @@ void cpu_op_delta_net(be_backend *b, const be_delta_args *a) {
     for (int s = 0; s < p->n_seqs; s++)
         if (p->state_slot[s] < 0 || p->state_slot[s] >= kv->n_state_slots)
             return fail(cb, "delta_net: a sequence has no recurrent-state slot");
-    delta_ctx c = {p, a, a->n_tokens};
+    delta_ctx c = {p, a, a->n_tokens, cb->force_ref ? 0 : cb->delta_chunk};
     cpu_par_rows(cb, p->n_seqs * a->n_v_heads, delta_rows, &c);
 }
+
+void cpu_delta_chunk(be_backend *b, int min_tokens) { cpu_of(b)->delta_chunk = min_tokens > 0 ? min_tokens : 0; }
 
 void cpu_op_state_copy(be_backend *b, const kv_cache *kv, int n, const int32_t *src, const int32_t *dst) {
     cpu_be *cb = cpu_of(b);
