@@ -734,6 +734,73 @@ static void test_recurrent(rig *r, bool big) {
     kv_free(kv);
 }
 
+/* The delta rule's fast token step (the CPU: AVX2) gives the same bits as
+ * the scalar form (reference mode), outputs and state, at head dims 64 and
+ * 128 over a few tokens of one sequence. */
+static void test_delta_bits(rig *r) {
+    hn_err e;
+    for (int S = 64; S <= 128; S += 64) {
+        const int NK = 2, NV = 4, n = 3;
+        size_t delta_bytes = sizeof(float) * (size_t)NV * S * S;
+        kv_config c = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4, .n_blocks = 4,
+                       .storage = r->b->ops->kv_storage(r->b), .state_bytes = delta_bytes, .n_state_slots = 2};
+        kv_cache *kv;
+        CHECK(kv_create(&c, &kv, &e) == HN_OK);
+        kv_seq sq;
+        kv_seq_init(&sq, kv, 16, &e);
+        CHECK(kv_seq_state_acquire(kv, &sq, &e) == HN_OK);
+        float *q = malloc(sizeof(float) * (size_t)n * NK * S), *k = malloc(sizeof(float) * (size_t)n * NK * S);
+        float *v = malloc(sizeof(float) * (size_t)n * NV * S), al[3 * 4], bt[3 * 4], dtb[4], A[4];
+        for (int i = 0; i < n * NK * S; i++) {
+            q[i] = frand() / 4;
+            k[i] = frand() / 4;
+        }
+        for (int i = 0; i < n * NV * S; i++) v[i] = frand();
+        for (int i = 0; i < n * NV; i++) {
+            al[i] = frand();
+            bt[i] = frand();
+        }
+        for (int j = 0; j < NV; j++) {
+            dtb[j] = frand();
+            A[j] = -1.0f;
+        }
+        be_tensor *Q = act(r, QT_F32, NK * S, n, q), *K = act(r, QT_F32, NK * S, n, k), *V = act(r, QT_F32, NV * S, n, v);
+        be_tensor *AL = act(r, QT_F32, NV, n, al), *BT = act(r, QT_F32, NV, n, bt), *O = act(r, QT_F32, NV * S, n, NULL);
+        be_tensor *DT = weight(r, QT_F32, NV, 1, 1, dtb, 0), *AA = weight(r, QT_F32, NV, 1, 1, A, 0);
+        float *out[2], *st[2];
+        for (int pass = 0; pass < 2; pass++) {
+            int32_t tok[3] = {0}, pos[3] = {0, 1, 2}, sid[3] = {0};
+            kv_seq_truncate(kv, &sq, 0);
+            kv_seq *sp[1] = {&sq};
+            step_batch sb = {.n_tokens = n, .token = tok, .pos = pos, .seq_id = sid, .seqs = sp, .n_seqs = 1};
+            CHECK(plan_build(&r->plan, kv, &sb, 1, 64, &e) == HN_OK);
+            r->b->ops->plan_set(r->b, &r->plan);
+            r->b->ops->set_reference(r->b, pass == 1);
+            be_delta_args da = {.q = Q, .k = K, .v = V, .alpha = AL, .beta = BT, .dt_bias = DT, .a = AA, .out = O,
+                                .n_tokens = n, .n_k_heads = NK, .n_v_heads = NV, .head_dim = S, .kv = kv};
+            r->b->ops->delta_net(r->b, &da);
+            const float *o = back(r, O, n);
+            out[pass] = malloc(sizeof(float) * (size_t)n * NV * S);
+            memcpy(out[pass], o, sizeof(float) * (size_t)n * NV * S);
+            st[pass] = malloc(delta_bytes);
+            memcpy(st[pass], kv_state_ptr(kv, sq.state), delta_bytes); /* host storage (the CPU) */
+            plan_finish(&r->plan);
+        }
+        r->b->ops->set_reference(r->b, r->ref);
+        CHECKF(!memcmp(out[0], out[1], sizeof(float) * (size_t)n * NV * S) && !memcmp(st[0], st[1], delta_bytes),
+               "%s: delta_net S=%d: the fast token step has the scalar form's bits", r->name, S);
+        for (int i = 0; i < 2; i++) {
+            free(out[i]);
+            free(st[i]);
+        }
+        free(q);
+        free(k);
+        free(v);
+        kv_seq_free(&sq, kv);
+        kv_free(kv);
+    }
+}
+
 static void run_backend(const char *name, int nth, bool ref) {
     rig r;
     if (!rig_open(&r, name, nth, ref)) {
@@ -775,6 +842,7 @@ static void run_backend(const char *name, int nth, bool ref) {
     test_recurrent(&r, false);
     test_recurrent(&r, true);
     if (!strcmp(name, "cpu") && !ref) {
+        test_delta_bits(&r);
         /* the CPU's chunked form of the delta rule (runs of 2+ tokens), against the same double-precision math */
         cpu_delta_chunk(r.b, 2);
         test_recurrent(&r, false);

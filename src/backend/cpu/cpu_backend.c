@@ -460,6 +460,7 @@ hn_status be_cpu_create(pool *p, be_backend **out, hn_err *err) {
     cpu_attn_select(cb);
     const char *ng = getenv("HONE_NO_GEMM");
     cb->no_gemm = ng && *ng && strcmp(ng, "0") != 0;
+    cb->delta_avx2 = cpu_dot_features()->avx2 && cpu_dot_features()->fma;
     const char *dc = getenv("HONE_DELTA_CHUNK");
     cb->delta_chunk = dc && *dc ? atoi(dc) : 0;
     if (cb->delta_chunk < 0) cb->delta_chunk = 0;

@@ -158,6 +158,7 @@ typedef struct cpu_be {
     int attn_force;       /* HONE_ATTN_KERNEL / tests: index into ak, -1: pick by head_dim */
     cpu_attn_to_f16_fn to_f16; /* kv_store's f32 -> f16 rows */
     float *route;         /* max_experts floats */
+    bool delta_avx2;      /* delta_net's token step with AVX2 + FMA (same bits as the scalar form) */
     int delta_chunk;      /* delta_net: the chunked form for a sequence's runs of at least this many tokens (0: token-step only) */
     /* the step */
     const step_plan *plan; /* plan_set's */
@@ -211,6 +212,9 @@ void cpu_op_state_copy(be_backend *b, const kv_cache *kv, int n, const int32_t *
 /* Test hook / HONE_DELTA_CHUNK: delta_net runs its chunked form for a sequence's runs of at least
  * min_tokens tokens in a step (0: always the token-step form, which is llama.cpp's CPU arithmetic). */
 void cpu_delta_chunk(be_backend *b, int min_tokens);
+/* One token of the delta rule on one value head (S a multiple of 64), bit for bit the scalar form (cpu_ssm.c). */
+void cpu_delta_token_avx2(float *M, int S, const float *qt, const float *kt, const float *vt, float g, float beta,
+                          float *ot);
 
 /* ops implemented in cpu_matmul.c and cpu_attn.c */
 hn_status cpu_matmul_reserve(cpu_be *cb, hn_err *err);

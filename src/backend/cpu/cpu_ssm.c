@@ -181,6 +181,7 @@ typedef struct {
     const be_delta_args *a;
     int n;
     int chunk_min; /* runs of at least this many tokens take the chunked form (0: never) */
+    bool avx2;     /* the token step's AVX2 kernel (S a multiple of 64) */
 } delta_ctx;
 
 #define DCH 32         /* tokens per chunk of the chunked form */
@@ -290,7 +291,8 @@ static void delta_rows(void *ctx, int r0, int r1) {
             float g = softplus(al[(size_t)t * (size_t)Nv + (size_t)j] + dtb[j]) * A[j];
             float beta = 1.0f / (1.0f + expf(-be[(size_t)t * (size_t)Nv + (size_t)j]));
             if (!chunked) {
-                delta_token(M, S, qt, kt, vt, g, beta, ot);
+                if (c->avx2) cpu_delta_token_avx2(M, S, qt, kt, vt, g, beta, ot);
+                else delta_token(M, S, qt, kt, vt, g, beta, ot);
                 continue;
             }
             qs[run] = qt;
@@ -320,7 +322,8 @@ void cpu_op_delta_net(be_backend *b, const be_delta_args *a) {
     for (int s = 0; s < p->n_seqs; s++)
         if (p->state_slot[s] < 0 || p->state_slot[s] >= kv->n_state_slots)
             return fail(cb, "delta_net: a sequence has no recurrent-state slot");
-    delta_ctx c = {p, a, a->n_tokens, cb->force_ref ? 0 : cb->delta_chunk};
+    delta_ctx c = {p, a, a->n_tokens, cb->force_ref ? 0 : cb->delta_chunk,
+                   !cb->force_ref && cb->delta_avx2 && a->head_dim % 64 == 0};
     cpu_par_rows(cb, p->n_seqs * a->n_v_heads, delta_rows, &c);
 }
 
