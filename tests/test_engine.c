@@ -426,6 +426,10 @@ static void test_preempt(void) {
             preempt = s.preemptions;
             CHECKF(s.blocks_max == 10 && s.evictions > 0, "pool of %d blocks, %llu evictions", (int)s.blocks_max,
                    (unsigned long long)s.evictions);
+            /* hybrids: a preempted sequence left a checkpoint, which its resumption used */
+            if (s.ckpt_max > 0)
+                CHECKF(s.ckpt_hits > 0, "preempted hybrid sequences resumed from checkpoints (%llu hits)",
+                       (unsigned long long)s.ckpt_hits);
         }
         CHECKF(s.blocks_used == 0 && s.check_failures == 0, "pool consistent: %d used, %s", (int)s.blocks_used,
                s.check_error);

@@ -270,6 +270,8 @@ void kv_seq_state_release(kv_cache *kv, kv_seq *s);
 int32_t kv_ckpt_take(kv_cache *kv, int32_t block);
 /* Drops the block's checkpoint (if any). */
 void kv_ckpt_drop(kv_cache *kv, int32_t block);
+/* References to a block (sequences holding it). */
+static inline int32_t kv_block_refs(const kv_cache *kv, int32_t block) { return kv->ref[block]; }
 /* The block's checkpoint slot, or -1. */
 static inline int32_t kv_ckpt_of(const kv_cache *kv, int32_t block) { return kv->ckpt ? kv->ckpt[block] : -1; }
 /* kv_seq_match for a sequence with recurrent state: extends the sequence

@@ -470,7 +470,7 @@ static bool take_token(eng_engine *e, ereq *q, float *row, eng_finish *fin, hn_s
 }
 
 /* Hybrids, after a step: a request at a published block boundary takes a
- * checkpoint there if it is a prompt checkpoint point, and during the reply
+ * checkpoint there if it is a prompt checkpoint point or a shared block, and during the reply
  * a rolling one (each replaces the previous), so that a finished reply
  * leaves the state of its last full block. The copies run together after
  * the step's sampling. */
@@ -481,7 +481,9 @@ static void want_ckpt(eng_engine *e, ereq *q) {
     if (n <= 0 || n % bs || s->state < 0 || s->state_len != n || s->n_hashed * bs != n) return;
     int32_t b = s->blocks[s->n_hashed - 1];
     bool prompt = n <= q->n_prompt;
-    if (prompt && !ckpt_point(e, q, n) && n != q->ck_at) return;
+    /* in the prompt: its checkpoint points, the end of a chunk others wait for, and the end of a
+     * chunk that is shared (another sequence holds the block: the end of a common prefix so far) */
+    if (prompt && !ckpt_point(e, q, n) && n != q->ck_at && kv_block_refs(e->kv, b) < 2) return;
     int32_t slot = kv_ckpt_take(e->kv, b);
     if (slot < 0) return;
     if (!prompt) {
