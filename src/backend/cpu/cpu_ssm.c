@@ -1,10 +1,13 @@
 /* cpu_ssm.c: the CPU backend's ops for hybrid (Gated DeltaNet) layers:
  * strided column copies, sigmoid gating, L2 norm, multi-section rope, the
  * short causal conv over each sequence's conv state, the gated delta rule
- * over each sequence's delta state, and state-slot copies. Each is its own
- * scalar reference (tests/test_backend_ops.c checks them against double
- * precision); the recurrences run in token order per sequence, split over
- * channels (conv) or (sequence, value head) pairs (delta rule). */
+ * over each sequence's delta state, and state-slot copies. The scalar forms
+ * here are the references (tests/test_backend_ops.c checks them against
+ * double precision); the recurrences run in token order per sequence, split
+ * over channels (conv) or (sequence, value head) pairs (delta rule). The
+ * delta rule's token step has an AVX2 form with the same bits
+ * (cpu_ssm_avx2.c) and a chunked (parallel) form for prefill runs, off by
+ * default (HONE_DELTA_CHUNK), which equals the token step up to rounding. */
 #include <math.h>
 #include <string.h>
 
