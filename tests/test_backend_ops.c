@@ -12,12 +12,16 @@
  * per-slot inputs), moe_combine, get_rows (every table type, bit for bit),
  * rms_norm, rope (normal, neox), add, add_bias, swiglu, kv_store + attention
  * (GQA, causal, windows, several sequences, block boundaries, f32/f16/q8_0 K
- * and f32/f16/q8_0/q4_0/q4_1 V),
- * gather_out, mask_logits. */
+ * and f32/f16/q8_0/q4_0/q4_1 V), gather_out, mask_logits; and the hybrid ops
+ * (version 5): copy_cols, sigmoid_mul, l2_norm, rope_multi (sections),
+ * ssm_conv and delta_net over recurrent-state slots (two interleaved
+ * sequences, the state carried across steps and restarted at position 0),
+ * state_copy. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "backend/cpu/cpu_int.h"
 #include "backend/registry.h"
 #include "kv/kv.h"
 #include "quant/quant.h"
@@ -507,6 +511,320 @@ static void test_rows(rig *r) {
     CHECKF(ok, "%s: mask_logits", r->name);
 }
 
+/* ---- hybrid ops ---- */
+
+static void test_hybrid_small(rig *r) {
+    const int n = 5, H = 3, D = 8;
+    float x0[5 * 3 * 16], g0[5 * 3 * 8];
+    for (int i = 0; i < n * H * 2 * D; i++) x0[i] = frand() * 4;
+    for (int i = 0; i < n * H * D; i++) g0[i] = frand() * 6;
+    plan_positions(r, n, (int32_t[]){0, 3, 11, 40, 500}, NULL);
+    /* copy_cols: the gates of an interleaved [q(D) gate(D)] per head projection */
+    be_tensor *X = act(r, QT_F32, H * 2 * D, n, x0), *Y = act(r, QT_F32, H * D, n, NULL);
+    r->b->ops->copy_cols(r->b, X, 2 * D, D, n * H, D, Y, D, 0);
+    const float *y = back(r, Y, n);
+    int bad = 0;
+    for (int i = 0; i < n * H; i++)
+        for (int j = 0; j < D; j++) bad += y[i * D + j] != x0[i * 2 * D + D + j];
+    CHECKF(bad == 0, "%s: copy_cols: %d wrong", r->name, bad);
+    /* sigmoid_mul, per element and one gate per row */
+    be_tensor *G = act(r, QT_F32, H * D, n, g0), *A = act(r, QT_F32, H * D, n, x0), *O = act(r, QT_F32, H * D, n, NULL);
+    for (int gd = 0; gd < 2; gd++) {
+        int g_dim = gd ? 1 : H * D;
+        r->b->ops->sigmoid_mul(r->b, A, G, n, H * D, g_dim, O);
+        const float *o = back(r, O, n);
+        double err = 0;
+        for (int t = 0; t < n; t++)
+            for (int i = 0; i < H * D; i++) {
+                double gv = g0[t * g_dim + (g_dim == 1 ? 0 : i)];
+                err = fmax(err, fabs(o[t * H * D + i] - x0[t * H * D + i] / (1 + exp(-gv))));
+            }
+        CHECKF(err < 1e-5, "%s: sigmoid_mul g_dim %d: error %g", r->name, g_dim, err);
+    }
+    /* l2_norm per head, one row tiny (the eps floor) */
+    float l0[5 * 3 * 8];
+    memcpy(l0, x0, sizeof l0);
+    for (int i = 0; i < D; i++) l0[i] = 1e-9f;
+    be_tensor *L = act(r, QT_F32, D, n * H, l0);
+    r->b->ops->l2_norm(r->b, L, n * H, D, 1e-6f, L);
+    const float *l = back(r, L, n * H);
+    double err = 0;
+    for (int rr = 0; rr < n * H; rr++) {
+        double ss = 0;
+        for (int i = 0; i < D; i++) ss += (double)l0[rr * D + i] * l0[rr * D + i];
+        double sc = 1.0 / fmax(sqrt(ss), 1e-6);
+        for (int i = 0; i < D; i++) err = fmax(err, fabs(l[rr * D + i] - l0[rr * D + i] * sc));
+    }
+    CHECKF(err < 1e-5, "%s: l2_norm: error %g", r->name, err);
+    /* rope_multi: 16 rotated dims of 24 = 8 pairs; sections [2,1,1,0]: pairs 0,3 (t), 1 (h), 2 (w) rotate, the rest are e */
+    const int HD = 24, NR = 16;
+    float r0[5 * 3 * 24];
+    for (int i = 0; i < n * H * HD; i++) r0[i] = frand();
+    be_tensor *R = act(r, QT_F32, H * HD, n, r0);
+    r->b->ops->rope_multi(r->b, R, n, H, HD, NR, 10000.0f, (const int32_t[]){2, 1, 1, 0});
+    const float *rv = back(r, R, n);
+    const int32_t *pos = r->plan.pos;
+    err = 0;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < H; h++) {
+            const float *a = r0 + ((size_t)t * H + h) * HD, *b = rv + ((size_t)t * H + h) * HD;
+            for (int i = 0; i < NR / 2; i++) {
+                int sec = i % 3, lim[3] = {2, 1, 1};
+                double th = i < 3 * lim[sec] ? pos[t] * pow(10000.0, -2.0 * i / NR) : 0.0;
+                double o0 = a[i] * cos(th) - a[i + NR / 2] * sin(th), o1 = a[i] * sin(th) + a[i + NR / 2] * cos(th);
+                err = fmax(err, fmax(fabs(o0 - b[i]), fabs(o1 - b[i + NR / 2])));
+            }
+            for (int i = NR; i < HD; i++) err = fmax(err, fabs(a[i] - b[i]));
+        }
+    CHECKF(err < 1e-3, "%s: rope_multi: error %g", r->name, err);
+}
+
+/* The short conv and the gated delta rule of two interleaved sequences over
+ * their state slots, in two steps (the state carried), then sequence 0
+ * restarted at position 0 in a third; against double precision. state_copy
+ * checkpoints a slot and restores it. */
+static void test_recurrent(rig *r, bool big) {
+    hn_err e;
+    enum { NK = 2, NV = 4, S = 16, K = 4, C = 2 * NK * S + NV * S, T = 70 };
+    const size_t conv_bytes = sizeof(float) * (K - 1) * C, delta_bytes = sizeof(float) * NV * S * S;
+    kv_config c = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4, .n_blocks = 64,
+                   .storage = r->b->ops->kv_storage(r->b), .state_bytes = 64 + conv_bytes + delta_bytes,
+                   .n_state_slots = 4};
+    kv_cache *kv;
+    CHECK(kv_create(&c, &kv, &e) == HN_OK);
+    kv_seq sq[2];
+    for (int q = 0; q < 2; q++) {
+        kv_seq_init(&sq[q], kv, 128, &e);
+        CHECK(kv_seq_state_acquire(kv, &sq[q], &e) == HN_OK);
+    }
+    const int len[2] = {big ? 70 : 9, big ? 40 : 6};
+    /* inputs per sequence and position: conv input u, and the delta rule's alpha, beta */
+    static float u[2][T][C], al[2][T][NV], bt[2][T][NV], w[C][K], dtb[NV], A[NV];
+    for (int q = 0; q < 2; q++)
+        for (int t = 0; t < T; t++) {
+            for (int i = 0; i < C; i++) u[q][t][i] = frand() * 2;
+            for (int j = 0; j < NV; j++) {
+                al[q][t][j] = frand() * 4;
+                bt[q][t][j] = frand() * 4;
+            }
+        }
+    for (int i = 0; i < C; i++)
+        for (int j = 0; j < K; j++) w[i][j] = frand();
+    for (int j = 0; j < NV; j++) {
+        dtb[j] = frand();
+        A[j] = -expf(frand());
+    }
+    /* reference: conv + silu, L2-normalised q/k, the delta rule, in double */
+    static double ref[2][T][NV * S], cref[2][T][C];
+    for (int q = 0; q < 2; q++) {
+        static double M[NV][S][S];
+        memset(M, 0, sizeof M);
+        for (int t = 0; t < len[q]; t++) {
+            for (int i = 0; i < C; i++) {
+                double acc = 0;
+                for (int j = 0; j < K; j++) {
+                    int tt = t - K + 1 + j;
+                    acc += tt >= 0 ? (double)w[i][j] * u[q][tt][i] : 0.0;
+                }
+                cref[q][t][i] = acc / (1 + exp(-acc));
+            }
+            double qn[NK][S], kn[NK][S];
+            for (int h = 0; h < NK; h++) {
+                double sq2 = 0, sk2 = 0;
+                for (int i = 0; i < S; i++) {
+                    sq2 += cref[q][t][h * S + i] * cref[q][t][h * S + i];
+                    sk2 += cref[q][t][NK * S + h * S + i] * cref[q][t][NK * S + h * S + i];
+                }
+                for (int i = 0; i < S; i++) {
+                    qn[h][i] = cref[q][t][h * S + i] / fmax(sqrt(sq2), 1e-6);
+                    kn[h][i] = cref[q][t][NK * S + h * S + i] / fmax(sqrt(sk2), 1e-6);
+                }
+            }
+            for (int j = 0; j < NV; j++) {
+                double x = al[q][t][j] + dtb[j], sp = x > 20 ? x : log1p(exp(x));
+                double decay = exp(sp * A[j]), beta = 1 / (1 + exp(-(double)bt[q][t][j]));
+                const double *kk = kn[j % NK], *qq = qn[j % NK], *v = &cref[q][t][2 * NK * S + j * S];
+                for (int a = 0; a < S; a++) {
+                    double mk = 0;
+                    for (int b = 0; b < S; b++) mk += (M[j][a][b] *= decay) * kk[b];
+                    double d = beta * (v[a] - mk), o = 0;
+                    for (int b = 0; b < S; b++) o += (M[j][a][b] += d * kk[b]) * qq[b];
+                    ref[q][t][j * S + a] = o / sqrt((double)S);
+                }
+            }
+        }
+    }
+    /* three steps: [seq0 0..3, seq1 0..1], [seq0 4..8, seq1 2..5], [seq0 0..2 again]
+     * (big: [0..39, 0..1], [40..69, 2..39], [0..32 again]: runs past the chunked form's 32) */
+    static const int lo_s[3][2] = {{0, 0}, {4, 2}, {0, 6}}, hi_s[3][2] = {{4, 2}, {9, 6}, {3, 6}};
+    static const int lo_b[3][2] = {{0, 0}, {40, 2}, {0, 40}}, hi_b[3][2] = {{40, 2}, {70, 40}, {33, 40}};
+    const int(*lo)[2] = big ? lo_b : lo_s, (*hi)[2] = big ? hi_b : hi_s;
+    be_tensor *U = act(r, QT_F32, C, 72, NULL), *Wt = weight(r, QT_F32, K, C, 1, w, 0);
+    be_tensor *Q = act(r, QT_F32, NK * S, 72, NULL), *Kt = act(r, QT_F32, NK * S, 72, NULL);
+    be_tensor *V = act(r, QT_F32, NV * S, 72, NULL), *O = act(r, QT_F32, NV * S, 72, NULL);
+    be_tensor *AL = act(r, QT_F32, NV, 72, NULL), *BT = act(r, QT_F32, NV, 72, NULL);
+    be_tensor *DT = weight(r, QT_F32, NV, 1, 1, dtb, 0), *AA = weight(r, QT_F32, NV, 1, 1, A, 0);
+    kv_seq *sp[2] = {&sq[0], &sq[1]};
+    int32_t ckpt = kv_state_alloc(kv);
+    CHECK(ckpt >= 0);
+    for (int st = 0; st < 3; st++) {
+        int32_t tok[80], pos[80], sid[80];
+        int n = 0, maxlen = 70;
+        for (int p = 0; p < maxlen; p++)
+            for (int q = 0; q < 2; q++)
+                if (p >= lo[st][q] && p < hi[st][q]) {
+                    tok[n] = 0;
+                    pos[n] = p;
+                    sid[n] = q;
+                    n++;
+                }
+        if (st == 2) kv_seq_truncate(kv, &sq[0], 0);
+        step_batch sb = {.n_tokens = n, .token = tok, .pos = pos, .seq_id = sid, .seqs = sp, .n_seqs = 2};
+        CHECK(plan_build(&r->plan, kv, &sb, 1, 64, &e) == HN_OK);
+        r->b->ops->plan_set(r->b, &r->plan);
+        for (int i = 0; i < n; i++) {
+            r->b->ops->upload(r->b, U, sizeof(float) * (size_t)i * C, u[sid[i]][pos[i]], sizeof(float) * C);
+            r->b->ops->upload(r->b, AL, sizeof(float) * (size_t)i * NV, al[sid[i]][pos[i]], sizeof(float) * NV);
+            r->b->ops->upload(r->b, BT, sizeof(float) * (size_t)i * NV, bt[sid[i]][pos[i]], sizeof(float) * NV);
+        }
+        r->b->ops->ssm_conv(r->b, U, Wt, n, C, K, kv, 64, U);
+        r->b->ops->copy_cols(r->b, U, C, 0, n, NK * S, Q, NK * S, 0);
+        r->b->ops->copy_cols(r->b, U, C, NK * S, n, NK * S, Kt, NK * S, 0);
+        r->b->ops->copy_cols(r->b, U, C, 2 * NK * S, n, NV * S, V, NV * S, 0);
+        r->b->ops->l2_norm(r->b, Q, n * NK, S, 1e-6f, Q);
+        r->b->ops->l2_norm(r->b, Kt, n * NK, S, 1e-6f, Kt);
+        be_delta_args da = {.q = Q, .k = Kt, .v = V, .alpha = AL, .beta = BT, .dt_bias = DT, .a = AA, .out = O,
+                            .n_tokens = n, .n_k_heads = NK, .n_v_heads = NV, .head_dim = S, .kv = kv,
+                            .state_off = 64 + conv_bytes};
+        r->b->ops->delta_net(r->b, &da);
+        const float *cu = back(r, U, n), *o = back(r, O, n);
+        double ec = 0, eo = 0;
+        for (int i = 0; i < n; i++) {
+            for (int j = 0; j < C; j++) ec = fmax(ec, fabs(cu[(size_t)i * C + j] - cref[sid[i]][pos[i]][j]));
+            for (int j = 0; j < NV * S; j++) eo = fmax(eo, fabs(o[(size_t)i * NV * S + j] - ref[sid[i]][pos[i]][j]));
+        }
+        CHECKF(ec < 1e-5 && eo < 1e-4, "%s%s: recurrent step %d: conv error %g, delta-rule error %g", r->name,
+               big ? " (long runs)" : "", st, ec, eo);
+        plan_finish(&r->plan);
+        if (st == 0) {
+            /* checkpoint sequence 1's state after its first 2 positions */
+            r->b->ops->state_copy(r->b, kv, 1, (const int32_t[]){sq[1].state}, &ckpt);
+            CHECK(r->b->ops->sync(r->b, &e) == HN_OK);
+        }
+    }
+    /* restore the checkpoint into sequence 1 and recompute positions 2..5: the same outputs */
+    r->b->ops->state_copy(r->b, kv, 1, &ckpt, (const int32_t[]){sq[1].state});
+    kv_seq_truncate(kv, &sq[1], 2);
+    sq[1].state_len = 2;
+    {
+        int32_t tok[4] = {0}, pos[4] = {2, 3, 4, 5}, sid[4] = {1, 1, 1, 1};
+        step_batch sb = {.n_tokens = 4, .token = tok, .pos = pos, .seq_id = sid, .seqs = sp, .n_seqs = 2};
+        CHECK(plan_build(&r->plan, kv, &sb, 1, 64, &e) == HN_OK);
+        r->b->ops->plan_set(r->b, &r->plan);
+        for (int i = 0; i < 4; i++) {
+            r->b->ops->upload(r->b, U, sizeof(float) * (size_t)i * C, u[1][pos[i]], sizeof(float) * C);
+            r->b->ops->upload(r->b, AL, sizeof(float) * (size_t)i * NV, al[1][pos[i]], sizeof(float) * NV);
+            r->b->ops->upload(r->b, BT, sizeof(float) * (size_t)i * NV, bt[1][pos[i]], sizeof(float) * NV);
+        }
+        r->b->ops->ssm_conv(r->b, U, Wt, 4, C, K, kv, 64, U);
+        r->b->ops->copy_cols(r->b, U, C, 0, 4, NK * S, Q, NK * S, 0);
+        r->b->ops->copy_cols(r->b, U, C, NK * S, 4, NK * S, Kt, NK * S, 0);
+        r->b->ops->copy_cols(r->b, U, C, 2 * NK * S, 4, NV * S, V, NV * S, 0);
+        r->b->ops->l2_norm(r->b, Q, 4 * NK, S, 1e-6f, Q);
+        r->b->ops->l2_norm(r->b, Kt, 4 * NK, S, 1e-6f, Kt);
+        be_delta_args da = {.q = Q, .k = Kt, .v = V, .alpha = AL, .beta = BT, .dt_bias = DT, .a = AA, .out = O,
+                            .n_tokens = 4, .n_k_heads = NK, .n_v_heads = NV, .head_dim = S, .kv = kv,
+                            .state_off = 64 + conv_bytes};
+        r->b->ops->delta_net(r->b, &da);
+        const float *o = back(r, O, 4);
+        double eo = 0;
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < NV * S; j++) eo = fmax(eo, fabs(o[(size_t)i * NV * S + j] - ref[1][pos[i]][j]));
+        CHECKF(eo < 1e-4, "%s: restored checkpoint: delta-rule error %g", r->name, eo);
+        plan_finish(&r->plan);
+    }
+    /* bad arguments fail at sync, not with a crash */
+    be_delta_args bad = {.q = Q, .k = Kt, .v = V, .alpha = AL, .beta = BT, .dt_bias = DT, .a = AA, .out = O,
+                         .n_tokens = 1, .n_k_heads = NK, .n_v_heads = NV, .head_dim = S, .kv = kv,
+                         .state_off = c.state_bytes};
+    r->b->ops->delta_net(r->b, &bad);
+    CHECKF(r->b->ops->sync(r->b, &e) == HN_ERR_INVALID, "%s: delta_net past the state slot fails", r->name);
+    kv_state_free(kv, ckpt);
+    for (int q = 0; q < 2; q++) kv_seq_free(&sq[q], kv);
+    kv_stats ks;
+    kv_get_stats(kv, &ks);
+    CHECKF(ks.state_slots_live == 0 && ks.state_bytes == 0, "%s: state slots given back (%d live)", r->name,
+           (int)ks.state_slots_live);
+    kv_free(kv);
+}
+
+/* The delta rule's fast token step (the CPU: AVX2) gives the same bits as
+ * the scalar form (reference mode), outputs and state, at head dims 64 and
+ * 128 over a few tokens of one sequence. */
+static void test_delta_bits(rig *r) {
+    hn_err e;
+    for (int S = 64; S <= 128; S += 64) {
+        const int NK = 2, NV = 4, n = 3;
+        size_t delta_bytes = sizeof(float) * (size_t)NV * S * S;
+        kv_config c = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4, .n_blocks = 4,
+                       .storage = r->b->ops->kv_storage(r->b), .state_bytes = delta_bytes, .n_state_slots = 2};
+        kv_cache *kv;
+        CHECK(kv_create(&c, &kv, &e) == HN_OK);
+        kv_seq sq;
+        kv_seq_init(&sq, kv, 16, &e);
+        CHECK(kv_seq_state_acquire(kv, &sq, &e) == HN_OK);
+        float *q = malloc(sizeof(float) * (size_t)n * NK * S), *k = malloc(sizeof(float) * (size_t)n * NK * S);
+        float *v = malloc(sizeof(float) * (size_t)n * NV * S), al[3 * 4], bt[3 * 4], dtb[4], A[4];
+        for (int i = 0; i < n * NK * S; i++) {
+            q[i] = frand() / 4;
+            k[i] = frand() / 4;
+        }
+        for (int i = 0; i < n * NV * S; i++) v[i] = frand();
+        for (int i = 0; i < n * NV; i++) {
+            al[i] = frand();
+            bt[i] = frand();
+        }
+        for (int j = 0; j < NV; j++) {
+            dtb[j] = frand();
+            A[j] = -1.0f;
+        }
+        be_tensor *Q = act(r, QT_F32, NK * S, n, q), *K = act(r, QT_F32, NK * S, n, k), *V = act(r, QT_F32, NV * S, n, v);
+        be_tensor *AL = act(r, QT_F32, NV, n, al), *BT = act(r, QT_F32, NV, n, bt), *O = act(r, QT_F32, NV * S, n, NULL);
+        be_tensor *DT = weight(r, QT_F32, NV, 1, 1, dtb, 0), *AA = weight(r, QT_F32, NV, 1, 1, A, 0);
+        float *out[2], *st[2];
+        for (int pass = 0; pass < 2; pass++) {
+            int32_t tok[3] = {0}, pos[3] = {0, 1, 2}, sid[3] = {0};
+            kv_seq_truncate(kv, &sq, 0);
+            kv_seq *sp[1] = {&sq};
+            step_batch sb = {.n_tokens = n, .token = tok, .pos = pos, .seq_id = sid, .seqs = sp, .n_seqs = 1};
+            CHECK(plan_build(&r->plan, kv, &sb, 1, 64, &e) == HN_OK);
+            r->b->ops->plan_set(r->b, &r->plan);
+            r->b->ops->set_reference(r->b, pass == 1);
+            be_delta_args da = {.q = Q, .k = K, .v = V, .alpha = AL, .beta = BT, .dt_bias = DT, .a = AA, .out = O,
+                                .n_tokens = n, .n_k_heads = NK, .n_v_heads = NV, .head_dim = S, .kv = kv};
+            r->b->ops->delta_net(r->b, &da);
+            const float *o = back(r, O, n);
+            out[pass] = malloc(sizeof(float) * (size_t)n * NV * S);
+            memcpy(out[pass], o, sizeof(float) * (size_t)n * NV * S);
+            st[pass] = malloc(delta_bytes);
+            memcpy(st[pass], kv_state_ptr(kv, sq.state), delta_bytes); /* host storage (the CPU) */
+            plan_finish(&r->plan);
+        }
+        r->b->ops->set_reference(r->b, r->ref);
+        CHECKF(!memcmp(out[0], out[1], sizeof(float) * (size_t)n * NV * S) && !memcmp(st[0], st[1], delta_bytes),
+               "%s: delta_net S=%d: the fast token step has the scalar form's bits", r->name, S);
+        for (int i = 0; i < 2; i++) {
+            free(out[i]);
+            free(st[i]);
+        }
+        free(q);
+        free(k);
+        free(v);
+        kv_seq_free(&sq, kv);
+        kv_free(kv);
+    }
+}
+
 static bool run_backend(const char *name, int nth, bool ref) {
     rig r;
     if (!rig_open(&r, name, nth, ref)) {
@@ -544,6 +862,17 @@ static bool run_backend(const char *name, int nth, bool ref) {
     test_elementwise(&r, 100);
     test_moe_small(&r);
     test_rows(&r);
+    test_hybrid_small(&r);
+    test_recurrent(&r, false);
+    test_recurrent(&r, true);
+    if (!strcmp(name, "cpu") && !ref) {
+        test_delta_bits(&r);
+        /* the CPU's chunked form of the delta rule (runs of 2+ tokens), against the same double-precision math */
+        cpu_delta_chunk(r.b, 2);
+        test_recurrent(&r, false);
+        test_recurrent(&r, true);
+        cpu_delta_chunk(r.b, 0);
+    }
     rig_close(&r);
     return true;
 }

@@ -15,7 +15,12 @@
  *   - a stress run of random submit / cancel / finish interleavings on a
  *     small pool with every KV invariant checked after every step;
  *   - the idle timer and eng_trim give the KV memory back; eng_free with
- *     requests in flight ends each of them. */
+ *     requests in flight ends each of them.
+ * Most of these run again on the hybrid qwen35-tiny model (recurrent state
+ * slots, prefix cache through state checkpoints), plus: an edit in the
+ * middle of a conversation resumes from the ladder checkpoint before it, the
+ * checkpoint budget caps what is kept, and the state memory is reported and
+ * given back. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -139,6 +144,7 @@ static void reference_with(const int32_t *prompt, int n, int gen, smp_sampler *s
     kv_create(&c, &kv, &e);
     kv_seq s;
     kv_seq_init(&s, kv, 1024, &e);
+    if (model_hp(m)->hybrid) kv_seq_state_acquire(kv, &s, &e);
     int nv = model_hp(m)->n_vocab;
     float *lg = hn_malloc(sizeof(float) * (size_t)nv);
     int32_t pos[256], sid[256] = {0}, tok[256];
@@ -422,6 +428,10 @@ static void test_preempt(void) {
             preempt = s.preemptions;
             CHECKF(s.blocks_max == 10 && s.evictions > 0, "pool of %d blocks, %llu evictions", (int)s.blocks_max,
                    (unsigned long long)s.evictions);
+            /* hybrids: a preempted sequence left a checkpoint, which its resumption used */
+            if (s.ckpt_max > 0)
+                CHECKF(s.ckpt_hits > 0, "preempted hybrid sequences resumed from checkpoints (%llu hits)",
+                       (unsigned long long)s.ckpt_hits);
         }
         CHECKF(s.blocks_used == 0 && s.check_failures == 0, "pool consistent: %d used, %s", (int)s.blocks_used,
                s.check_error);
@@ -605,6 +615,86 @@ static void test_memory(void) {
     coll_destroy(&c);
 }
 
+/* ---- hybrids ---- */
+
+/* One conversation of 200 tokens, then a prompt that keeps its first 150
+ * and changes the rest: the match stops at the edit and resumes from the
+ * deepest checkpoint at or before it (the ladder back from the last full
+ * block 192: 176, 160, 128, 64), and generates what a cold engine does. */
+static void test_hybrid_edit(void) {
+    int32_t a[200], b[200];
+    make_tokens(a, 200, 41, n_vocab);
+    memcpy(b, a, sizeof b);
+    make_tokens(b + 150, 50, 42, n_vocab);
+    int32_t out[2][8];
+    int32_t cached = -1;
+    for (int pc = 0; pc < 2; pc++) {
+        eng_engine *g = engine(16, 0, pc == 1, 64, 4);
+        if (!g) {
+            CHECK(0);
+            return;
+        }
+        coll c;
+        coll_init(&c, g);
+        CHECK(submit(g, &c, a, 200, 4, NULL) == HN_OK);
+        CHECK(coll_wait(&c, 60) && c.n == 4);
+        coll_destroy(&c);
+        coll_init(&c, g);
+        CHECK(submit(g, &c, b, 200, 8, NULL) == HN_OK);
+        CHECK(coll_wait(&c, 60) && c.n == 8);
+        memcpy(out[pc], c.toks, sizeof out[pc]);
+        if (pc) cached = c.st.n_cached;
+        coll_destroy(&c);
+        eng_stats s;
+        wait_idle(g, &s);
+        CHECKF(s.check_failures == 0 && s.blocks_used == 0, "hybrid edit: consistent (%s)", s.check_error);
+        if (pc) {
+            CHECKF(s.ckpts > 0 && s.ckpts <= s.ckpt_max && s.ckpt_hits >= 1 && s.state_bytes > 0,
+                   "%d checkpoints (budget %d), %llu hits, %zu state bytes", (int)s.ckpts, (int)s.ckpt_max,
+                   (unsigned long long)s.ckpt_hits, s.state_bytes);
+            eng_trim(g);
+            eng_get_stats(g, &s);
+            CHECKF(s.state_bytes == 0 && s.ckpts == 0 && s.kv_bytes == 0 && s.state_peak_bytes > 0,
+                   "eng_trim gives the state memory back (%zu bytes, %d checkpoints)", s.state_bytes, (int)s.ckpts);
+        }
+        eng_free(g);
+    }
+    CHECKF(cached == 128, "the edited turn resumed at %d (the checkpoint at 128)", (int)cached);
+    CHECKF(!memcmp(out[0], out[1], sizeof out[0]), "an edited turn from a checkpoint = a cold turn");
+}
+
+/* The checkpoint budget: a KV budget so small that 2 checkpoints fit; many
+ * distinct prompts leave at most 2 (the LRU drops the rest). */
+static void test_hybrid_cap(void) {
+    eng_engine *g = engine(16, 0, true, 64, 2);
+    if (!g) {
+        CHECK(0);
+        return;
+    }
+    eng_stats s;
+    eng_get_stats(g, &s);
+    size_t bb = s.block_bytes;
+    eng_free(g);
+    g = engine(16, 64 * bb, true, 64, 2);
+    if (!g) {
+        CHECK(0);
+        return;
+    }
+    int32_t t[6][100];
+    for (int i = 0; i < 6; i++) {
+        make_tokens(t[i], 100, 500 + (uint64_t)i, n_vocab);
+        coll c;
+        coll_init(&c, g);
+        CHECK(submit(g, &c, t[i], 100, 3, NULL) == HN_OK);
+        CHECK(coll_wait(&c, 60) && c.n == 3);
+        coll_destroy(&c);
+    }
+    wait_idle(g, &s);
+    CHECKF(s.ckpt_max == 2 && s.ckpts == 2, "checkpoints %d of a budget of %d", (int)s.ckpts, (int)s.ckpt_max);
+    CHECK(s.check_failures == 0 && s.blocks_used == 0);
+    eng_free(g);
+}
+
 /* Snapshot of sessions and stats taken from the engine thread's callback at
  * one request's Nth token (both come from the same publication). */
 typedef struct snapc {
@@ -734,5 +824,23 @@ int main(void) {
     test_stress();
     test_memory();
     test_accounting();
+    /* the hybrid family: the same behaviour through recurrent-state slots and checkpoints */
+    test_data_path(model_path, sizeof model_path, "data/models/qwen35-tiny-f32.gguf");
+    if (model_load(model_path, &mp, &m, &e)) {
+        CHECKF(0, "load: %s", e.msg);
+        TEST_DONE();
+    }
+    n_vocab = model_hp(m)->n_vocab;
+    model_free(m);
+    printf("hybrid model (qwen35-tiny-f32):\n");
+    test_basic();
+    test_prefix_turns();
+    test_shared_start();
+    test_preempt();
+    test_cancel();
+    if (!sanitized) test_stress();
+    test_memory();
+    test_hybrid_edit();
+    test_hybrid_cap();
     TEST_DONE();
 }

@@ -426,8 +426,92 @@ static void test_stress(void) {
     kv_free(kv);
 }
 
+/* Recurrent-state slots and checkpoints (hybrid models): slots map and
+ * unmap with their use, the cap holds, checkpoints attach only to published
+ * blocks, have their own budget and LRU, go with their block on eviction,
+ * and kv_seq_match_ckpt cuts a match back to the deepest checkpoint. */
+static void test_state(void) {
+    kv_config c = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4, .n_blocks = 8, .type = QT_F32,
+                   .slab_blocks = 2, .state_bytes = 5000, .n_state_slots = 4, .n_ckpt = 2};
+    kv_cache *kv;
+    CHECK(kv_create(&c, &kv, &e) == HN_OK);
+    CHECK(kv->state_slot_bytes >= 5000 && kv->state_slot_bytes % kv->storage->granule == 0);
+    kv_stats ks;
+    kv_get_stats(kv, &ks);
+    CHECK(ks.state_bytes == 0 && ks.state_slots_max == 4 && ks.ckpt_max == 2 && ks.ckpts == 0);
+    kv_seq a, b;
+    kv_seq_init(&a, kv, 32, &e);
+    kv_seq_init(&b, kv, 32, &e);
+    CHECK(a.state == -1);
+    CHECK(kv_seq_state_acquire(kv, &a, &e) == HN_OK && a.state >= 0 && a.state_len == 0);
+    int32_t sa = a.state;
+    CHECK(kv_seq_state_acquire(kv, &a, &e) == HN_OK && a.state == sa); /* already has one */
+    /* the slot is backed memory: writable */
+    memset(kv_state_ptr(kv, sa), 0x5a, 5000);
+    int32_t x1 = kv_state_alloc(kv), x2 = kv_state_alloc(kv), x3 = kv_state_alloc(kv);
+    CHECK(x1 >= 0 && x2 >= 0 && x3 >= 0 && kv_state_alloc(kv) == -1); /* the cap */
+    CHECK(kv_seq_state_acquire(kv, &b, &e) == HN_ERR_FULL && b.state == -1);
+    kv_get_stats(kv, &ks);
+    CHECK(ks.state_slots_live == 4 && ks.state_bytes == 4 * kv->state_slot_bytes);
+    kv_state_free(kv, x1);
+    kv_state_free(kv, x2);
+    kv_state_free(kv, x3);
+    CHECK(kv_seq_state_acquire(kv, &b, &e) == HN_OK);
+    /* checkpoints: a's 12 positions published */
+    int32_t t[32];
+    fill_tokens(t, 32, 5);
+    CHECK(kv_seq_reserve(kv, &a, 12, &e) == HN_OK);
+    a.n_tokens = a.state_len = 12;
+    CHECK(kv_ckpt_take(kv, a.blocks[0]) == -1); /* not published yet */
+    kv_seq_commit(kv, &a, t, 12);
+    int32_t c0 = kv_ckpt_take(kv, a.blocks[0]), c2 = kv_ckpt_take(kv, a.blocks[2]);
+    CHECK(c0 >= 0 && c2 >= 0 && kv_ckpt_take(kv, a.blocks[2]) == -1 && kv_ckpt_of(kv, a.blocks[2]) == c2);
+    const kv_seq *ab[2] = {&a, &b};
+    CHECK(check(kv, ab, 2));
+    /* b matches a's prefix through the deepest checkpoint (block 2) */
+    int32_t slot;
+    kv_seq_state_release(kv, &b);
+    CHECK(kv_seq_state_acquire(kv, &b, &e) == HN_OK);
+    CHECK(kv_seq_match_ckpt(kv, &b, t, 20, &slot) == 12 && slot == c2 && b.n_blocks == 3);
+    kv_get_stats(kv, &ks);
+    CHECK(ks.ckpt_hits == 1 && ks.ckpts == 2);
+    kv_seq_truncate(kv, &b, 0);
+    /* the budget: a third checkpoint drops the least recently used one (block 0: block 2 was just used) */
+    CHECK(kv_seq_reserve(kv, &a, 16, &e) == HN_OK);
+    a.n_tokens = 16;
+    kv_seq_commit(kv, &a, t, 16);
+    int32_t c3 = kv_ckpt_take(kv, a.blocks[3]);
+    CHECK(c3 >= 0 && kv_ckpt_of(kv, a.blocks[0]) == -1 && kv_ckpt_of(kv, a.blocks[2]) == c2);
+    kv_get_stats(kv, &ks);
+    CHECK(ks.ckpts == 2 && ks.ckpt_evictions == 1);
+    CHECK(check(kv, ab, 2));
+    /* a match only as deep as block 1 finds no checkpoint there: nothing is taken */
+    CHECK(kv_seq_match_ckpt(kv, &b, t, 9, &slot) == 0 && slot == -1 && b.n_blocks == 0);
+    /* checkpoints go with their blocks: a releases, kv_trim evicts every cached block */
+    kv_seq_state_release(kv, &a);
+    kv_seq_truncate(kv, &a, 0);
+    CHECK(check(kv, ab, 2));
+    kv_trim(kv, 0);
+    kv_get_stats(kv, &ks);
+    CHECK(ks.ckpts == 0 && ks.blocks_cached == 0 && ks.state_slots_live == 1 && ks.state_bytes == kv->state_slot_bytes);
+    CHECK(check(kv, ab, 2));
+    kv_seq_free(&a, kv);
+    kv_seq_free(&b, kv);
+    kv_get_stats(kv, &ks);
+    CHECK(ks.state_bytes == 0 && ks.state_peak_bytes == 4 * kv->state_slot_bytes && b.state == -1);
+    kv_free(kv);
+    /* a cache without recurrent state refuses a slot */
+    kv_config c2cfg = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .n_blocks = 2, .type = QT_F32};
+    CHECK(kv_create(&c2cfg, &kv, &e) == HN_OK);
+    kv_seq_init(&a, kv, 8, &e);
+    CHECK(kv_seq_state_acquire(kv, &a, &e) == HN_ERR_INVALID && kv_ckpt_take(kv, 0) == -1);
+    kv_seq_free(&a, kv);
+    kv_free(kv);
+}
+
 int main(void) {
     test_basics();
+    test_state();
     test_types();
     test_slab_shrink();
     test_prefix();

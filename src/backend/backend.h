@@ -37,8 +37,9 @@
 #include "../sched/plan.h"
 
 /* version 4: handles, plans and one sync per step replaced the host-pointer
- * ops of versions 1-3; append-only from here */
-#define BE_OPS_VERSION 4
+ * ops of versions 1-3; append-only from here. Version 5: the hybrid
+ * (Gated DeltaNet) ops, copy_cols .. state_copy. */
+#define BE_OPS_VERSION 5
 
 /* most weights in one matmul_multi call */
 #define BE_MULTI_MAX 8
@@ -102,6 +103,26 @@ typedef struct be_attn_args {
     const kv_cache *kv;
     int layer;
 } be_attn_args;
+
+/* The gated delta rule (Gated DeltaNet) over the plan's tokens, in token
+ * order per sequence, on each sequence's recurrent state (plan->state_slot;
+ * the state starts from zero at a token at position 0; padding rows, slot
+ * -1, are skipped). Per value head j (reading key/query head j % n_k_heads),
+ * with g = softplus(alpha[t][j] + dt_bias[j]) * a[j] and
+ * b = sigmoid(beta[t][j]), the state M (S x S, rows = value index) does
+ *   M = exp(g) M;  M += b (v - M k) k^T;  out = M q / sqrt(S)
+ * q, k are [n][n_k_heads * S] (L2-normalised by the caller), v and out
+ * [n][n_v_heads * S], alpha and beta [n][n_v_heads] (raw projections). The
+ * state of this layer sits at byte state_off of each slot: n_v_heads S x S
+ * f32 matrices, row-major. */
+typedef struct be_delta_args {
+    const be_tensor *q, *k, *v, *alpha, *beta;
+    const be_tensor *dt_bias, *a; /* [n_v_heads] f32 weights */
+    be_tensor *out;
+    int n_tokens, n_k_heads, n_v_heads, head_dim;
+    const kv_cache *kv;
+    size_t state_off;
+} be_delta_args;
 
 /* Matmul parameters, as the tuner chooses them (all 0: the defaults). They
  * change speed only, never results beyond float summation order. The
@@ -218,6 +239,36 @@ typedef struct be_ops {
     /* The parameters of configuration cfg (values of the case's params) of a case. */
     void (*mm_case_params)(be_backend *b, const struct tn_case *c, const int *cfg, be_mm_params *out);
     void (*mm_case_free)(be_backend *b, struct tn_case *c);
+
+    /* ---- version 5: hybrid (recurrent) layers ---- */
+    /* y[r][y_off + i] = x[r][x_off + i] for i < nc, r < n, rows of x_ld and
+     * y_ld elements (splits interleaved projections: gated q, q/k/v). */
+    void (*copy_cols)(be_backend *b, const be_tensor *x, int x_ld, int x_off, int n, int nc, be_tensor *y, int y_ld,
+                      int y_off);
+    /* y[r][i] = x[r][i] * sigmoid(g[r][g_dim == 1 ? 0 : i]) for n rows of dim
+     * (g rows of g_dim: dim, or 1 for one gate per row); y may be x. */
+    void (*sigmoid_mul)(be_backend *b, const be_tensor *x, const be_tensor *g, int n, int dim, int g_dim,
+                        be_tensor *y);
+    /* y[r] = x[r] / max(||x[r]||, eps) for n rows of dim; y may be x. */
+    void (*l2_norm)(be_backend *b, const be_tensor *x, int n, int dim, float eps, be_tensor *y);
+    /* Multi-section (IMROPE) rotary embedding, NEOX pairs (i, i + n_rot/2),
+     * in place: pair i < n_rot/2 takes the text position plan->pos of the
+     * t/h/w section when i % 3 == 0/1/2 and i < 3 * sections[i % 3], else
+     * position 0 (the e section: no rotation). */
+    void (*rope_multi)(be_backend *b, be_tensor *x, int n, int n_head, int head_dim, int n_rot, float freq_base,
+                       const int32_t sections[4]);
+    /* Causal depthwise conv over time + SiLU for the plan's tokens, in token
+     * order per sequence: y[t][c] = silu(sum_j w[c][j] * u_{t-K+1+j}[c]) with
+     * u the inputs x (rows of channels), the ones before this step taken
+     * from the sequence's conv state (the last K-1 inputs, zero before
+     * position 0) at byte state_off of its slot ([K-1][channels] f32), which
+     * is updated. w is f32 [channels][K] (ne {K, channels}). */
+    void (*ssm_conv)(be_backend *b, const be_tensor *x, const be_tensor *w, int n, int channels, int kernel,
+                     const kv_cache *kv, size_t state_off, be_tensor *y);
+    void (*delta_net)(be_backend *b, const be_delta_args *a);
+    /* Copies whole state slots: slot dst[i] = slot src[i] for i < n (the
+     * arrays are copied at the call). Checkpoints and their restore. */
+    void (*state_copy)(be_backend *b, const kv_cache *kv, int n, const int32_t *src, const int32_t *dst);
 } be_ops;
 
 struct be_backend {

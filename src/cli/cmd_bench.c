@@ -384,6 +384,11 @@ static int bench_agents(int argc, char **argv) {
     printf("  KV memory           peak %.1f MiB; after the sessions end %.1f MiB (%d cached blocks kept); "
            "after dropping the cache %.1f MiB\n",
            mib(es.kv_peak_bytes), mib(kv_end), (int)es.blocks_cached, mib(et.kv_bytes));
+    if (es.ckpt_max > 0)
+        printf("  recurrent state     peak %.1f MiB (live slots + checkpoints); after the sessions end %.1f MiB, "
+               "%d of %d checkpoints, %llu prefixes resumed from one; after dropping the cache %.1f MiB\n",
+               mib(es.state_peak_bytes), mib(es.state_bytes), (int)es.ckpts, (int)es.ckpt_max,
+               (unsigned long long)es.ckpt_hits, mib(et.state_bytes));
     printf("  process RSS         start (model loaded, warmed) %.1f MiB, peak %.1f MiB, after the sessions end %.1f MiB, "
            "after dropping the cache %.1f MiB\n",
            mib(rss0), mib(peak_rss > hwm ? peak_rss : hwm), mib(rss_end), mib(rss_trim));

@@ -87,6 +87,8 @@ static double one_rep(bench_ctx *c, int32_t depth, int32_t n, bool decode, hn_er
     kv_seq seq = {0};
     double rate = -1;
     if (kv_seq_init(&seq, c->kv, depth + n + 1, err) != HN_OK) return -1;
+    /* hybrids: the sequence's recurrent state */
+    if (model_hp(c->m)->hybrid && kv_seq_state_acquire(c->kv, &seq, err) != HN_OK) goto done;
     if (depth > 0 && run_tokens(c, &seq, 0, depth, err) != HN_OK) goto done;
     double t0 = hn_now_s();
     if (decode) {

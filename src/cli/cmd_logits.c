@@ -109,7 +109,8 @@ int cmd_logits(int argc, char **argv) {
     logits = hn_malloc(sizeof(float) * (size_t)V);
     pos = hn_malloc(sizeof(int32_t) * (size_t)n);
     sid = hn_calloc((size_t)n, sizeof(int32_t));
-    if (!logits || !pos || !sid || kv_create(&kc, &kv, &err) != HN_OK || kv_seq_init(&seq, kv, n, &err) != HN_OK) {
+    if (!logits || !pos || !sid || kv_create(&kc, &kv, &err) != HN_OK || kv_seq_init(&seq, kv, n, &err) != HN_OK ||
+        (model_hp(m)->hybrid && kv_seq_state_acquire(kv, &seq, &err) != HN_OK)) {
         fprintf(stderr, "hone logits: %s\n", err.msg[0] ? err.msg : "out of memory");
         goto done;
     }

@@ -222,6 +222,33 @@ hn_status kv_create(const kv_config *cfg, kv_cache **out, hn_err *err) {
         kv_free(kv);
         return rst;
     }
+    if (cfg->state_bytes) {
+        size_t G = kv->storage->granule;
+        int32_t ns = cfg->n_state_slots > 0 ? cfg->n_state_slots : 64;
+        kv->state_slot_bytes = (cfg->state_bytes + G - 1) / G * G;
+        if (ns > (1 << 20) || kv->state_slot_bytes > SIZE_MAX / 2 / (size_t)ns) {
+            kv_free(kv);
+            return hn_errf(err, HN_ERR_RANGE, "kv: %d state slots of %zu bytes overflow", (int)ns, cfg->state_bytes);
+        }
+        kv->n_state_slots = ns;
+        kv->st_taken = hn_calloc((size_t)ns, 1);
+        kv->ckpt = hn_malloc(sizeof(int32_t) * n);
+        kv->ck_prev = hn_malloc(sizeof(int32_t) * n);
+        kv->ck_next = hn_malloc(sizeof(int32_t) * n);
+        if (kv->ckpt)
+            for (size_t i = 0; i < n; i++) kv->ckpt[i] = kv->ck_prev[i] = kv->ck_next[i] = -1;
+        kv->ck_head = kv->ck_tail = -1;
+        if (!kv->st_taken || !kv->ckpt || !kv->ck_prev || !kv->ck_next) {
+            kv_free(kv);
+            return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory");
+        }
+        rst = kv->storage->reserve(kv->storage->ctx, kv->state_slot_bytes * (size_t)ns, &kv->state_base, err);
+        if (rst) {
+            kv->state_base = NULL;
+            kv_free(kv);
+            return rst;
+        }
+    }
     for (size_t i = 0; i < n; i++) kv->lru_prev[i] = kv->lru_next[i] = kv->ht_next[i] = -1;
     for (uint32_t i = 0; i < hsize; i++) kv->ht[i] = -1;
     kv->lru_head = kv->lru_tail = -1;
@@ -249,6 +276,15 @@ void kv_free(kv_cache *kv) {
     hn_free(kv->ht_next);
     hn_free(kv->ht);
     if (kv->base) kv->storage->release(kv->storage->ctx, kv->base, kv->range_bytes);
+    if (kv->state_base) {
+        for (int32_t i = 0; i < kv->n_state_slots; i++)
+            if (kv->st_taken[i]) kv_state_free(kv, i);
+        kv->storage->release(kv->storage->ctx, kv->state_base, kv->state_slot_bytes * (size_t)kv->n_state_slots);
+    }
+    hn_free(kv->st_taken);
+    hn_free(kv->ckpt);
+    hn_free(kv->ck_prev);
+    hn_free(kv->ck_next);
     hn_free(kv);
 }
 
@@ -268,6 +304,7 @@ static int32_t take_free(kv_cache *kv, int32_t s) {
 
 /* Drops a cached block's publication: it leaves the LRU and the hash table. */
 static void unpublish_cached(kv_cache *kv, int32_t b) {
+    kv_ckpt_drop(kv, b); /* a checkpoint goes with its block */
     lru_unlink(kv, b);
     ht_remove(kv, b);
     kv->n_cached--;
@@ -335,14 +372,19 @@ hn_status kv_seq_init(kv_seq *s, const kv_cache *kv, int32_t max_tokens, hn_err 
     s->blocks = hn_malloc(sizeof(int32_t) * (size_t)cap);
     if (!s->blocks) return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory");
     s->cap_blocks = cap;
+    s->state = -1;
     return HN_OK;
 }
 
 void kv_seq_free(kv_seq *s, kv_cache *kv) {
     if (!s) return;
-    if (kv) kv_seq_truncate(kv, s, 0);
+    if (kv) {
+        kv_seq_truncate(kv, s, 0);
+        kv_seq_state_release(kv, s);
+    }
     hn_free(s->blocks);
     memset(s, 0, sizeof *s);
+    s->state = -1;
 }
 
 hn_status kv_seq_reserve(kv_cache *kv, kv_seq *s, int32_t n_tokens, hn_err *err) {
@@ -371,6 +413,114 @@ void kv_seq_truncate(kv_cache *kv, kv_seq *s, int32_t n_tokens) {
     while (s->n_blocks > keep) kv_block_release(kv, s->blocks[--s->n_blocks]);
     if (s->n_hashed > s->n_blocks) s->n_hashed = s->n_blocks;
     if (s->n_tokens > n_tokens) s->n_tokens = n_tokens;
+}
+
+/* ---- recurrent-state slots ---- */
+
+int32_t kv_state_alloc(kv_cache *kv) {
+    for (int32_t i = 0; i < kv->n_state_slots; i++) {
+        if (kv->st_taken[i]) continue;
+        hn_err e;
+        if (kv->storage->map(kv->storage->ctx, kv->state_base, (size_t)i * kv->state_slot_bytes, kv->state_slot_bytes,
+                             &e))
+            return -1;
+        kv->st_taken[i] = 1;
+        kv->n_state_taken++;
+        kv->state_bytes += kv->state_slot_bytes;
+        if (kv->state_bytes > kv->state_peak_bytes) kv->state_peak_bytes = kv->state_bytes;
+        return i;
+    }
+    return -1;
+}
+
+void kv_state_free(kv_cache *kv, int32_t slot) {
+    if (slot < 0 || slot >= kv->n_state_slots || !kv->st_taken[slot]) return;
+    kv->storage->unmap(kv->storage->ctx, kv->state_base, (size_t)slot * kv->state_slot_bytes, kv->state_slot_bytes);
+    kv->st_taken[slot] = 0;
+    kv->n_state_taken--;
+    kv->state_bytes -= kv->state_slot_bytes;
+}
+
+hn_status kv_seq_state_acquire(kv_cache *kv, kv_seq *s, hn_err *err) {
+    if (!kv->state_slot_bytes) return hn_errf(err, HN_ERR_INVALID, "kv: this cache holds no recurrent state");
+    if (s->state >= 0) return HN_OK;
+    int32_t slot = kv_state_alloc(kv);
+    if (slot < 0)
+        return hn_errf(err, HN_ERR_FULL, "kv: no recurrent-state slot left (%d of %zu bytes)", (int)kv->n_state_slots,
+                       kv->state_slot_bytes);
+    s->state = slot;
+    s->state_len = 0;
+    return HN_OK;
+}
+
+void kv_seq_state_release(kv_cache *kv, kv_seq *s) {
+    if (s->state >= 0) kv_state_free(kv, s->state);
+    s->state = -1;
+    s->state_len = 0;
+}
+
+/* ---- checkpoints ---- */
+
+static void ck_unlink(kv_cache *kv, int32_t b) {
+    int32_t p = kv->ck_prev[b], n = kv->ck_next[b];
+    if (p >= 0) kv->ck_next[p] = n;
+    else kv->ck_head = n;
+    if (n >= 0) kv->ck_prev[n] = p;
+    else kv->ck_tail = p;
+    kv->ck_prev[b] = kv->ck_next[b] = -1;
+}
+
+static void ck_push_tail(kv_cache *kv, int32_t b) {
+    kv->ck_prev[b] = kv->ck_tail;
+    kv->ck_next[b] = -1;
+    if (kv->ck_tail >= 0) kv->ck_next[kv->ck_tail] = b;
+    else kv->ck_head = b;
+    kv->ck_tail = b;
+}
+
+void kv_ckpt_drop(kv_cache *kv, int32_t b) {
+    if (!kv->ckpt || kv->ckpt[b] < 0) return;
+    ck_unlink(kv, b);
+    kv_state_free(kv, kv->ckpt[b]);
+    kv->ckpt[b] = -1;
+    kv->n_ckpt--;
+}
+
+int32_t kv_ckpt_take(kv_cache *kv, int32_t b) {
+    if (!kv->ckpt || kv->cfg.n_ckpt <= 0 || b < 0 || b >= kv->cfg.n_blocks || !kv->pub[b] || kv->ckpt[b] >= 0) return -1;
+    if (kv->n_ckpt >= kv->cfg.n_ckpt && kv->ck_head >= 0) {
+        kv_ckpt_drop(kv, kv->ck_head);
+        kv->ckpt_evictions++;
+    }
+    int32_t slot = kv_state_alloc(kv);
+    if (slot < 0) return -1;
+    kv->ckpt[b] = slot;
+    kv->n_ckpt++;
+    ck_push_tail(kv, b);
+    return slot;
+}
+
+int32_t kv_seq_match_ckpt(kv_cache *kv, kv_seq *s, const int32_t *tokens, int32_t n_max, int32_t *slot) {
+    *slot = -1;
+    int32_t before = s->n_blocks, n0 = s->n_tokens;
+    int32_t got = kv_seq_match(kv, s, tokens, n_max);
+    if (!got || !kv->ckpt) return 0;
+    int32_t keep = s->n_blocks;
+    while (keep > before && kv->ckpt[s->blocks[keep - 1]] < 0) keep--;
+    int bs = kv->cfg.block_size;
+    if (keep == before) {
+        kv_seq_truncate(kv, s, n0); /* no state to resume from: give the blocks back */
+        kv->hit_blocks -= (uint64_t)(got / bs);
+        return 0;
+    }
+    int32_t b = s->blocks[keep - 1];
+    kv->hit_blocks -= (uint64_t)(s->n_blocks - keep);
+    kv_seq_truncate(kv, s, keep * bs);
+    *slot = kv->ckpt[b];
+    ck_unlink(kv, b); /* used: to the LRU's tail */
+    ck_push_tail(kv, b);
+    kv->ckpt_hits++;
+    return keep * bs - n0;
 }
 
 /* ---- prefix cache ---- */
@@ -455,6 +605,14 @@ void kv_get_stats(const kv_cache *kv, kv_stats *o) {
     o->peak_bytes = kv->peak_bytes;
     o->evictions = kv->evictions;
     o->hit_blocks = kv->hit_blocks;
+    o->state_slots_max = kv->n_state_slots;
+    o->state_slots_live = kv->n_state_taken;
+    o->state_bytes = kv->state_bytes;
+    o->state_peak_bytes = kv->state_peak_bytes;
+    o->ckpt_max = kv->ckpt ? kv->cfg.n_ckpt : 0;
+    o->ckpts = kv->n_ckpt;
+    o->ckpt_hits = kv->ckpt_hits;
+    o->ckpt_evictions = kv->ckpt_evictions;
 }
 
 /* ---- invariants (tests) ---- */
@@ -528,6 +686,21 @@ hn_status kv_check(const kv_cache *kv, const kv_seq *const *seqs, int n_seqs, hn
         }
     if (n_chain != n_pub)
         return hn_errf(err, HN_ERR_INTERNAL, "kv: %d published blocks, %d in the hash table", (int)n_pub, (int)n_chain);
+    if (kv->ckpt) {
+        int32_t n_ck = 0, n_lru = 0;
+        for (int32_t b = 0; b < nb; b++) {
+            if (kv->ckpt[b] < 0) continue;
+            n_ck++;
+            if (!kv->pub[b]) return hn_errf(err, HN_ERR_INTERNAL, "kv: unpublished block %d has a checkpoint", (int)b);
+            if (kv->ckpt[b] >= kv->n_state_slots || !kv->st_taken[kv->ckpt[b]])
+                return hn_errf(err, HN_ERR_INTERNAL, "kv: block %d's checkpoint slot %d is not taken", (int)b,
+                               (int)kv->ckpt[b]);
+        }
+        for (int32_t b = kv->ck_head; b >= 0 && n_lru <= nb; b = kv->ck_next[b]) n_lru++;
+        if (n_ck != kv->n_ckpt || n_lru != n_ck || n_ck > kv->cfg.n_ckpt)
+            return hn_errf(err, HN_ERR_INTERNAL, "kv: %d checkpoints, %d counted, %d on the LRU, budget %d", (int)n_ck,
+                           (int)kv->n_ckpt, (int)n_lru, (int)kv->cfg.n_ckpt);
+    }
     if (!seqs) return HN_OK;
     int32_t *refs = hn_calloc((size_t)nb, sizeof(int32_t));
     if (!refs) return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory");

@@ -86,6 +86,15 @@ typedef struct kv_config {
     qt_type v_type;      /* V element type: QT_F32 (0, the default), QT_F16, QT_Q8_0, QT_Q4_0, QT_Q4_1 */
     int32_t slab_blocks; /* blocks per slab; 0: as many as fit about 32 MiB (at least 1) */
     const kv_storage *storage; /* NULL: kv_host_storage() */
+    /* Recurrent state (hybrid models): bytes of one sequence's state (conv
+     * windows + delta states of every recurrent layer; the model's layout),
+     * 0 for none, and the most state slots mapped at once (live sequences
+     * and checkpoints together; 0: 64). */
+    size_t state_bytes;
+    int32_t n_state_slots;
+    /* the most state checkpoints kept (their own budget, inside
+     * n_state_slots; 0: none, no prefix cache for the recurrent state) */
+    int32_t n_ckpt;
 } kv_config;
 
 /* Engine-facing counters (blocks and bytes now, plus totals since creation). */
@@ -100,6 +109,14 @@ typedef struct kv_stats {
     size_t peak_bytes;
     uint64_t evictions;     /* cached blocks reclaimed */
     uint64_t hit_blocks;    /* blocks reused by kv_seq_match */
+    /* recurrent-state slots (hybrid models; all 0 otherwise) */
+    int32_t state_slots_max;   /* the cap */
+    int32_t state_slots_live;  /* held by sequences */
+    size_t state_bytes;        /* state slots mapped now, live and checkpoints (not in `bytes`) */
+    size_t state_peak_bytes;
+    int32_t ckpt_max, ckpts;   /* checkpoint budget and checkpoints held */
+    uint64_t ckpt_hits;        /* states restored from a checkpoint (kv_seq_match_ckpt) */
+    uint64_t ckpt_evictions;   /* dropped by the budget's LRU (not with their block) */
 } kv_stats;
 
 typedef struct kv_cache {
@@ -114,7 +131,19 @@ typedef struct kv_cache {
     void *base;            /* the reserved range: block b at base + b * block_bytes (backend memory) */
     size_t range_bytes;    /* n_blocks * block_bytes */
     unsigned char **slab;  /* [n_slabs] base + the slab's offset while mapped, NULL while not */
+    /* recurrent-state slots: slot i at state_base + i * state_slot_bytes
+     * (backend memory, mapped while the slot is taken) */
+    void *state_base;
+    size_t state_slot_bytes;   /* cfg.state_bytes rounded up to the storage granule; 0: no state */
+    int32_t n_state_slots;
     /* private to kv.c from here on */
+    uint8_t *st_taken;     /* [n_state_slots] */
+    int32_t n_state_taken;
+    size_t state_bytes, state_peak_bytes;
+    int32_t *ckpt;         /* [n_blocks] state slot of the block's checkpoint, -1: none */
+    int32_t *ck_prev, *ck_next; /* checkpoint LRU over blocks (head: dropped first) */
+    int32_t ck_head, ck_tail, n_ckpt;
+    uint64_t ckpt_hits, ckpt_evictions;
     int32_t *slab_nfree;   /* free blocks in each mapped slab */
     int32_t *slab_live;    /* used + cached blocks in each slab */
     int32_t *free_ids;     /* per slab: a stack of its free block ids, slab_blocks each */
@@ -141,6 +170,11 @@ typedef struct kv_seq {
     int32_t cap_blocks; /* capacity of `blocks` (fixed at kv_seq_init) */
     int32_t n_tokens;
     int32_t n_hashed;
+    /* hybrid models: the sequence's recurrent-state slot (-1: none) and the
+     * positions [0, state_len) its state has consumed (plan_finish keeps it
+     * equal to n_tokens; a forward must continue there or restart at 0) */
+    int32_t state;
+    int32_t state_len;
 } kv_seq;
 
 /* Creates a cache; maps nothing until blocks are taken. Fails with
@@ -204,6 +238,53 @@ void kv_get_stats(const kv_cache *kv, kv_stats *out);
  * block's refcount equals its occurrences in their tables. HN_OK or
  * HN_ERR_INTERNAL with the first violation. For tests. */
 hn_status kv_check(const kv_cache *kv, const kv_seq *const *seqs, int n_seqs, hn_err *err);
+
+/* ---- recurrent-state slots (hybrid models) ----
+ * A pool of fixed-size slots of backend memory (the same kv_storage), each
+ * mapped when taken and unmapped when given back, so memory follows the
+ * running sequences. kv/ never reads or writes a slot; the backend's
+ * recurrent ops (ssm_conv, delta_net) and state_copy do. */
+
+/* Takes a slot (mapping it); -1 when the cap is reached or mapping fails. */
+int32_t kv_state_alloc(kv_cache *kv);
+/* Gives a slot back (unmapping it). */
+void kv_state_free(kv_cache *kv, int32_t slot);
+/* Gives the sequence a state slot if it has none (state_len 0: a fresh
+ * state). HN_ERR_FULL when none is left, HN_ERR_INVALID when the cache has
+ * no recurrent state. */
+hn_status kv_seq_state_acquire(kv_cache *kv, kv_seq *s, hn_err *err);
+/* Gives the sequence's slot back (if any). */
+void kv_seq_state_release(kv_cache *kv, kv_seq *s);
+/* ---- recurrent-state checkpoints (DESIGN.md, kv/) ----
+ * A checkpoint is a copy of a sequence's state right after the last token
+ * of a published block, attached to that block: the block's chained hash
+ * names the whole prefix, which is the state's identity. Checkpoints have
+ * their own budget (cfg.n_ckpt) and LRU, and go with their block when it is
+ * evicted. kv/ only keeps the bookkeeping: the caller copies the state
+ * (the backend's state_copy). */
+
+/* A slot for a new checkpoint of published block `block` (dropping the least
+ * recently used checkpoint when the budget is full); -1 if the block is not
+ * published, already has one, or no slot can be had. The caller copies the
+ * state into the slot before the block is used again. */
+int32_t kv_ckpt_take(kv_cache *kv, int32_t block);
+/* Drops the block's checkpoint (if any). */
+void kv_ckpt_drop(kv_cache *kv, int32_t block);
+/* References to a block (sequences holding it). */
+static inline int32_t kv_block_refs(const kv_cache *kv, int32_t block) { return kv->ref[block]; }
+/* The block's checkpoint slot, or -1. */
+static inline int32_t kv_ckpt_of(const kv_cache *kv, int32_t block) { return kv->ckpt ? kv->ckpt[block] : -1; }
+/* kv_seq_match for a sequence with recurrent state: extends the sequence
+ * with published blocks of `tokens` (up to n_max positions), then cuts the
+ * match back to the deepest new block that carries a checkpoint, whose slot
+ * it returns in *slot (-1 and nothing added when none does). The caller
+ * restores that state into the sequence's slot and sets state_len to the
+ * returned n_tokens. Returns the positions added. */
+int32_t kv_seq_match_ckpt(kv_cache *kv, kv_seq *s, const int32_t *tokens, int32_t n_max, int32_t *slot);
+
+static inline unsigned char *kv_state_ptr(const kv_cache *kv, int32_t slot) {
+    return (unsigned char *)kv->state_base + (size_t)slot * kv->state_slot_bytes;
+}
 
 /* ---- location math: the only place that knows the layout ----
  * Backends compute addresses inside the pool with these (on a GPU, base is a

@@ -19,11 +19,14 @@ static const struct {
     be_rope_mode rope;
     bool qk_norm;
     bool moe;
+    bool hybrid;
 } arch_table[] = {
-    {"llama", MODEL_LLAMA, BE_ROPE_NORM, false, false},
-    {"qwen2", MODEL_QWEN2, BE_ROPE_NEOX, false, false},
-    {"qwen3", MODEL_QWEN3, BE_ROPE_NEOX, true, false},
-    {"qwen3moe", MODEL_QWEN3MOE, BE_ROPE_NEOX, true, true},
+    {"llama", MODEL_LLAMA, BE_ROPE_NORM, false, false, false},
+    {"qwen2", MODEL_QWEN2, BE_ROPE_NEOX, false, false, false},
+    {"qwen3", MODEL_QWEN3, BE_ROPE_NEOX, true, false, false},
+    {"qwen3moe", MODEL_QWEN3MOE, BE_ROPE_NEOX, true, true, false},
+    {"qwen35", MODEL_QWEN35, BE_ROPE_NEOX, true, false, true},
+    {"qwen35moe", MODEL_QWEN35MOE, BE_ROPE_NEOX, true, true, true},
 };
 
 /* ---- hyper-parameters ---- */
@@ -60,6 +63,54 @@ static hn_status get_float(const gguf_ctx *g, const char *arch, const char *key,
     return HN_OK;
 }
 
+/* The hybrid keys (qwen35, qwen35moe; ../shared/reference/qwen35.md 2.1). */
+static hn_status read_hybrid(const gguf_ctx *g, const char *arch, model_hparams *hp, bool moe, hn_err *err) {
+    hn_status st;
+    int32_t inner;
+    if ((st = get_int(g, arch, "full_attention_interval", 4, &hp->full_attn_interval, err)) ||
+        (st = get_int(g, arch, "ssm.conv_kernel", -1, &hp->ssm_conv, err)) ||
+        (st = get_int(g, arch, "ssm.state_size", -1, &hp->ssm_state, err)) ||
+        (st = get_int(g, arch, "ssm.group_count", -1, &hp->ssm_k_heads, err)) ||
+        (st = get_int(g, arch, "ssm.time_step_rank", -1, &hp->ssm_v_heads, err)) ||
+        (st = get_int(g, arch, "ssm.inner_size", -1, &inner, err)) ||
+        (st = get_int(g, arch, "nextn_predict_layers", 0, &hp->n_nextn, err)))
+        return st;
+    if (moe && (st = get_int(g, arch, "expert_shared_feed_forward_length", 0, &hp->n_ff_shexp, err))) return st;
+    if (hp->full_attn_interval < 1 || hp->ssm_conv < 1 || hp->ssm_conv > 64 || hp->ssm_state < 1 ||
+        hp->ssm_state > 1024 || hp->ssm_k_heads < 1 || hp->ssm_v_heads < 1 || hp->ssm_v_heads > 4096 ||
+        inner != hp->ssm_state * hp->ssm_v_heads || hp->n_nextn >= hp->n_layer)
+        return hn_errf(err, HN_ERR_FORMAT,
+                       "model: bad delta-net shape: conv %d, state %d, %d key heads, %d value heads, inner %d, %d MTP "
+                       "layers of %d",
+                       hp->ssm_conv, hp->ssm_state, hp->ssm_k_heads, hp->ssm_v_heads, inner, hp->n_nextn, hp->n_layer);
+    char full[128];
+    snprintf(full, sizeof full, "%s.rope.dimension_sections", arch);
+    const gguf_value *sec = gguf_get(g, full);
+    if (!sec) return hn_errf(err, HN_ERR_FORMAT, "model: missing metadata %s", full);
+    if (sec->type != GGUF_ARRAY || sec->v.arr.n < 3 || sec->v.arr.n > 4 || sec->v.arr.elem == GGUF_STRING ||
+        sec->v.arr.elem == GGUF_ARRAY)
+        return hn_errf(err, HN_ERR_FORMAT, "model: %s is not an array of 3 or 4 integers", full);
+    for (uint64_t i = 0; i < sec->v.arr.n; i++) {
+        int64_t v = gguf_arr_int(sec, i);
+        if (v < 0 || v > MAX_DIM) return hn_errf(err, HN_ERR_FORMAT, "model: %s[%d] = %lld", full, (int)i, (long long)v);
+        hp->rope_sections[i] = (int32_t)v;
+    }
+    /* layer i is full attention iff (i + 1) % interval == 0; MTP layers (the last n_nextn) are attention layers */
+    int32_t n_main = hp->n_layer - hp->n_nextn;
+    size_t C = 2 * (size_t)hp->ssm_k_heads * (size_t)hp->ssm_state + (size_t)hp->ssm_v_heads * (size_t)hp->ssm_state;
+    size_t conv = sizeof(float) * (size_t)(hp->ssm_conv - 1) * C;
+    size_t delta = sizeof(float) * (size_t)hp->ssm_v_heads * (size_t)hp->ssm_state * (size_t)hp->ssm_state;
+    for (int32_t il = 0; il < n_main; il++) {
+        if ((il + 1) % hp->full_attn_interval == 0) hp->n_layer_attn++;
+        else hp->n_layer_rec++;
+    }
+    if (hp->n_layer_attn < 1)
+        return hn_errf(err, HN_ERR_UNSUPPORTED, "model: a hybrid without attention layers (%d layers, interval %d)",
+                       n_main, hp->full_attn_interval);
+    hp->state_bytes = (size_t)hp->n_layer_rec * (conv + delta);
+    return HN_OK;
+}
+
 static hn_status read_hparams(const gguf_ctx *g, model_hparams *hp, bool *moe, hn_err *err) {
     memset(hp, 0, sizeof *hp);
     const char *arch = gguf_get_str(g, "general.architecture");
@@ -67,12 +118,13 @@ static hn_status read_hparams(const gguf_ctx *g, model_hparams *hp, bool *moe, h
     size_t ai = 0;
     while (ai < sizeof arch_table / sizeof arch_table[0] && strcmp(arch_table[ai].name, arch)) ai++;
     if (ai == sizeof arch_table / sizeof arch_table[0])
-        return hn_errf(err, HN_ERR_UNSUPPORTED, "model: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe)",
-                       arch);
+        return hn_errf(err, HN_ERR_UNSUPPORTED,
+                       "model: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe)", arch);
     hp->arch = arch_table[ai].arch;
     snprintf(hp->arch_name, sizeof hp->arch_name, "%s", arch);
     hp->rope_mode = arch_table[ai].rope;
     hp->qk_norm = arch_table[ai].qk_norm;
+    hp->hybrid = arch_table[ai].hybrid;
     *moe = arch_table[ai].moe;
     hn_status st;
     if ((st = get_int(g, arch, "block_count", -1, &hp->n_layer, err)) ||
@@ -114,6 +166,7 @@ static hn_status read_hparams(const gguf_ctx *g, model_hparams *hp, bool *moe, h
     if (!(hp->rms_eps > 0.0f) || !(hp->rope_base > 0.0f))
         return hn_errf(err, HN_ERR_FORMAT, "model: rms epsilon %g and rope base %g must be positive", hp->rms_eps,
                        hp->rope_base);
+    if (hp->hybrid) return read_hybrid(g, arch, hp, *moe, err);
     return HN_OK;
 }
 
@@ -177,6 +230,93 @@ static hn_status bind_vec(model *m, const char *name, int64_t n, bool required, 
     return m->be->ops->weight_load(m->be, &src, 0, out, err);
 }
 
+/* The FFN of a layer: dense swiglu or routed experts (+ a shared expert). */
+static hn_status bind_ffn(model *m, int il, model_layer *L, hn_err *err) {
+    const model_hparams *hp = &m->hp;
+    char nm[96];
+    const int64_t E = hp->n_embd;
+    hn_status st;
+#define N(s) (snprintf(nm, sizeof nm, "blk.%d." s, il), nm)
+    if (hp->n_expert > 0) {
+        const int64_t X = hp->n_expert, F = hp->n_ff_exp;
+        if ((st = bind(m, N("ffn_gate_inp.weight"), 2, E, X, 1, true, &L->gate_inp, err)) ||
+            (st = bind(m, N("ffn_gate_exps.weight"), 3, E, F, X, true, &L->gate_exps, err)) ||
+            (st = bind(m, N("ffn_up_exps.weight"), 3, E, F, X, true, &L->up_exps, err)) ||
+            (st = bind(m, N("ffn_down_exps.weight"), 3, F, E, X, true, &L->down_exps, err)))
+            return st;
+        if (hp->n_ff_shexp > 0) {
+            const int64_t SF = hp->n_ff_shexp;
+            /* the gate is a 1-D [n_embd] vector: a matrix of one row */
+            if ((st = bind(m, N("ffn_gate_inp_shexp.weight"), 2, E, 1, 1, true, &L->gate_inp_sh, err)) ||
+                (st = bind(m, N("ffn_gate_shexp.weight"), 2, E, SF, 1, true, &L->gate_sh, err)) ||
+                (st = bind(m, N("ffn_up_shexp.weight"), 2, E, SF, 1, true, &L->up_sh, err)) ||
+                (st = bind(m, N("ffn_down_shexp.weight"), 2, SF, E, 1, true, &L->down_sh, err)))
+                return st;
+        }
+    } else {
+        const int64_t F = hp->n_ff;
+        if ((st = bind(m, N("ffn_gate.weight"), 2, E, F, 1, true, &L->w_gate, err)) ||
+            (st = bind(m, N("ffn_up.weight"), 2, E, F, 1, true, &L->w_up, err)) ||
+            (st = bind(m, N("ffn_down.weight"), 2, F, E, 1, true, &L->w_down, err)))
+            return st;
+    }
+#undef N
+    return HN_OK;
+}
+
+/* A hybrid's layer: gated attention or a delta-net mixer, the post-attention norm, the FFN. */
+static hn_status bind_hybrid_layer(model *m, int il, model_layer *L, int *n_attn, int *n_rec, hn_err *err) {
+    const model_hparams *hp = &m->hp;
+    char nm[96];
+    const int64_t E = hp->n_embd, HD = hp->head_dim, NQ = (int64_t)hp->n_head * HD, NKV = (int64_t)hp->n_head_kv * HD;
+    const int64_t S = hp->ssm_state, NK = (int64_t)hp->ssm_k_heads * S, NV = (int64_t)hp->ssm_v_heads * S;
+    const int64_t C = 2 * NK + NV, K = hp->ssm_conv;
+    const bool mtp = il >= hp->n_layer - hp->n_nextn;
+    hn_status st;
+#define N(s) (snprintf(nm, sizeof nm, "blk.%d." s, il), nm)
+    L->recurrent = !mtp && (il + 1) % hp->full_attn_interval != 0;
+    if ((st = bind_vec(m, N("attn_norm.weight"), E, true, &L->attn_norm, err)) ||
+        (st = bind_vec(m, N("post_attention_norm.weight"), E, true, &L->ffn_norm, err)))
+        return st;
+    if (L->recurrent) {
+        size_t conv = sizeof(float) * (size_t)(K - 1) * (size_t)C, delta = sizeof(float) * (size_t)NV * (size_t)S;
+        L->conv_off = (size_t)*n_rec * (conv + delta);
+        L->delta_off = L->conv_off + conv;
+        (*n_rec)++;
+        be_weight_src src;
+        if ((st = bind(m, N("attn_qkv.weight"), 2, E, C, 1, true, &L->wqkv, err)) ||
+            (st = bind(m, N("attn_gate.weight"), 2, E, NV, 1, true, &L->wz, err)) ||
+            (st = bind(m, N("ssm_beta.weight"), 2, E, hp->ssm_v_heads, 1, true, &L->w_beta, err)) ||
+            (st = bind(m, N("ssm_alpha.weight"), 2, E, hp->ssm_v_heads, 1, true, &L->w_alpha, err)) ||
+            (st = bind(m, N("ssm_out.weight"), 2, NV, E, 1, true, &L->ssm_out, err)) ||
+            (st = bind_vec(m, N("ssm_dt.bias"), hp->ssm_v_heads, true, &L->dt_bias, err)) ||
+            (st = bind_vec(m, N("ssm_a"), hp->ssm_v_heads, true, &L->ssm_a, err)) ||
+            (st = bind_vec(m, N("ssm_norm.weight"), S, true, &L->ssm_norm, err)) ||
+            (st = find(m->g, N("ssm_conv1d.weight"), 2, K, C, 1, true, &src, err)))
+            return st;
+        if (src.type != QT_F32)
+            return hn_errf(err, HN_ERR_UNSUPPORTED, "model: tensor %s is %s; hone expects an f32 conv", nm,
+                           qt_name(src.type));
+        if ((st = m->be->ops->weight_load(m->be, &src, 0, &L->conv1d, err))) return st;
+    } else {
+        L->kv_layer = mtp ? -1 : (*n_attn)++;
+        if ((st = bind(m, N("attn_q.weight"), 2, E, 2 * NQ, 1, true, &L->wq, err)) ||
+            (st = bind(m, N("attn_k.weight"), 2, E, NKV, 1, true, &L->wk, err)) ||
+            (st = bind(m, N("attn_v.weight"), 2, E, NKV, 1, true, &L->wv, err)) ||
+            (st = bind(m, N("attn_output.weight"), 2, NQ, E, 1, true, &L->wo, err)) ||
+            (st = bind_vec(m, N("attn_q_norm.weight"), HD, true, &L->q_norm, err)) ||
+            (st = bind_vec(m, N("attn_k_norm.weight"), HD, true, &L->k_norm, err)))
+            return st;
+    }
+    if (mtp && ((st = bind(m, N("nextn.eh_proj.weight"), 2, 2 * E, E, 1, true, &L->nextn_eh_proj, err)) ||
+                (st = bind_vec(m, N("nextn.enorm.weight"), E, true, &L->nextn_enorm, err)) ||
+                (st = bind_vec(m, N("nextn.hnorm.weight"), E, true, &L->nextn_hnorm, err)) ||
+                (st = bind_vec(m, N("nextn.shared_head_norm.weight"), E, false, &L->nextn_head_norm, err))))
+        return st;
+#undef N
+    return bind_ffn(m, il, L, err);
+}
+
 static hn_status bind_layer(model *m, int il, model_layer *L, hn_err *err) {
     const model_hparams *hp = &m->hp;
     char nm[96];
@@ -196,22 +336,8 @@ static hn_status bind_layer(model *m, int il, model_layer *L, hn_err *err) {
     if (hp->qk_norm && ((st = bind_vec(m, N("attn_q_norm.weight"), HD, true, &L->q_norm, err)) ||
                         (st = bind_vec(m, N("attn_k_norm.weight"), HD, true, &L->k_norm, err))))
         return st;
-    if (hp->n_expert > 0) {
-        const int64_t X = hp->n_expert, F = hp->n_ff_exp;
-        if ((st = bind(m, N("ffn_gate_inp.weight"), 2, E, X, 1, true, &L->gate_inp, err)) ||
-            (st = bind(m, N("ffn_gate_exps.weight"), 3, E, F, X, true, &L->gate_exps, err)) ||
-            (st = bind(m, N("ffn_up_exps.weight"), 3, E, F, X, true, &L->up_exps, err)) ||
-            (st = bind(m, N("ffn_down_exps.weight"), 3, F, E, X, true, &L->down_exps, err)))
-            return st;
-    } else {
-        const int64_t F = hp->n_ff;
-        if ((st = bind(m, N("ffn_gate.weight"), 2, E, F, 1, true, &L->w_gate, err)) ||
-            (st = bind(m, N("ffn_up.weight"), 2, E, F, 1, true, &L->w_up, err)) ||
-            (st = bind(m, N("ffn_down.weight"), 2, F, E, 1, true, &L->w_down, err)))
-            return st;
-    }
 #undef N
-    return HN_OK;
+    return bind_ffn(m, il, L, err);
 }
 
 /* ---- scratch ---- */
@@ -247,6 +373,25 @@ static int scratch_parts(model *m, scratch_part *parts) {
         P(exp_ids, QT_I32, K, B);
         P(exp_w, QT_F32, K, B);
         P(moe_out, QT_F32, E, B * K);
+    }
+    if (hp->hybrid) {
+        int64_t S = hp->ssm_state, NK = (int64_t)hp->ssm_k_heads * S, NV = (int64_t)hp->ssm_v_heads * S;
+        P(qg, QT_F32, 2 * NQ, B);
+        P(gate, QT_F32, NQ, B);
+        P(u, QT_F32, 2 * NK + NV, B);
+        P(z, QT_F32, NV, B);
+        P(ab, QT_F32, hp->ssm_v_heads, B);
+        P(bb, QT_F32, hp->ssm_v_heads, B);
+        P(dq, QT_F32, NK, B);
+        P(dk, QT_F32, NK, B);
+        P(dv, QT_F32, NV, B);
+        P(dout, QT_F32, NV, B);
+        if (hp->n_ff_shexp > 0) {
+            P(sh, QT_F32, hp->n_ff_shexp, B);
+            P(sh2, QT_F32, hp->n_ff_shexp, B);
+            P(shg, QT_F32, 1, B);
+            P(shout, QT_F32, E, B);
+        }
     }
 #undef P
     return n;
@@ -289,10 +434,11 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
     }
     m->params.backend = NULL;
     int64_t max_k = hp->n_embd;
-    int64_t widths[] = {(int64_t)hp->n_head * hp->head_dim, hp->n_ff, hp->n_ff_exp};
-    for (int i = 0; i < 3; i++)
+    int64_t widths[] = {(int64_t)hp->n_head * hp->head_dim, hp->n_ff, hp->n_ff_exp, hp->n_ff_shexp,
+                        (int64_t)hp->ssm_v_heads * hp->ssm_state};
+    for (int i = 0; i < 5; i++)
         if (widths[i] > max_k) max_k = widths[i];
-    scratch_part parts[16];
+    scratch_part parts[40];
     int n_parts = scratch_parts(m, parts);
     size_t arena = 0;
     for (int i = 0; i < n_parts; i++) arena += be_tensor_bytes(parts[i].type, parts[i].ne0, parts[i].ne1);
@@ -322,8 +468,18 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
         st = hn_errf(err, HN_ERR_NOMEM, "model: out of memory");
         goto fail;
     }
+    int n_attn = 0, n_rec = 0;
     for (int il = 0; il < hp->n_layer; il++)
-        if ((st = bind_layer(m, il, &m->layers[il], err))) goto fail;
+        if ((st = hp->hybrid ? bind_hybrid_layer(m, il, &m->layers[il], &n_attn, &n_rec, err)
+                             : bind_layer(m, il, &m->layers[il], err)))
+            goto fail;
+    if (hp->hybrid) {
+        m->seq_next = hn_malloc(sizeof(int32_t) * (size_t)m->params.max_seqs);
+        if (!m->seq_next) {
+            st = hn_errf(err, HN_ERR_NOMEM, "model: out of memory");
+            goto fail;
+        }
+    }
     hp->tied_output = out_w == NULL;
     /* the tied output last, as before: its file pages may go once packed (get_rows faults the rows it reads back in) */
     if (hp->tied_output && (st = m->be->ops->weight_load(m->be, &src, BE_W_MATMUL | m->drop, &out_w, err))) goto fail;
@@ -358,6 +514,7 @@ void model_free(model *m) {
     if (m->own_be) be_free(m->be);
     plan_free(&m->plan);
     hn_free(m->layers);
+    hn_free(m->seq_next);
     if (m->owned) gguf_close(m->owned);
     hn_free(m);
 }
@@ -437,9 +594,16 @@ hn_status model_forward(model *m, kv_cache *kv, const model_batch *b, float *log
     return HN_OK;
 }
 
+hn_status model_state_copy(model *m, const kv_cache *kv, int n, const int32_t *src, const int32_t *dst, hn_err *err) {
+    if (n <= 0) return HN_OK;
+    m->be->ops->state_copy(m->be, kv, n, src, dst);
+    return m->be->ops->sync(m->be, err);
+}
+
 kv_config model_kv_config(const model *m, int32_t n_blocks, int block_size) {
     kv_config c = {
-        .n_layer = m->hp.n_layer,
+        .n_layer = m->hp.hybrid ? m->hp.n_layer_attn : m->hp.n_layer,
+        .state_bytes = m->hp.state_bytes,
         .n_head_kv = m->hp.n_head_kv,
         .head_dim = m->hp.head_dim,
         .block_size = block_size,

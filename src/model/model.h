@@ -10,7 +10,12 @@
  * Architectures: llama (normal RoPE, optional QKV biases), qwen2 (QKV biases,
  * neox RoPE), qwen3 (per-head QK RMS-norm, neox RoPE), qwen3moe (qwen3
  * attention, top-k of softmax expert routing with normalised weights), with
- * tied (no output.weight) or untied output.
+ * tied (no output.weight) or untied output; and the hybrids qwen35 /
+ * qwen35moe (Gated DeltaNet layers plus a gated, QK-normed, IMROPE attention
+ * layer every few layers; a shared expert gated by a sigmoid): their
+ * sequences need a recurrent-state slot (kv_seq_state_acquire) in a cache
+ * made by model_kv_config, and a step must continue each sequence where its
+ * state is (position state_len) or restart it at 0.
  *
  * model_step computes one step over a finished plan (sched/plan.h): it stores
  * each token's K/V at its plan slot, attends causally over its sequence's
@@ -33,7 +38,7 @@
 #include "../kv/kv.h"
 #include "../sched/plan.h"
 
-typedef enum { MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_QWEN3MOE } model_arch;
+typedef enum { MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_QWEN3MOE, MODEL_QWEN35, MODEL_QWEN35MOE } model_arch;
 
 typedef struct model_hparams {
     model_arch arch;
@@ -56,6 +61,20 @@ typedef struct model_hparams {
     be_rope_mode rope_mode;
     bool qk_norm;
     bool tied_output;
+    /* hybrid models (qwen35, qwen35moe): Gated DeltaNet layers with a gated
+     * full-attention layer every full_attn_interval layers */
+    bool hybrid;
+    int32_t n_layer_attn;      /* attention layers (the KV cache's n_layer) */
+    int32_t n_layer_rec;       /* recurrent (delta-net) layers */
+    int32_t full_attn_interval;
+    int32_t rope_sections[4];  /* IMROPE sections */
+    int32_t ssm_conv;          /* conv kernel K */
+    int32_t ssm_state;         /* S: head dim of the delta-net k, q and v */
+    int32_t ssm_k_heads;       /* Nk (ssm.group_count) */
+    int32_t ssm_v_heads;       /* Nv (ssm.time_step_rank) */
+    int32_t n_ff_shexp;        /* shared-expert FFN width (0: none) */
+    int32_t n_nextn;           /* MTP layers at the end of the stack (loaded, not run by the forward) */
+    size_t state_bytes;        /* one sequence's recurrent state */
 } model_hparams;
 
 typedef struct model_params {
@@ -84,8 +103,13 @@ const gguf_ctx *model_gguf(const model *m);
 int model_n_threads(const model *m);
 /* The backend the model runs on (e.g. to apply tuned kernel parameters between forwards). */
 be_backend *model_backend(const model *m);
-/* A KV cache configuration for this model with n_blocks blocks of block_size (0: default) positions. */
+/* A KV cache configuration for this model with n_blocks blocks of block_size
+ * (0: default) positions; for a hybrid, n_layer counts the attention layers
+ * and state_bytes is one sequence's recurrent state (n_state_slots 64). */
 kv_config model_kv_config(const model *m, int32_t n_blocks, int block_size);
+/* Copies recurrent-state slots (dst[i] = src[i]) between steps, through the
+ * backend, and waits: checkpoints and their restore. */
+hn_status model_state_copy(model *m, const kv_cache *kv, int n, const int32_t *src, const int32_t *dst, hn_err *err);
 
 /* Computes one step over plan p (built by plan_build for this model's
  * vocabulary, at most max_batch tokens and max_logits wanted rows, against

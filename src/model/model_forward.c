@@ -1,11 +1,141 @@
 /* model_forward.c: the forward pass, one loop over layers for every supported
- * architecture (the differences are a few optional steps), over a step's
+ * architecture (the differences are a few optional steps, and for the
+ * hybrids the mixer: attention or delta-net, chosen per layer), over a step's
  * plan: a ragged batch of tokens from several sequences. This is the hot
  * path: a readable sequence of backend ops on backend tensors, nothing else. */
 #include <math.h>
 #include <string.h>
 
 #include "model_int.h"
+
+/* Each mixer and FFN reads the normed input s->xb and leaves its output in s->xb2. */
+
+/* Causal attention (llama, qwen2, qwen3): q/k/v, biases, QK-norm, rope, the KV store, attention, output. */
+static void attention(model *m, kv_cache *kv, const model_layer *L, int layer, int n) {
+    const model_hparams *hp = &m->hp;
+    const be_ops *ops = m->be->ops;
+    be_backend *be = m->be;
+    model_scratch *s = &m->s;
+    const int H = hp->n_head, HKV = hp->n_head_kv, HD = hp->head_dim, NQ = H * HD, NKV = HKV * HD;
+    // q, k, v projections (+ biases: qwen2)
+    ops->matmul_multi(be, 3, (const be_tensor *[]){L->wq, L->wk, L->wv}, s->xb, n, (be_tensor *[]){s->q, s->k, s->v});
+    if (L->bq) ops->add_bias(be, s->q, L->bq, n, NQ);
+    if (L->bk) ops->add_bias(be, s->k, L->bk, n, NKV);
+    if (L->bv) ops->add_bias(be, s->v, L->bv, n, NKV);
+    // per-head rms-norm of q and k (qwen3)
+    if (L->q_norm) ops->rms_norm(be, s->q, L->q_norm, n * H, HD, hp->rms_eps, s->q);
+    if (L->k_norm) ops->rms_norm(be, s->k, L->k_norm, n * HKV, HD, hp->rms_eps, s->k);
+    // rotary position embedding of q and k
+    ops->rope(be, s->q, n, H, HD, hp->n_rot, hp->rope_base, hp->rope_mode);
+    ops->rope(be, s->k, n, HKV, HD, hp->n_rot, hp->rope_base, hp->rope_mode);
+    // k and v into the KV pool at each token's slot
+    ops->kv_store(be, kv, layer, s->k, s->v, n);
+    // causal attention of each token over its own sequence's cache
+    be_attn_args aa = {
+        .q = s->q, .out = s->att, .n_tokens = n, .n_head = H, .n_head_kv = HKV, .head_dim = HD,
+        .scale = 1.0f / sqrtf((float)HD), .window = hp->sliding_window, .kv = kv, .layer = layer,
+    };
+    ops->attention(be, &aa);
+    // output projection
+    ops->matmul(be, L->wo, 0, s->att, n, s->xb2);
+}
+
+/* Gated full attention (qwen35): q with a per-head output gate, QK-norm, multi-section rope. */
+static void gated_attention(model *m, kv_cache *kv, const model_layer *L, int n) {
+    const model_hparams *hp = &m->hp;
+    const be_ops *ops = m->be->ops;
+    be_backend *be = m->be;
+    model_scratch *s = &m->s;
+    const int H = hp->n_head, HKV = hp->n_head_kv, HD = hp->head_dim;
+    // projections; per head, the q projection holds D queries then D gates
+    ops->matmul_multi(be, 3, (const be_tensor *[]){L->wq, L->wk, L->wv}, s->xb, n, (be_tensor *[]){s->qg, s->k, s->v});
+    ops->copy_cols(be, s->qg, 2 * HD, 0, n * H, HD, s->q, HD, 0);
+    ops->copy_cols(be, s->qg, 2 * HD, HD, n * H, HD, s->gate, HD, 0);
+    // per-head rms-norm of q and k, rope over the sections
+    ops->rms_norm(be, s->q, L->q_norm, n * H, HD, hp->rms_eps, s->q);
+    ops->rms_norm(be, s->k, L->k_norm, n * HKV, HD, hp->rms_eps, s->k);
+    ops->rope_multi(be, s->q, n, H, HD, hp->n_rot, hp->rope_base, hp->rope_sections);
+    ops->rope_multi(be, s->k, n, HKV, HD, hp->n_rot, hp->rope_base, hp->rope_sections);
+    // the KV store and causal attention, as for the other archs
+    ops->kv_store(be, kv, L->kv_layer, s->k, s->v, n);
+    be_attn_args aa = {
+        .q = s->q, .out = s->att, .n_tokens = n, .n_head = H, .n_head_kv = HKV, .head_dim = HD,
+        .scale = 1.0f / sqrtf((float)HD), .window = 0, .kv = kv, .layer = L->kv_layer,
+    };
+    ops->attention(be, &aa);
+    // the output gate, then the output projection
+    ops->sigmoid_mul(be, s->att, s->gate, n, H * HD, H * HD, s->att);
+    ops->matmul(be, L->wo, 0, s->att, n, s->xb2);
+}
+
+/* Gated DeltaNet (qwen35): a short causal conv and the gated delta rule over
+ * each sequence's recurrent state, a gated rms-norm, the output projection. */
+static void delta_net(model *m, kv_cache *kv, const model_layer *L, int n) {
+    const model_hparams *hp = &m->hp;
+    const be_ops *ops = m->be->ops;
+    be_backend *be = m->be;
+    model_scratch *s = &m->s;
+    const int S = hp->ssm_state, NK = hp->ssm_k_heads * S, NV = hp->ssm_v_heads * S, C = 2 * NK + NV;
+    // projections: q/k/v channels, the output gate z, the decay (alpha) and write strength (beta) logits
+    ops->matmul_multi(be, 4, (const be_tensor *[]){L->wqkv, L->wz, L->w_alpha, L->w_beta}, s->xb, n,
+                      (be_tensor *[]){s->u, s->z, s->ab, s->bb});
+    // causal depthwise conv over the sequence's conv window, then silu
+    ops->ssm_conv(be, s->u, L->conv1d, n, C, hp->ssm_conv, kv, L->conv_off, s->u);
+    // split into q, k (Nk heads) and v (Nv heads); L2-normalise q and k per head
+    ops->copy_cols(be, s->u, C, 0, n, NK, s->dq, NK, 0);
+    ops->copy_cols(be, s->u, C, NK, n, NK, s->dk, NK, 0);
+    ops->copy_cols(be, s->u, C, 2 * NK, n, NV, s->dv, NV, 0);
+    ops->l2_norm(be, s->dq, n * hp->ssm_k_heads, S, hp->rms_eps, s->dq);
+    ops->l2_norm(be, s->dk, n * hp->ssm_k_heads, S, hp->rms_eps, s->dk);
+    // the gated delta rule over the sequence's delta state
+    be_delta_args da = {
+        .q = s->dq, .k = s->dk, .v = s->dv, .alpha = s->ab, .beta = s->bb, .dt_bias = L->dt_bias, .a = L->ssm_a,
+        .out = s->dout, .n_tokens = n, .n_k_heads = hp->ssm_k_heads, .n_v_heads = hp->ssm_v_heads, .head_dim = S,
+        .kv = kv, .state_off = L->delta_off,
+    };
+    ops->delta_net(be, &da);
+    // per-head rms-norm (one weight vector for all heads), times silu(z)
+    ops->rms_norm(be, s->dout, L->ssm_norm, n * hp->ssm_v_heads, S, hp->rms_eps, s->dout);
+    ops->swiglu(be, s->z, s->dout, s->dout, (size_t)n * (size_t)NV);
+    // output projection
+    ops->matmul(be, L->ssm_out, 0, s->dout, n, s->xb2);
+}
+
+/* The FFN: swiglu, or routed experts plus an optional sigmoid-gated shared expert. */
+static void ffn(model *m, const model_layer *L, int n) {
+    const model_hparams *hp = &m->hp;
+    const be_ops *ops = m->be->ops;
+    be_backend *be = m->be;
+    model_scratch *s = &m->s;
+    const int E = hp->n_embd;
+    if (hp->n_expert > 0) {
+        const int K = hp->n_expert_used, FE = hp->n_ff_exp;
+        // router: softmax over experts, top-k, weights renormalised
+        ops->matmul(be, L->gate_inp, 0, s->xb, n, s->router);
+        ops->moe_route(be, s->router, n, hp->n_expert, K, s->exp_ids, s->exp_w);
+        // each routed expert's swiglu ffn
+        ops->moe_matmul(be, L->gate_exps, s->xb, true, n, K, s->exp_ids, s->hb);
+        ops->moe_matmul(be, L->up_exps, s->xb, true, n, K, s->exp_ids, s->hb2);
+        ops->swiglu(be, s->hb, s->hb2, s->hb, (size_t)n * (size_t)K * (size_t)FE);
+        ops->moe_matmul(be, L->down_exps, s->hb, false, n, K, s->exp_ids, s->moe_out);
+        // weighted sum of the experts' outputs
+        ops->moe_combine(be, s->moe_out, s->exp_w, n, K, E, s->xb2);
+        if (L->gate_sh) {
+            // the shared expert, scaled by a per-token sigmoid gate
+            ops->matmul_multi(be, 3, (const be_tensor *[]){L->gate_sh, L->up_sh, L->gate_inp_sh}, s->xb, n,
+                              (be_tensor *[]){s->sh, s->sh2, s->shg});
+            ops->swiglu(be, s->sh, s->sh2, s->sh, (size_t)n * (size_t)hp->n_ff_shexp);
+            ops->matmul(be, L->down_sh, 0, s->sh, n, s->shout);
+            ops->sigmoid_mul(be, s->shout, s->shg, n, E, 1, s->shout);
+            ops->add(be, s->xb2, s->shout, s->xb2, (size_t)n * (size_t)E);
+        }
+    } else {
+        // swiglu ffn: down(silu(gate(x)) * up(x))
+        ops->matmul_multi(be, 2, (const be_tensor *[]){L->w_gate, L->w_up}, s->xb, n, (be_tensor *[]){s->hb, s->hb2});
+        ops->swiglu(be, s->hb, s->hb2, s->hb, (size_t)n * (size_t)hp->n_ff);
+        ops->matmul(be, L->w_down, 0, s->hb, n, s->xb2);
+    }
+}
 
 /* The forward of one planned step (n rows: the plan's tokens, or its padded
  * rows on a backend that replays graphs). */
@@ -15,62 +145,25 @@ static void forward(model *m, kv_cache *kv, const step_plan *p, const uint32_t *
     be_backend *be = m->be;
     model_scratch *s = &m->s;
     const int n = be->pads ? p->n_pad : p->n_tokens;
-    const int E = hp->n_embd, H = hp->n_head, HKV = hp->n_head_kv, HD = hp->head_dim;
-    const int NQ = H * HD, NKV = HKV * HD;
+    const int E = hp->n_embd;
 
     // token embeddings into the residual stream
     ops->get_rows(be, m->tok_embd, n, s->x);
 
-    for (int il = 0; il < hp->n_layer; il++) {
+    // the MTP layers (the last n_nextn) are not part of the main forward
+    for (int il = 0; il < hp->n_layer - hp->n_nextn; il++) {
         const model_layer *L = &m->layers[il];
 
-        // attention rms-norm
+        // mixer: attention, or (hybrids) gated attention / delta-net, on the rms-normed stream; residual
         ops->rms_norm(be, s->x, L->attn_norm, n, E, hp->rms_eps, s->xb);
-        // q, k, v projections (+ biases: qwen2)
-        ops->matmul_multi(be, 3, (const be_tensor *[]){L->wq, L->wk, L->wv}, s->xb, n,
-                          (be_tensor *[]){s->q, s->k, s->v});
-        if (L->bq) ops->add_bias(be, s->q, L->bq, n, NQ);
-        if (L->bk) ops->add_bias(be, s->k, L->bk, n, NKV);
-        if (L->bv) ops->add_bias(be, s->v, L->bv, n, NKV);
-        // per-head rms-norm of q and k (qwen3)
-        if (L->q_norm) ops->rms_norm(be, s->q, L->q_norm, n * H, HD, hp->rms_eps, s->q);
-        if (L->k_norm) ops->rms_norm(be, s->k, L->k_norm, n * HKV, HD, hp->rms_eps, s->k);
-        // rotary position embedding of q and k
-        ops->rope(be, s->q, n, H, HD, hp->n_rot, hp->rope_base, hp->rope_mode);
-        ops->rope(be, s->k, n, HKV, HD, hp->n_rot, hp->rope_base, hp->rope_mode);
-        // k and v into the KV pool at each token's slot
-        ops->kv_store(be, kv, il, s->k, s->v, n);
-        // causal attention of each token over its own sequence's cache
-        be_attn_args aa = {
-            .q = s->q, .out = s->att, .n_tokens = n, .n_head = H, .n_head_kv = HKV, .head_dim = HD,
-            .scale = 1.0f / sqrtf((float)HD), .window = hp->sliding_window, .kv = kv, .layer = il,
-        };
-        ops->attention(be, &aa);
-        // output projection, residual
-        ops->matmul(be, L->wo, 0, s->att, n, s->xb2);
+        if (!hp->hybrid) attention(m, kv, L, il, n);
+        else if (L->recurrent) delta_net(m, kv, L, n);
+        else gated_attention(m, kv, L, n);
         ops->add(be, s->x, s->xb2, s->x, (size_t)n * (size_t)E);
 
-        // ffn rms-norm
+        // ffn on the rms-normed stream (the post-attention norm of the hybrids); residual
         ops->rms_norm(be, s->x, L->ffn_norm, n, E, hp->rms_eps, s->xb);
-        if (hp->n_expert > 0) {
-            const int K = hp->n_expert_used, FE = hp->n_ff_exp;
-            // router: softmax over experts, top-k, weights renormalised
-            ops->matmul(be, L->gate_inp, 0, s->xb, n, s->router);
-            ops->moe_route(be, s->router, n, hp->n_expert, K, s->exp_ids, s->exp_w);
-            // each routed expert's swiglu ffn
-            ops->moe_matmul(be, L->gate_exps, s->xb, true, n, K, s->exp_ids, s->hb);
-            ops->moe_matmul(be, L->up_exps, s->xb, true, n, K, s->exp_ids, s->hb2);
-            ops->swiglu(be, s->hb, s->hb2, s->hb, (size_t)n * (size_t)K * (size_t)FE);
-            ops->moe_matmul(be, L->down_exps, s->hb, false, n, K, s->exp_ids, s->moe_out);
-            // weighted sum of the experts' outputs
-            ops->moe_combine(be, s->moe_out, s->exp_w, n, K, E, s->xb2);
-        } else {
-            // swiglu ffn: down(silu(gate(x)) * up(x))
-            ops->matmul_multi(be, 2, (const be_tensor *[]){L->w_gate, L->w_up}, s->xb, n, (be_tensor *[]){s->hb, s->hb2});
-            ops->swiglu(be, s->hb, s->hb2, s->hb, (size_t)n * (size_t)hp->n_ff);
-            ops->matmul(be, L->w_down, 0, s->hb, n, s->xb2);
-        }
-        // residual
+        ffn(m, L, n);
         ops->add(be, s->x, s->xb2, s->x, (size_t)n * (size_t)E);
     }
 
@@ -85,15 +178,42 @@ static void forward(model *m, kv_cache *kv, const step_plan *p, const uint32_t *
     ops->fetch(be, s->logits, p->n_out, (const void **)&m->logits_host);
 }
 
+/* Hybrids: every sequence has a state slot of this model's size, and its
+ * tokens continue its state in order (or restart it at position 0). */
+static hn_status check_recurrent(model *m, const kv_cache *kv, const step_plan *p, hn_err *err) {
+    if (kv->state_slot_bytes < m->hp.state_bytes || kv->cfg.state_bytes != m->hp.state_bytes)
+        return hn_errf(err, HN_ERR_INVALID, "forward: the KV cache holds no recurrent state for this model");
+    if (p->n_seqs > m->params.max_seqs)
+        return hn_errf(err, HN_ERR_INVALID, "forward: %d sequences in a step (at most %d)", (int)p->n_seqs,
+                       m->params.max_seqs);
+    for (int32_t si = 0; si < p->n_seqs; si++) {
+        const kv_seq *q = p->seqs[si];
+        if (p->state_slot[si] < 0 || p->state_slot[si] >= kv->n_state_slots)
+            return hn_errf(err, HN_ERR_INVALID, "forward: sequence %d has no recurrent-state slot", (int)si);
+        m->seq_next[si] = q ? q->state_len : 0;
+    }
+    for (int32_t i = 0; i < p->n_tokens; i++) {
+        int32_t si = p->seq[i], pos = p->pos[i];
+        if (pos != 0 && pos != m->seq_next[si])
+            return hn_errf(err, HN_ERR_INVALID,
+                           "forward: a recurrent sequence continues at position %d, not %d (its state is there)",
+                           (int)m->seq_next[si], (int)pos);
+        m->seq_next[si] = pos + 1;
+    }
+    return HN_OK;
+}
+
 hn_status model_step(model *m, kv_cache *kv, const step_plan *p, const uint32_t *const *masks, hn_err *err) {
     const model_hparams *hp = &m->hp;
-    if (kv->cfg.n_layer != hp->n_layer || kv->cfg.n_head_kv != hp->n_head_kv || kv->cfg.head_dim != hp->head_dim)
+    if (kv->cfg.n_layer != (hp->hybrid ? hp->n_layer_attn : hp->n_layer) || kv->cfg.n_head_kv != hp->n_head_kv || kv->cfg.head_dim != hp->head_dim)
         return hn_errf(err, HN_ERR_INVALID, "forward: the KV cache was made for another model shape");
     if (p->n_tokens > m->params.max_batch || p->n_pad > m->params.max_batch || p->n_out > m->params.max_logits)
         return hn_errf(err, HN_ERR_INVALID, "forward: a step of %d tokens (%d padded) and %d logits rows; the model takes %d and %d",
                        (int)p->n_tokens, (int)p->n_pad, (int)p->n_out, m->params.max_batch, m->params.max_logits);
     m->logits_host = NULL;
     if (p->n_tokens == 0) return HN_OK;
+    hn_status st;
+    if (hp->hybrid && (st = check_recurrent(m, kv, p, err))) return st;
     m->be->ops->plan_set(m->be, p);
     forward(m, kv, p, masks);
     return m->be->ops->sync(m->be, err);

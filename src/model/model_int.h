@@ -24,6 +24,21 @@ typedef struct model_layer {
     be_tensor *gate_exps;     /* (n_expert, n_embd -> n_ff_exp) */
     be_tensor *up_exps;       /* (n_expert, n_embd -> n_ff_exp) */
     be_tensor *down_exps;     /* (n_expert, n_ff_exp -> n_embd) */
+    /* hybrids */
+    bool recurrent;           /* a delta-net layer (else attention) */
+    int kv_layer;             /* attention: its layer in the KV cache */
+    size_t conv_off, delta_off; /* recurrent: its conv and delta state in a state slot */
+    be_tensor *wqkv;          /* (n_embd -> C = 2 Nk S + Nv S) */
+    be_tensor *wz;            /* attn_gate (n_embd -> Nv S) */
+    be_tensor *conv1d;        /* f32 (C rows of K taps) */
+    be_tensor *dt_bias, *ssm_a; /* (Nv) */
+    be_tensor *w_beta, *w_alpha; /* (n_embd -> Nv) */
+    be_tensor *ssm_norm;      /* (S) */
+    be_tensor *ssm_out;       /* (Nv S -> n_embd) */
+    be_tensor *gate_inp_sh;   /* (n_embd -> 1) */
+    be_tensor *gate_sh, *up_sh, *down_sh; /* shared expert */
+    /* MTP (nextn) layer extras, loaded when present */
+    be_tensor *nextn_eh_proj, *nextn_enorm, *nextn_hnorm, *nextn_head_norm;
 } model_layer;
 
 /* Activations, backend tensors sized for max_batch tokens (logits for max_logits rows) at load. */
@@ -42,6 +57,17 @@ typedef struct model_scratch {
     be_tensor *exp_w;   /* (B * k) */
     be_tensor *moe_out; /* (B * k, n_embd) */
     be_tensor *logits;  /* (max_logits, n_vocab) */
+    /* hybrids */
+    be_tensor *qg;      /* (B, 2 n_head head_dim) gated q as projected: per head D queries then D gates */
+    be_tensor *gate;    /* (B, n_head head_dim) */
+    be_tensor *u;       /* (B, C) conv input, then output */
+    be_tensor *z;       /* (B, Nv S) */
+    be_tensor *ab, *bb; /* (B, Nv) alpha, beta projections */
+    be_tensor *dq, *dk; /* (B, Nk S) */
+    be_tensor *dv, *dout; /* (B, Nv S) */
+    be_tensor *sh, *sh2; /* (B, n_ff_shexp) */
+    be_tensor *shg;     /* (B, 1) shared-expert gate */
+    be_tensor *shout;   /* (B, n_embd) */
 } model_scratch;
 
 struct model {
@@ -59,6 +85,7 @@ struct model {
     model_scratch s;
     const float *logits_host; /* the last step's logits rows, fetched */
     step_plan plan;         /* model_forward's own plans (grown on demand) */
+    int32_t *seq_next;      /* hybrids: [max_seqs] model_step's continuity check */
 };
 
 #endif

@@ -75,6 +75,9 @@ typedef struct ereq {
     int64_t n_computed;
     double t_last;               /* when its last token was sampled */
     eng_session snap;            /* as eng_get_sessions reports it (mutex) */
+    int32_t ck_roll;             /* hybrids: block of its rolling reply checkpoint, or -1 */
+    int32_t ck_at;               /* hybrids: also checkpoint at this position (the end of a chunk others wait for) */
+    int32_t plan_end;            /* this step: the position its chunk ends at */
 } ereq;
 
 struct eng_engine {
@@ -114,8 +117,15 @@ struct eng_engine {
     ereq **b_req;            /* request of each batch sequence slot */
     const uint32_t **masks;  /* this step's allowed-token bitmask of each logits row (NULL: none) */
     uint64_t *b_hash;        /* next-block hashes of this step's prefill chunks */
+    ereq **b_hash_req;       /* the request computing each of them */
     step_plan splan;         /* this step's plan (the backend reads it) */
     const kv_seq **chk;      /* debug_check */
+    /* hybrid models: each running sequence holds a recurrent-state slot;
+     * checkpoints of it are taken at chosen block boundaries (ck_src/ck_dst:
+     * one step's copies) */
+    bool hybrid;
+    int32_t *ck_src, *ck_dst;
+    int32_t n_ck;
 };
 
 eng_params eng_default_params(void) {
@@ -187,9 +197,55 @@ static void finish_free(eng_engine *e, ereq *q, eng_finish fin, hn_status st, co
 
 /* Publishes what the request computed (prompt and reply stay cached) and
  * gives its blocks back, tail first. */
+/* Runs the step's pending checkpoint copies (before any slot can change hands). */
+static void flush_ckpts(eng_engine *e) {
+    if (!e->n_ck) return;
+    hn_err err;
+    if (model_state_copy(e->m, e->kv, e->n_ck, e->ck_src, e->ck_dst, &err))
+        kv_trim(e->kv, 0); /* cannot happen on the CPU; drop every checkpoint rather than keep bad ones */
+    e->n_ck = 0;
+}
+
 static void release_seq(eng_engine *e, ereq *q) {
     if (e->p.prefix_cache) kv_seq_commit(e->kv, &q->seq, q->toks, q->n_toks);
+    if (e->hybrid) {
+        flush_ckpts(e);
+        /* a sequence leaving at a block boundary (preempted in prefill, or a
+         * reply that ends on one) keeps its state as a checkpoint */
+        int bs = e->kv->cfg.block_size;
+        kv_seq *s = &q->seq;
+        if (e->p.prefix_cache && s->state >= 0 && s->n_tokens > 0 && s->n_tokens % bs == 0 &&
+            s->state_len == s->n_tokens && s->n_hashed * bs == s->n_tokens) {
+            int32_t slot = kv_ckpt_take(e->kv, s->blocks[s->n_hashed - 1]);
+            hn_err err;
+            if (slot >= 0 && model_state_copy(e->m, e->kv, 1, &s->state, &slot, &err))
+                kv_ckpt_drop(e->kv, s->blocks[s->n_hashed - 1]);
+        }
+        kv_seq_state_release(e->kv, s);
+        q->ck_roll = q->ck_at = -1;
+    }
     kv_seq_truncate(e->kv, &q->seq, 0);
+}
+
+/* Hybrids: whether the state after position p (a block boundary) of a
+ * request's prompt is worth a checkpoint: the prompt's last full block
+ * (where the next turn diverges) and a geometric ladder back from it
+ * (1, 2, 4, ... blocks before), so that an edit anywhere recomputes from a
+ * checkpoint not far before it. */
+static bool ckpt_point(const eng_engine *e, const ereq *q, int32_t p) {
+    int bs = e->kv->cfg.block_size;
+    int32_t last = q->n_prompt / bs * bs;
+    if (p <= 0 || p > last || p % bs) return false;
+    int32_t d = (last - p) / bs;
+    return d == 0 || (d & (d - 1)) == 0;
+}
+
+/* The checkpoint point in (from, to) closest after from, or to (hybrid prefill chunks end there). */
+static int32_t ckpt_cut(const eng_engine *e, const ereq *q, int32_t from, int32_t to) {
+    int bs = e->kv->cfg.block_size;
+    for (int32_t p = (from / bs + 1) * bs; p < to; p += bs)
+        if (ckpt_point(e, q, p)) return p;
+    return to;
 }
 
 static void running_remove(eng_engine *e, int32_t i) {
@@ -264,7 +320,21 @@ static int32_t blocks_for(const eng_engine *e, int32_t n_tokens) {
 static void match_prefix(eng_engine *e, ereq *q) {
     if (!e->p.prefix_cache) return;
     int32_t before = q->seq.n_tokens;
-    int32_t got = kv_seq_match(e->kv, &q->seq, q->toks, q->n_toks - 1);
+    int32_t got;
+    if (e->hybrid) {
+        /* the recurrent state is resumed only from a checkpoint, restored into the sequence's slot */
+        int32_t slot = -1;
+        if (q->seq.state < 0 || q->seq.state_len != q->seq.n_tokens) return;
+        got = kv_seq_match_ckpt(e->kv, &q->seq, q->toks, q->n_toks - 1, &slot);
+        hn_err err;
+        if (got > 0 && model_state_copy(e->m, e->kv, 1, &slot, &q->seq.state, &err)) {
+            kv_seq_truncate(e->kv, &q->seq, before);
+            got = 0;
+        }
+        if (got > 0) q->seq.state_len = q->seq.n_tokens;
+    } else {
+        got = kv_seq_match(e->kv, &q->seq, q->toks, q->n_toks - 1);
+    }
     if (got > 0 && !q->resumed) {
         int32_t end = before + got < q->n_prompt ? before + got : q->n_prompt;
         int32_t cached = end > before ? end - before : 0;
@@ -276,12 +346,15 @@ static void match_prefix(eng_engine *e, ereq *q) {
 static void admit(eng_engine *e) {
     while (e->wait_head && e->n_running < e->p.max_running) {
         ereq *q = e->wait_head;
+        hn_err serr;
+        if (e->hybrid && kv_seq_state_acquire(e->kv, &q->seq, &serr)) break; /* no state slot: wait */
         match_prefix(e, q);
         int32_t rem = q->n_toks - q->seq.n_tokens;
         int32_t chunk = rem < e->p.step_tokens ? rem : e->p.step_tokens;
         int32_t need = blocks_for(e, q->seq.n_tokens + chunk) - q->seq.n_blocks + e->n_running;
         if (e->n_running > 0 && kv_n_free(e->kv) < need) {
             kv_seq_truncate(e->kv, &q->seq, 0); /* keep nothing pinned while it waits */
+            if (e->hybrid) kv_seq_state_release(e->kv, &q->seq);
             if (!q->resumed) {
                 e->cached_tokens -= (uint64_t)q->st.n_cached;
                 q->st.n_cached = 0;
@@ -327,15 +400,25 @@ restart:;
                 if (budget <= 0) break;
                 uint64_t h = e->p.prefix_cache ? kv_seq_next_hash(e->kv, &q->seq, q->toks, q->n_toks - 1) : 0;
                 bool dup = false;
-                for (int32_t j = 0; j < n_hash && h; j++) dup |= e->b_hash[j] == h;
+                for (int32_t j = 0; j < n_hash && h; j++)
+                    if (e->b_hash[j] == h) {
+                        dup = true;
+                        /* hybrids: the shared chunk's end gets a checkpoint, so this request can resume there */
+                        e->b_hash_req[j]->ck_at = e->b_hash_req[j]->plan_end;
+                    }
                 if (dup) continue; /* another request computes this block now; take it from the cache next step */
-                if (h) e->b_hash[n_hash++] = h;
+                if (h) {
+                    e->b_hash_req[n_hash] = q;
+                    e->b_hash[n_hash++] = h;
+                }
                 chunk = rem < budget ? rem : budget;
                 if (chunk < rem) { /* end on a block boundary so the chunk's blocks can be published */
                     int bs = e->kv->cfg.block_size;
                     int32_t end = (q->seq.n_tokens + chunk) / bs * bs;
                     if (end > q->seq.n_tokens) chunk = end - q->seq.n_tokens;
                 }
+                if (e->hybrid && e->p.prefix_cache) /* end exactly where a checkpoint is wanted */
+                    chunk = ckpt_cut(e, q, q->seq.n_tokens, q->seq.n_tokens + chunk) - q->seq.n_tokens;
             }
             hn_status rst = kv_seq_reserve(e->kv, &q->seq, q->seq.n_tokens + chunk, &err);
             if (rst == HN_ERR_RANGE) { /* cannot happen within n_ctx; end it rather than preempt others */
@@ -351,6 +434,7 @@ restart:;
                 preempt_one(e);
                 goto restart;
             }
+            q->plan_end = q->seq.n_tokens + chunk;
             for (int32_t t = 0; t < chunk; t++) {
                 e->b_tok[n + t] = q->toks[q->seq.n_tokens + t];
                 e->b_pos[n + t] = q->seq.n_tokens + t;
@@ -412,6 +496,31 @@ static bool take_token(eng_engine *e, ereq *q, float *row, eng_finish *fin, hn_s
         return false;
     }
     return true;
+}
+
+/* Hybrids, after a step: a request at a published block boundary takes a
+ * checkpoint there if it is a prompt checkpoint point or a shared block, and during the reply
+ * a rolling one (each replaces the previous), so that a finished reply
+ * leaves the state of its last full block. The copies run together after
+ * the step's sampling. */
+static void want_ckpt(eng_engine *e, ereq *q) {
+    int bs = e->kv->cfg.block_size;
+    kv_seq *s = &q->seq;
+    int32_t n = s->n_tokens;
+    if (n <= 0 || n % bs || s->state < 0 || s->state_len != n || s->n_hashed * bs != n) return;
+    int32_t b = s->blocks[s->n_hashed - 1];
+    bool prompt = n <= q->n_prompt;
+    /* in the prompt: its checkpoint points, the end of a chunk others wait for, and the end of a
+     * chunk that is shared (another sequence holds the block: the end of a common prefix so far) */
+    if (prompt && !ckpt_point(e, q, n) && n != q->ck_at && kv_block_refs(e->kv, b) < 2) return;
+    int32_t slot = kv_ckpt_take(e->kv, b);
+    if (slot < 0) return;
+    if (!prompt) {
+        if (q->ck_roll >= 0) kv_ckpt_drop(e->kv, q->ck_roll);
+        q->ck_roll = b;
+    }
+    e->ck_src[e->n_ck] = s->state;
+    e->ck_dst[e->n_ck++] = slot;
 }
 
 static void debug_check(eng_engine *e) {
@@ -485,8 +594,10 @@ static void step(eng_engine *e) {
                     continue;
                 }
                 if (e->p.prefix_cache) kv_seq_commit(e->kv, &q->seq, q->toks, q->seq.n_tokens);
+                if (e->hybrid && e->p.prefix_cache) want_ckpt(e, q);
                 i++;
             }
+            flush_ckpts(e);
         }
     }
     if (e->p.debug_check) debug_check(e);
@@ -557,6 +668,11 @@ static void publish_stats(eng_engine *e) {
     s->ttft_sum_ms = e->ttft_sum_ms;
     s->itl_sum_ms = e->itl_sum_ms;
     memcpy(s->check_error, e->check_error, sizeof s->check_error);
+    s->state_bytes = ks.state_bytes;
+    s->state_peak_bytes = ks.state_peak_bytes;
+    s->ckpts = ks.ckpts;
+    s->ckpt_max = ks.ckpt_max;
+    s->ckpt_hits = ks.ckpt_hits;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -686,6 +802,14 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     if (nb < 2) nb = 2;
     if (nb > (1u << 26)) nb = 1u << 26;
     kc.n_blocks = (int32_t)nb;
+    e->hybrid = hp->hybrid;
+    if (e->hybrid) {
+        /* live states (one per running sequence) plus checkpoints capped at
+         * a tenth of the KV budget (at least 2), on top of the KV blocks */
+        size_t ck = p.kv_max_bytes / 10 / (kc.state_bytes ? kc.state_bytes : 1);
+        kc.n_ckpt = !p.prefix_cache ? 0 : ck < 2 ? 2 : ck > 4096 ? 4096 : (int32_t)ck;
+        kc.n_state_slots = p.max_running + kc.n_ckpt;
+    }
     st = kv_create(&kc, &e->kv, err);
     if (st) goto fail;
     int32_t R = p.max_running, B = e->cap_batch;
@@ -697,9 +821,12 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     e->b_seqs = hn_malloc(sizeof(kv_seq *) * (size_t)R);
     e->b_req = hn_malloc(sizeof(ereq *) * (size_t)R);
     e->b_hash = hn_malloc(sizeof(uint64_t) * (size_t)R);
+    e->b_hash_req = hn_malloc(sizeof(ereq *) * (size_t)R);
     e->masks = hn_calloc((size_t)R, sizeof *e->masks);
     e->chk = hn_malloc(sizeof(kv_seq *) * (size_t)R);
-    if (!e->running || !e->b_tok || !e->b_pos || !e->b_sid || !e->b_want || !e->b_seqs || !e->b_req || !e->b_hash ||
+    e->ck_src = hn_malloc(sizeof(int32_t) * (size_t)R);
+    e->ck_dst = hn_malloc(sizeof(int32_t) * (size_t)R);
+    if (!e->ck_src || !e->ck_dst || !e->b_hash_req || !e->running || !e->b_tok || !e->b_pos || !e->b_sid || !e->b_want || !e->b_seqs || !e->b_req || !e->b_hash ||
         !e->chk || !e->masks) {
         st = hn_errf(err, HN_ERR_NOMEM, "engine: out of memory");
         goto fail;
@@ -743,8 +870,11 @@ void eng_free(eng_engine *e) {
     hn_free(e->b_seqs);
     hn_free(e->b_req);
     hn_free(e->b_hash);
+    hn_free(e->b_hash_req);
     hn_free(e->masks);
     hn_free(e->chk);
+    hn_free(e->ck_src);
+    hn_free(e->ck_dst);
     plan_free(&e->splan);
     pthread_cond_destroy(&e->trim_cv);
     pthread_cond_destroy(&e->cv);
@@ -793,6 +923,7 @@ hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err
     for (int32_t i = 0; r->penalize_prompt && i < r->n_prompt; i++) smp_accept(q->smp, r->prompt[i]);
     memcpy(q->toks, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
     q->n_toks = r->n_prompt;
+    q->ck_roll = -1;
     q->st.n_prompt = r->n_prompt;
     q->logit_row = -1;
     q->t_submit = hn_now_ms();

@@ -162,6 +162,10 @@ typedef struct eng_stats {
      * is +Inf), with the sum of the values in ms */
     uint64_t ttft_hist[ENG_HIST_N], itl_hist[ENG_HIST_N];
     double ttft_sum_ms, itl_sum_ms;
+    /* hybrid models: recurrent-state memory (live slots + checkpoints, beside kv_bytes) */
+    size_t state_bytes, state_peak_bytes;
+    int32_t ckpts, ckpt_max;   /* state checkpoints held, and their budget */
+    uint64_t ckpt_hits;        /* prefixes resumed from a checkpoint */
 } eng_stats;
 
 /* Per request, as eng_get_sessions reports it. A request is a session's turn:

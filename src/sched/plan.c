@@ -26,7 +26,8 @@ hn_status plan_init(step_plan *p, int32_t max_tokens, int32_t max_seqs, int32_t 
     p->seq_len = hn_malloc(sizeof(int32_t) * S);
     p->block_table = hn_malloc(sizeof(int32_t) * S * (size_t)max_blocks);
     p->seqs = hn_malloc(sizeof(kv_seq *) * S);
-    if (!p->token || !p->pos || !p->seq || !p->slot || !p->out_rows || !p->seq_len || !p->block_table || !p->seqs) {
+    p->state_slot = hn_malloc(sizeof(int32_t) * S);
+    if (!p->state_slot || !p->token || !p->pos || !p->seq || !p->slot || !p->out_rows || !p->seq_len || !p->block_table || !p->seqs) {
         plan_free(p);
         return hn_errf(err, HN_ERR_NOMEM, "plan: out of memory");
     }
@@ -45,6 +46,7 @@ void plan_free(step_plan *p) {
     hn_free(p->seq_len);
     hn_free(p->block_table);
     hn_free(p->seqs);
+    hn_free(p->state_slot);
     memset(p, 0, sizeof *p);
 }
 
@@ -105,6 +107,7 @@ hn_status plan_build(step_plan *p, kv_cache *kv, const step_batch *b, int32_t n_
         if (nb) memcpy(row, q->blocks, sizeof(int32_t) * (size_t)nb);
         for (int32_t j = nb; j < stride; j++) row[j] = -1;
         p->seqs[s] = b->seqs[s];
+        p->state_slot[s] = q ? q->state : -1;
     }
     n_out = 0;
     for (int32_t i = 0; i < b->n_tokens; i++) {
@@ -130,5 +133,6 @@ void plan_finish(const step_plan *p) {
     for (int32_t s = 0; s < p->n_seqs; s++) {
         kv_seq *q = p->seqs[s];
         if (q && p->seq_len[s] > q->n_tokens) q->n_tokens = p->seq_len[s];
+        if (q && q->state >= 0) q->state_len = q->n_tokens; /* the recurrent ops consumed every position */
     }
 }

@@ -9,7 +9,9 @@
  * positions it holds once the step's K/V are stored; and the tokens whose
  * logits are wanted. The backend receives the plan once per step (plan_set);
  * the forward is pure compute over it. plan_finish advances the sequences'
- * lengths afterwards.
+ * lengths afterwards. For hybrid models each sequence also carries its
+ * recurrent-state slot: the recurrent ops read and update the state of a
+ * sequence in token order, from zero at a token at position 0.
  *
  * Decode-only plans (every sequence contributes one token) are padded to a
  * graph size (1, 2, 4, 8, ... max_tokens): rows [n_tokens, n_pad) are token 0
@@ -54,6 +56,7 @@ typedef struct step_plan {
     int32_t *seq_len;      /* [n_seqs] positions held once the step's K/V are stored */
     int32_t *block_table;  /* [n_seqs][bt_stride] block ids, -1 past a sequence's blocks */
     int32_t *out_rows;     /* [n_out] token indices, ascending */
+    int32_t *state_slot;   /* [n_seqs] recurrent-state slot of each sequence (kv_seq.state; -1: none) */
     kv_seq **seqs;         /* [n_seqs] the sequences (for plan_finish; backends do not read them) */
     /* capacity, fixed at plan_init */
     int32_t cap_tokens, cap_seqs, cap_blocks;

@@ -46,6 +46,8 @@ static void par_rows(cpu_be *cb, int n, rows_fn fn, void *ctx) {
     pool_run_shared(cb->pool, rows_worker, &t);
 }
 
+void cpu_par_rows(cpu_be *cb, int n, void (*fn)(void *ctx, int r0, int r1), void *ctx) { par_rows(cb, n, fn, ctx); }
+
 /* ---- embedding lookup ---- */
 
 static void op_get_rows(be_backend *b, const be_tensor *w, int n, be_tensor *outt) {
@@ -438,6 +440,13 @@ static const be_ops cpu_ops = {
     .mm_case_new = cpu_op_mm_case_new,
     .mm_case_params = cpu_op_mm_case_params,
     .mm_case_free = cpu_op_mm_case_free,
+    .copy_cols = cpu_op_copy_cols,
+    .sigmoid_mul = cpu_op_sigmoid_mul,
+    .l2_norm = cpu_op_l2_norm,
+    .rope_multi = cpu_op_rope_multi,
+    .ssm_conv = cpu_op_ssm_conv,
+    .delta_net = cpu_op_delta_net,
+    .state_copy = cpu_op_state_copy,
 };
 
 hn_status be_cpu_create(pool *p, be_backend **out, hn_err *err) {
@@ -451,6 +460,10 @@ hn_status be_cpu_create(pool *p, be_backend **out, hn_err *err) {
     cpu_attn_select(cb);
     const char *ng = getenv("HONE_NO_GEMM");
     cb->no_gemm = ng && *ng && strcmp(ng, "0") != 0;
+    cb->delta_avx2 = cpu_dot_features()->avx2 && cpu_dot_features()->fma;
+    const char *dc = getenv("HONE_DELTA_CHUNK");
+    cb->delta_chunk = dc && *dc ? atoi(dc) : 0;
+    if (cb->delta_chunk < 0) cb->delta_chunk = 0;
     const char *np = getenv("HONE_NO_PACK");
     cb->no_pack = np && *np && strcmp(np, "0") != 0;
     *out = &cb->base;

@@ -158,6 +158,8 @@ typedef struct cpu_be {
     int attn_force;       /* HONE_ATTN_KERNEL / tests: index into ak, -1: pick by head_dim */
     cpu_attn_to_f16_fn to_f16; /* kv_store's f32 -> f16 rows */
     float *route;         /* max_experts floats */
+    bool delta_avx2;      /* delta_net's token step with AVX2 + FMA (same bits as the scalar form) */
+    int delta_chunk;      /* delta_net: the chunked form for a sequence's runs of at least this many tokens (0: token-step only) */
     /* the step */
     const step_plan *plan; /* plan_set's */
     hn_status err;         /* the first error since the last sync */
@@ -192,6 +194,27 @@ static inline float cpu_dot_f32(const float *a, const float *b, int64_t n) {
     for (; i < n; i++) t += a[i] * b[i];
     return t;
 }
+
+/* Runs fn over rows [0, n) in chunks shared among the pool's threads (cpu_backend.c). */
+void cpu_par_rows(cpu_be *cb, int n, void (*fn)(void *ctx, int r0, int r1), void *ctx);
+
+/* the hybrid-layer ops (cpu_ssm.c) */
+void cpu_op_copy_cols(be_backend *b, const be_tensor *x, int x_ld, int x_off, int n, int nc, be_tensor *y, int y_ld,
+                      int y_off);
+void cpu_op_sigmoid_mul(be_backend *b, const be_tensor *x, const be_tensor *g, int n, int dim, int g_dim, be_tensor *y);
+void cpu_op_l2_norm(be_backend *b, const be_tensor *x, int n, int dim, float eps, be_tensor *y);
+void cpu_op_rope_multi(be_backend *b, be_tensor *x, int n, int n_head, int head_dim, int n_rot, float freq_base,
+                       const int32_t sections[4]);
+void cpu_op_ssm_conv(be_backend *b, const be_tensor *x, const be_tensor *w, int n, int channels, int kernel,
+                     const kv_cache *kv, size_t state_off, be_tensor *y);
+void cpu_op_delta_net(be_backend *b, const be_delta_args *a);
+void cpu_op_state_copy(be_backend *b, const kv_cache *kv, int n, const int32_t *src, const int32_t *dst);
+/* Test hook / HONE_DELTA_CHUNK: delta_net runs its chunked form for a sequence's runs of at least
+ * min_tokens tokens in a step (0: always the token-step form, which is llama.cpp's CPU arithmetic). */
+void cpu_delta_chunk(be_backend *b, int min_tokens);
+/* One token of the delta rule on one value head (S a multiple of 64), bit for bit the scalar form (cpu_ssm.c). */
+void cpu_delta_token_avx2(float *M, int S, const float *qt, const float *kt, const float *vt, float g, float beta,
+                          float *ot);
 
 /* ops implemented in cpu_matmul.c and cpu_attn.c */
 hn_status cpu_matmul_reserve(cpu_be *cb, hn_err *err);
