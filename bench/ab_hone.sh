@@ -36,7 +36,9 @@ while [ "$r" -le "$ROUNDS" ]; do
         run "$bin" "$PP" "$TG" 0 >>"$TMP/$b"
         [ "$DEPTH" -gt 0 ] && run "$bin" 0 "$DEPTH_TG" "$DEPTH" >>"$TMP/$b"
     done
-    echo "round $r: old $(tail -n 3 "$TMP/old" | tr '\n' ' ') | new $(tail -n 3 "$TMP/new" | tr '\n' ' ')"
+    k=2
+    [ "$DEPTH" -gt 0 ] && k=3
+    echo "round $r: old $(tail -n $k "$TMP/old" | tr '\n' ' ') | new $(tail -n $k "$TMP/new" | tr '\n' ' ')"
     r=$((r + 1))
 done
 
