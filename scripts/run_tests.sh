@@ -9,8 +9,9 @@ dir=${1:-build}
 # depend on what a tuning run picked; the tuner's own tests turn it back on.
 HONE_CACHE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/hone-test-cache-XXXXXX") || exit 1
 XDG_CACHE_HOME=$HONE_CACHE_DIR
+HONE_TEST_TMP=$HONE_CACHE_DIR   # files the tests write (test.h's test_tmp_path)
 HONE_NO_TUNE=1
-export HONE_CACHE_DIR XDG_CACHE_HOME HONE_NO_TUNE
+export HONE_CACHE_DIR XDG_CACHE_HOME HONE_TEST_TMP HONE_NO_TUNE
 trap 'rm -rf "$HONE_CACHE_DIR"' EXIT
 total_p=0; total_f=0; bad=""
 for t in "$dir"/tests/test_*; do

@@ -31,6 +31,16 @@ static int test_passed_, test_failed_;
         return test_failed_ ? 1 : 0;                                   \
     } while (0)
 
+/* Writes "<dir>/<name>" into buf and returns buf, dir being a scratch folder
+ * for files a test writes: HONE_TEST_TMP (scripts/run_tests.sh makes a fresh
+ * one per run), else TMPDIR, else /tmp. */
+static inline const char *test_tmp_path(char *buf, size_t cap, const char *name) {
+    const char *d = getenv("HONE_TEST_TMP");
+    if (!d || !*d) d = getenv("TMPDIR");
+    snprintf(buf, cap, "%s/%s", d && *d ? d : "/tmp", name);
+    return buf;
+}
+
 /* Writes "<shared>/<rel>" into buf and returns buf. */
 static inline const char *test_data_path(char *buf, size_t cap, const char *rel) {
     const char *root = getenv("HONE_SHARED");

@@ -80,7 +80,9 @@ static int bpe_count(const gguf_value *merges, const char *word) {
 }
 
 int main(void) {
-    const char *pa = "build/test_demo_a.gguf", *pb = "build/test_demo_b.gguf";
+    char pa_buf[512], pb_buf[512], nodir[512];
+    const char *pa = test_tmp_path(pa_buf, sizeof pa_buf, "test_demo_a.gguf");
+    const char *pb = test_tmp_path(pb_buf, sizeof pb_buf, "test_demo_b.gguf");
     hn_err err;
     hn_err_clear(&err);
     CHECKF(demo_model_write(pa, &err) == HN_OK, "%s", err.msg);
@@ -91,7 +93,7 @@ int main(void) {
     free(a);
     free(b);
     remove(pb);
-    CHECK(demo_model_write("build/no-such-dir/demo.gguf", &err) == HN_ERR_IO);
+    CHECK(demo_model_write(test_tmp_path(nodir, sizeof nodir, "no-such-dir/demo.gguf"), &err) == HN_ERR_IO);
 
     gguf_ctx *c = NULL;
     CHECKF(gguf_open(pa, &c, &err) == HN_OK, "%s", err.msg);

@@ -709,8 +709,9 @@ static void test_roundtrip(void) {
         CHECK(gguf_writer_write_mem(w2, &buf2, &size2, NULL) == HN_OK);
         CHECK(size2 == size && !memcmp(buf, buf2, size));
         /* and through a file */
-        char path[64];
-        snprintf(path, sizeof path, "build/test_gguf_rt%d.gguf", pass);
+        char path[512], name[64];
+        snprintf(name, sizeof name, "test_gguf_rt%d.gguf", pass);
+        test_tmp_path(path, sizeof path, name);
         CHECK(gguf_writer_write(w2, path, &err) == HN_OK);
         size_t fsize = 0;
         void *fbuf = read_file(path, &fsize);
@@ -765,7 +766,8 @@ static void test_writer_rejects(void) {
     CHECK(c && gguf_alignment(c) == 64 && gguf_get(c, "deep8") != NULL);
     gguf_close(c);
     hn_free(buf);
-    CHECK(gguf_writer_write(w, "build/no-such-dir/x.gguf", &err) == HN_ERR_IO);
+    char nodir[512];
+    CHECK(gguf_writer_write(w, test_tmp_path(nodir, sizeof nodir, "no-such-dir/x.gguf"), &err) == HN_ERR_IO);
     gguf_writer_free(w);
 
     /* allocation failures while building and writing fail cleanly */
@@ -889,7 +891,8 @@ static void test_cli_info(void) {
     /* a broken file: truncated copy of a real model */
     size_t size = 0;
     void *buf = read_file(path, &size);
-    const char *bad = "build/test_gguf_broken.gguf";
+    char bad_buf[512];
+    const char *bad = test_tmp_path(bad_buf, sizeof bad_buf, "test_gguf_broken.gguf");
     FILE *f = fopen(bad, "wb");
     CHECK(f && buf);
     if (f && buf) fwrite(buf, 1, 5000, f);
@@ -899,7 +902,8 @@ static void test_cli_info(void) {
     CHECK(rc == 1);
     CHECKF(strstr(out, "hone info:") && strstr(out, "test_gguf_broken.gguf") && (strstr(out, "truncated") || strstr(out, "remain")), "%s", out);
     remove(bad);
-    rc = run_info("build/no-such-file.gguf", out, sizeof out);
+    char missing[512];
+    rc = run_info(test_tmp_path(missing, sizeof missing, "no-such-file.gguf"), out, sizeof out);
     CHECK(rc == 1 && strstr(out, "no-such-file"));
     rc = run_info("--help", out, sizeof out);
     CHECK(rc == 0 && strstr(out, "usage: hone info"));
