@@ -134,7 +134,7 @@ $(BUILD)/bench/bench_cuda_gemv: bench/bench_cuda_gemv.c $(BUILD)/libhone.a $(CUD
 	$(CC) $(CFLAGS) $(WARN) $(DEFS) -Isrc -o $@ $< -Wl,--start-group $(BUILD)/libhone.a $(CUDA_LIB) -Wl,--end-group $(LIBS) $(CUDA_LIBS)
 
 # headers and sources some tests include besides test.h
-$(BUILD)/tests/test_server_limits: tests/srv_client.h
+$(BUILD)/tests/test_server_limits $(BUILD)/tests/test_server_http: tests/srv_client.h
 $(BUILD)/tests/test_fuzz_replay: tests/fuzz/fuzz_api.c
 
 tests: $(BIN_TST)

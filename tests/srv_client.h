@@ -24,7 +24,7 @@ typedef struct {
 } resp;
 
 /* A connected socket with a receive timeout of timeout_s, or -1. */
-static int dial_t(int port, int timeout_s) {
+static inline int dial_t(int port, int timeout_s) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
@@ -36,10 +36,10 @@ static int dial_t(int port, int timeout_s) {
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     return fd;
 }
-static int dial(void) { return dial_t(g_port, 20); }
+static inline int dial(void) { return dial_t(g_port, 20); }
 
 /* Sends a request; extra holds whole header lines; ctype NULL: application/json. */
-static void send_req_ct(int fd, const char *method, const char *path, const char *extra, const char *ctype, const char *body,
+static inline void send_req_ct(int fd, const char *method, const char *path, const char *extra, const char *ctype, const char *body,
                         size_t blen, bool keep) {
     char head[4096];
     int n = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s%s%s%sContent-Length: %zu\r\n\r\n", method,
@@ -49,12 +49,12 @@ static void send_req_ct(int fd, const char *method, const char *path, const char
     if (body && blen) w = send(fd, body, blen, MSG_NOSIGNAL);
     (void)w;
 }
-static void send_req(int fd, const char *method, const char *path, const char *extra, const char *body, size_t blen, bool keep) {
+static inline void send_req(int fd, const char *method, const char *path, const char *extra, const char *body, size_t blen, bool keep) {
     send_req_ct(fd, method, path, extra, NULL, body, blen, keep);
 }
 
 /* Reads one response. */
-static bool read_resp(int fd, resp *r) {
+static inline bool read_resp(int fd, resp *r) {
     memset(r, 0, sizeof *r);
     sbuf raw = {0};
     char buf[8192];
@@ -108,7 +108,7 @@ static bool read_resp(int fd, resp *r) {
     return true;
 }
 
-static int http_ct(const char *method, const char *path, const char *extra, const char *ctype, const char *body, resp *r) {
+static inline int http_ct(const char *method, const char *path, const char *extra, const char *ctype, const char *body, resp *r) {
     int fd = dial();
     if (fd < 0) return -1;
     send_req_ct(fd, method, path, extra, ctype, body, body ? strlen(body) : 0, false);
@@ -116,12 +116,12 @@ static int http_ct(const char *method, const char *path, const char *extra, cons
     close(fd);
     return ok ? r->status : -1;
 }
-static int http(const char *method, const char *path, const char *extra, const char *body, resp *r) {
+static inline int http(const char *method, const char *path, const char *extra, const char *body, resp *r) {
     return http_ct(method, path, extra, NULL, body, r);
 }
 
 /* Whether the server closed fd (EOF) within timeout_s. */
-static bool closed_by_peer(int fd, int timeout_s) {
+static inline bool closed_by_peer(int fd, int timeout_s) {
     struct timeval tv = {.tv_sec = timeout_s};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     char buf[256];
