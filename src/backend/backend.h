@@ -280,6 +280,10 @@ struct be_backend {
 
 /* Bytes an activation tensor takes in the arena (be_limits.arena_bytes sums these). */
 size_t be_tensor_bytes(qt_type type, int64_t ne0, int64_t ne1);
+/* weight_load's argument check, for every backend: the source has data and
+ * its rows of its type fit its bytes. Sets *row_bytes; HN_ERR_INVALID naming
+ * the backend (who) and the weight otherwise. */
+hn_status be_weight_src_check(const be_weight_src *src, const char *who, size_t *row_bytes, hn_err *err);
 
 /* Frees a backend (NULL is fine). */
 static inline void be_free(be_backend *b) {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../core/pool.h"
+#include "../quant/quant.h"
 #include "cpu/cpu.h"
 #include "cpu/cpu_int.h"
 #ifdef HN_HAVE_CUDA
@@ -103,4 +104,14 @@ int be_n_threads(const be_backend *b) {
 size_t be_tensor_bytes(qt_type type, int64_t ne0, int64_t ne1) {
     (void)type; /* f32 and i32 */
     return ((size_t)ne0 * (size_t)ne1 * 4 + 255) & ~(size_t)255;
+}
+
+hn_status be_weight_src_check(const be_weight_src *src, const char *who, size_t *row_bytes, hn_err *err) {
+    size_t rb = qt_row_size(src->type, src->ne[0]);
+    *row_bytes = rb;
+    if (!src->data || rb == 0 || src->ne[1] < 1 || src->ne[2] < 1 ||
+        rb * (size_t)src->ne[1] * (size_t)src->ne[2] > src->bytes)
+        return hn_errf(err, HN_ERR_INVALID, "%s backend: weight %s does not fit its %zu bytes", who,
+                       src->name ? src->name : "?", src->bytes);
+    return HN_OK;
 }

@@ -385,11 +385,9 @@ static hn_status op_weight_load(be_backend *b, const be_weight_src *src, unsigne
                                 hn_err *err) {
     cu_be *cb = cu_of(b);
     *out = NULL;
-    size_t rb = qt_row_size(src->type, src->ne[0]);
-    if (!src->data || rb == 0 || src->ne[1] < 1 || src->ne[2] < 1 ||
-        rb * (size_t)src->ne[1] * (size_t)src->ne[2] > src->bytes)
-        return hn_errf(err, HN_ERR_INVALID, "cuda backend: weight %s does not fit its %zu bytes",
-                       src->name ? src->name : "?", src->bytes);
+    size_t rb;
+    hn_status cst = be_weight_src_check(src, "cuda", &rb, err);
+    if (cst) return cst;
     cu_tensor *t = (cu_tensor *)calloc(1, sizeof *t);
     if (!t) return hn_errf(err, HN_ERR_NOMEM, "cuda backend: out of host memory");
     const size_t bytes = rb * (size_t)src->ne[1] * (size_t)src->ne[2];
