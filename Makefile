@@ -52,8 +52,18 @@ OBJ_CLI := $(SRC_CLI:%.c=$(BUILD)/%.o)
 BIN_TST := $(SRC_TST:tests/%.c=$(BUILD)/tests/%)
 
 ifneq ($(strip $(NVCC)),)
-CUDA_ROOT  := $(abspath $(dir $(realpath $(NVCC)))/..)
-CUDA_LDIR  := $(firstword $(dir $(wildcard $(CUDA_ROOT)/lib64/libcudart_static.a $(CUDA_ROOT)/targets/*/lib/libcudart_static.a)))
+# where the CUDA runtime library lives: nvcc itself says (its --dryrun
+# prints the -L folders it links with), so a wrapper script or symlink named
+# nvcc works too; the folders around the resolved nvcc and CUDA_HOME are
+# tried after it
+ifndef CUDA_LDIR
+CUDA_NVCC_L := $(shell $(NVCC) --dryrun -o hone-probe hone-probe.o 2>&1 | sed -n 's/^\#\$$ LIBRARIES=//p' | tr -d '"' | sed 's/-L//g')
+CUDA_ROOT   := $(abspath $(dir $(realpath $(NVCC)))/..)
+CUDA_LDIR   := $(patsubst %/,%,$(firstword $(dir $(wildcard $(addsuffix /libcudart_static.a,$(CUDA_NVCC_L) $(CUDA_ROOT)/lib64 $(CUDA_ROOT)/lib $(CUDA_ROOT)/targets/*/lib $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib $(CUDA_HOME)/targets/*/lib)))))
+endif
+ifeq ($(strip $(CUDA_LDIR)),)
+$(error nvcc ($(NVCC)) found, but not the CUDA runtime libcudart_static.a next to it: set CUDA_LDIR to its folder, or CUDA=0 for the CPU engine only)
+endif
 # sm_90 machine code plus its PTX, which newer GPUs compile at load
 CUDA_ARCH  ?= -gencode arch=compute_90,code=[sm_90,compute_90]
 NVCCFLAGS  ?= -O3 -lineinfo
