@@ -197,6 +197,74 @@ static void test_matmul(rig *r, qt_type t, int K, int N, int n, int n_mat) {
     free(x);
 }
 
+/* Another backend's matmul equals the CPU's to float rounding, whatever the
+ * row count (its decode and prefill kernels alike): the activations are
+ * rounded to 8 bits exactly as the CPU rounds them, so the outputs do not
+ * depend on which backend or batch composition computed them. Q4_1/Q5_1
+ * differ a little more: the CPU takes their min term from an f16 copy of
+ * the activation block's sum. */
+static void test_same_as_cpu(rig *r, qt_type t) {
+    rig c;
+    if (!rig_open(&c, "cpu", 1, false)) {
+        CHECKF(0, "cpu backend for the comparison");
+        return;
+    }
+    const int K = 512, N = 64, NMAX = 40;
+    size_t rb = qt_row_size(t, K);
+    unsigned char *w = malloc(rb * (size_t)N);
+    float *wf = malloc(sizeof(float) * (size_t)K * (size_t)N), *x = malloc(sizeof(float) * (size_t)K * NMAX);
+    float *yc = malloc(sizeof(float) * (size_t)N * NMAX), *yb = malloc(sizeof(float) * (size_t)N * NMAX);
+    make_weights(t, K, N, w, wf);
+    for (int i = 0; i < K * NMAX; i++) x[i] = frand() * 2;
+    /* ties of the 8-bit rounding (x = amax / 2): the rounding must match there too */
+    x[5] = 1.0f, x[6] = 0.5f, x[7] = -0.5f;
+    double scale = 0;
+    for (int j = 0; j < N; j++)
+        for (int q = 0; q < NMAX; q++) {
+            double a = 0;
+            for (int i = 0; i < K; i++) a += fabs((double)wf[(size_t)j * K + i] * x[(size_t)q * K + i]);
+            if (a > scale) scale = a;
+        }
+    const double tol = (t == QT_Q4_1 || t == QT_Q5_1 ? 1e-4 : 1e-5) * scale;
+    be_tensor *Wc = weight(&c, t, K, N, 1, w, BE_W_MATMUL), *Wb = weight(r, t, K, N, 1, w, BE_W_MATMUL);
+    be_tensor *Xc = act(&c, QT_F32, K, NMAX, x), *Xb = act(r, QT_F32, K, NMAX, x);
+    be_tensor *Yc = act(&c, QT_F32, N, NMAX, NULL), *Yb = act(r, QT_F32, N, NMAX, NULL);
+    static const int ns[] = {1, 3, 8, 9, NMAX};
+    float *batch = malloc(sizeof(float) * (size_t)N * NMAX);
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+        const int n = ns[ni];
+        c.b->ops->matmul(c.b, Wc, 0, Xc, n, Yc);
+        memcpy(yc, back(&c, Yc, n), sizeof(float) * (size_t)N * (size_t)n);
+        r->b->ops->matmul(r->b, Wb, 0, Xb, n, Yb);
+        memcpy(yb, back(r, Yb, n), sizeof(float) * (size_t)N * (size_t)n);
+        double err = 0;
+        for (int i = 0; i < N * n; i++)
+            if (!(fabs((double)yc[i] - yb[i]) <= err)) err = fabs((double)yc[i] - yb[i]);
+        CHECKF(err <= tol, "%s: %s n=%d: differs from the cpu backend by %g (scale %g)", r->name, qt_name(t), n, err,
+               scale);
+        if (n == NMAX) memcpy(batch, yb, sizeof(float) * (size_t)N * NMAX);
+    }
+    /* the rows of a 40-row product equal one-row products (decode vs prefill kernels) */
+    double err = 0;
+    be_tensor *X1 = act(r, QT_F32, K, 1, NULL);
+    for (int q = 0; q < NMAX; q += 7) {
+        r->b->ops->upload(r->b, X1, 0, x + (size_t)q * K, sizeof(float) * (size_t)K);
+        r->b->ops->matmul(r->b, Wb, 0, X1, 1, Yb);
+        const float *y1 = back(r, Yb, 1);
+        for (int j = 0; j < N; j++)
+            if (!(fabs((double)y1[j] - batch[(size_t)q * N + j]) <= err)) err = fabs((double)y1[j] - batch[(size_t)q * N + j]);
+    }
+    CHECKF(err <= tol, "%s: %s: a row of a batch differs from the row alone by %g (scale %g)", r->name, qt_name(t), err,
+           scale);
+    rig_close(&c);
+    free(batch);
+    free(w);
+    free(wf);
+    free(x);
+    free(yc);
+    free(yb);
+}
+
 /* matmul_multi equals separate matmuls (weights sharing an act type, and not) */
 static void test_multi(rig *r, int n) {
     static const qt_type ts[4] = {QT_Q4_K, QT_Q6_K, QT_Q8_0, QT_F16};
@@ -697,7 +765,12 @@ static void test_recurrent(rig *r, bool big) {
                             .n_tokens = n, .n_k_heads = NK, .n_v_heads = NV, .head_dim = S, .kv = kv,
                             .state_off = 64 + conv_bytes};
         r->b->ops->delta_net(r->b, &da);
-        const float *cu = back(r, U, n), *o = back(r, O, n);
+        /* both fetched in one step: a fetched pointer is valid until the next step */
+        const void *hu = NULL, *ho = NULL;
+        r->b->ops->fetch(r->b, U, n, &hu);
+        r->b->ops->fetch(r->b, O, n, &ho);
+        CHECKF(r->b->ops->sync(r->b, &e) == HN_OK, "%s: sync: %s", r->name, e.msg);
+        const float *cu = hu, *o = ho;
         double ec = 0, eo = 0;
         for (int i = 0; i < n; i++) {
             for (int j = 0; j < C; j++) ec = fmax(ec, fabs(cu[(size_t)i * C + j] - cref[sid[i]][pos[i]][j]));
@@ -847,6 +920,7 @@ static bool run_backend(const char *name, int nth, bool ref) {
         test_matmul(&r, types[i], 256, 64, 37, 1);
         test_matmul(&r, types[i], 256, 48, 6, 3);
         if (!ref) test_matmul(&r, types[i], 256, 40, 8, 1);
+        if (!ref && strcmp(name, "cpu")) test_same_as_cpu(&r, types[i]);
     }
     test_multi(&r, 1);
     test_multi(&r, 3);

@@ -6,17 +6,19 @@
  *
  * Bounds. The reference kernel (f32 x, f64 sum) must match the CPU's f64
  * product of the dequantized rows to 1e-6 of sum |w x| (float rounding of
- * the decoded weight only). The fast kernels quantize x to int8 in blocks
- * of 32 (d = amax / 127, round to nearest): they must match the CPU's f64
- * product with those same quantized activations to 2e-5 of sum |w x^|
- * (float scales and partial sums), and the exact product to within the
- * quantization's worst case, sum_k |w_k| * amax(block of k) / 254. f16 and
- * bf16 use x as it is: 2e-5 of sum |w x| for both. */
+ * the decoded weight only). The fast kernels round x as the CPU backend does
+ * for the weight type (its own converters: Q8_0 blocks of 32 or Q8_K blocks
+ * of 256, bf16 for bf16): they must match the CPU's f64 product with those
+ * same rounded activations to 2e-5 of sum |w x^| (float scales and partial
+ * sums), and the exact product to within the rounding's worst case (half a
+ * code of the block's scale, plus the f16 rounding of a Q8_0 scale). f16
+ * uses x as it is: 2e-5 of sum |w x|. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/dot_int.h"
 #include "backend/cuda/cuda.h"
 #include "quant/quant.h"
 #include "test.h"
@@ -38,15 +40,40 @@ static const shape shapes_k[] = {{256, 1}, {1280, 37}, {4096, 130}, {11008, 9}};
 static const shape shapes_32[] = {{32, 5}, {96, 37}, {1120, 130}, {4096, 67}, {4160, 9}};
 static const shape shapes_f[] = {{8, 3}, {100, 37}, {1032, 130}, {4096, 67}};
 
-/* the fast kernels' activation quantization, on the host */
-static void quant_x(const float *x, int64_t k, float *xq, float *amaxb) {
-    for (int64_t b = 0; b < k / 32; b++) {
-        float amax = 0;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[b * 32 + j]));
-        const float d = amax / 127.0f;
-        for (int j = 0; j < 32; j++) xq[b * 32 + j] = d > 0 ? d * (float)(int)nearbyintf(x[b * 32 + j] / d) : 0.0f;
-        amaxb[b] = amax;
+/* the fast kernels' activation rounding, on the host: the CPU backend's own
+ * converters (Q8_0 or Q8_K by weight type, bf16 for bf16), dequantized;
+ * amaxb[b] is the largest |x| of the scale group of 32-block b */
+static void quant_x(qt_type t, const float *x, int64_t k, float *xq, float *amaxb) {
+    const hc_act a = hc_gemv_act(t);
+    if (a == HC_ACT_BF16) {
+        for (int64_t i = 0; i < k; i++) xq[i] = qt_bf16_to_f32(qt_f32_to_bf16(x[i]));
+        return;
     }
+    if (a == HC_ACT_Q8_0) {
+        block_q8_0 *q = malloc(sizeof(block_q8_0) * (size_t)(k / 32));
+        cpu_act_q8_0_ref(x, q, k);
+        for (int64_t b = 0; b < k / 32; b++) {
+            float amax = 0;
+            for (int j = 0; j < 32; j++) {
+                amax = fmaxf(amax, fabsf(x[b * 32 + j]));
+                xq[b * 32 + j] = qt_f16_to_f32(q[b].d) * (float)q[b].qs[j];
+            }
+            amaxb[b] = amax;
+        }
+        free(q);
+        return;
+    }
+    block_q8_K *q = malloc(sizeof(block_q8_K) * (size_t)(k / 256));
+    cpu_act_q8_K_ref(x, q, k);
+    for (int64_t b = 0; b < k / 256; b++) {
+        float amax = 0;
+        for (int j = 0; j < 256; j++) {
+            amax = fmaxf(amax, fabsf(x[b * 256 + j]));
+            xq[b * 256 + j] = q[b].d * (float)q[b].qs[j];
+        }
+        for (int j = 0; j < 8; j++) amaxb[b * 8 + j] = amax;
+    }
+    free(q);
 }
 
 static int n_fail_print;
@@ -90,25 +117,29 @@ static void test_type(qt_type t, const shape *sh) {
         for (int64_t i = 0; i < k; i++) x[r * k + i] = (1.0f + (float)r) * test_gauss();
     for (int64_t i = 0; i < k && i < 32; i++) x[1 * k + i] = 0.0f; /* an all-zero block: scale 0 */
     x[2 * k + k / 2] = 40.0f;                                         /* an outlier */
+    /* rounded x: all but f16 (bf16: to bf16, the integer types: 8 bits) */
+    const bool rounds = t != QT_F16;
     for (int r = 0; r < MAXR; r++) {
-        if (!is_f) quant_x(x + r * k, k, xq + r * k, amax);
+        if (rounds) quant_x(t, x + r * k, k, xq + r * k, amax);
         for (int64_t j = 0; j < n; j++) {
             const float *w = wd + j * k;
             double s = 0, sq = 0, sabs = 0, sabsq = 0, qerr = 0;
             for (int64_t i = 0; i < k; i++) {
                 s += (double)w[i] * x[r * k + i];
                 sabs += fabs((double)w[i] * x[r * k + i]);
-                if (!is_f) {
+                if (rounds) {
                     sq += (double)w[i] * xq[r * k + i];
                     sabsq += fabs((double)w[i] * xq[r * k + i]);
-                    qerr += fabs((double)w[i]) * amax[i / 32] / 254.0 * 1.0001;
+                    /* half a code, plus (Q8_0) the f16 rounding of the scale: 127 codes of 2^-11 */
+                    qerr += is_f ? fabs((double)w[i] * x[r * k + i]) / 256.0
+                                 : fabs((double)w[i]) * amax[i / 32] / 254.0 * 1.13;
                 }
             }
             want[r * n + j] = s;
-            want_q[r * n + j] = is_f ? s : sq;
+            want_q[r * n + j] = rounds ? sq : s;
             tol_ref[r * n + j] = 1e-6 * sabs + 1e-30;
-            tol_q[r * n + j] = 2e-5 * (is_f ? sabs : sabsq) + 1e-30;
-            tol_x[r * n + j] = is_f ? tol_q[r * n + j] : qerr + 2e-5 * sabs + 1e-30;
+            tol_q[r * n + j] = 2e-5 * (rounds ? sabsq : sabs) + 1e-30;
+            tol_x[r * n + j] = rounds ? qerr + 2e-5 * sabs + 1e-30 : tol_q[r * n + j];
         }
     }
 

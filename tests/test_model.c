@@ -26,6 +26,27 @@
 #include "model/model_int.h"
 #include "test.h"
 
+/* HONE_TEST_DEVICE=cuda runs the golden and batching tests on that backend
+ * (the rest are the CPU's); HONE_TEST_GOLDEN=a,b,... limits the golden test
+ * to those reference folders (a GPU run carries only a few model files). */
+static const char *test_device(void) {
+    const char *d = getenv("HONE_TEST_DEVICE");
+    return d && *d ? d : NULL;
+}
+
+static bool golden_selected(const char *name) {
+    const char *g = getenv("HONE_TEST_GOLDEN");
+    if (!g || !*g) return true;
+    size_t n = strlen(name);
+    for (const char *s = g; *s;) {
+        const char *e = strchr(s, ',');
+        size_t l = e ? (size_t)(e - s) : strlen(s);
+        if (l == n && !strncmp(s, name, n)) return true;
+        s += l + (e ? 1 : 0);
+    }
+    return false;
+}
+
 static int sanitized(void) {
     const char *s = getenv("HONE_SANITIZED");
     return s && *s && strcmp(s, "0") != 0;
@@ -75,7 +96,7 @@ typedef struct {
 static int rig_open(rig *r, const char *path, int threads, int max_batch) {
     hn_err e;
     memset(r, 0, sizeof *r);
-    model_params p = {.n_threads = threads, .max_batch = max_batch};
+    model_params p = {.n_threads = threads, .max_batch = max_batch, .device = test_device()};
     if (model_load(path, &p, &r->m, &e)) {
         fprintf(stderr, "load %s: %s\n", path, e.msg);
         return 0;
@@ -250,13 +271,18 @@ static void test_golden(void) {
         if (de->d_name[0] != '.') names[n++] = strdup(de->d_name);
     closedir(d);
     qsort(names, (size_t)n, sizeof names[0], cmp_str);
-    CHECKF(n >= 20, "found %d reference models", n);
+    const bool subset = getenv("HONE_TEST_GOLDEN") && *getenv("HONE_TEST_GOLDEN");
+    CHECKF(subset || n >= 20, "found %d reference models", n);
     /* under sanitizers: one file per architecture, a few decode steps */
     static const char *asan_set[] = {"llama-2k-q4_k_m", "qwen2-2k-q8_0",         "qwen3-2k-f32",
                                      "qwen3moe-2k-q4_k_m", "qwen3-real-q8_0",     "qwen35-tiny-f32",
                                      "qwen35moe-tiny-q8_0", "qwen35-tiny-f32-ubatch7"};
     for (int i = 0; i < n; i++) {
-        bool run = !sanitized();
+        bool run = !sanitized() && golden_selected(names[i]);
+        if (subset && !golden_selected(names[i])) {
+            free(names[i]);
+            continue;
+        }
         for (size_t j = 0; j < sizeof asan_set / sizeof asan_set[0] && !run; j++) run = !strcmp(names[i], asan_set[j]);
         if (run) golden_model(names[i], sanitized() ? 4 : 32);
         free(names[i]);
@@ -733,6 +759,16 @@ static void test_kv_exhaustion(void) {
 
 int main(void) {
     test_golden();
+    if (test_device() && strcmp(test_device(), "cpu")) {
+        printf("on backend %s: the golden and batching tests\n", test_device());
+        test_batching("qwen3-2k-q8_0.gguf", 2);
+        test_batching("llama-2k-f16.gguf", 1);
+        test_batching("qwen3moe-2k-q8_0.gguf", 2);
+        test_batching("qwen2-2k-q8_0.gguf", 2);
+        test_batching("qwen35-tiny-q8_0.gguf", 2);
+        test_hybrid_ckpt("qwen35moe-tiny-q4_k_m.gguf");
+        TEST_DONE();
+    }
     test_batching("qwen3-2k-q8_0.gguf", 2);
     test_batching("llama-2k-f16.gguf", 1);
     if (!sanitized()) test_batching("qwen3moe-2k-q4_k_m.gguf", 2);

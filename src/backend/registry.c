@@ -40,9 +40,7 @@ static bool cuda_available(const char **why) {
     return false;
 }
 #else
-/* Built with nvcc: the cuda backend (cuda/cuda_backend.h). Until it has
- * passed tests/test_backend_ops.c on a GPU it reports itself unavailable
- * unless HONE_CUDA_UNTESTED=1, so that "auto" never picks unvalidated code. */
+/* Built with nvcc: the cuda backend (cuda/cuda_backend.h), available when a device is found. */
 static hn_status cuda_create(const be_config *cfg, be_backend **out, hn_err *err) {
     return be_cuda_create(cfg ? cfg->device : 0, out, err);
 }

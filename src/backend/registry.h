@@ -2,8 +2,7 @@
  *
  * Each backend compiled into this binary registers a name and a probe
  * (whether it can run here: the CPU always, CUDA when built and a device is
- * present, and until the cuda backend is validated on a GPU only with
- * HONE_CUDA_UNTESTED=1 in the environment). be_create("auto") takes the first available in preference order
+ * present). be_create("auto") takes the first available in preference order
  * (cuda, then cpu); "cpu" and "cuda" ask for one by name and fail with
  * HN_ERR_UNSUPPORTED, saying why, when it is not available. */
 #ifndef HN_REGISTRY_H

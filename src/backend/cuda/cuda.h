@@ -17,10 +17,12 @@
  * (1..HC_GEMV_MAX_ROWS activation rows), W an N x K matrix in its GGUF type
  * in device memory (hc_weight), x f32 [na][K] and y f32 [na][N], both device
  * memory, row-major. For the integer types (q4_0, q8_0, q4_K, q5_K, q6_K,
- * iq4_xs, mxfp4) x is first quantized on the device to 8 bits per value in
- * blocks of 32 (one f32 scale and the block's sum, like the CPU's q8_1), so
- * the inner product is dp4a on int8; f16 and bf16 weights multiply f32 x
- * directly. Every type also has a scalar reference kernel (one thread per
+ * iq4_xs, mxfp4) x is first quantized on the device to 8 bits per value
+ * exactly as the CPU backend quantizes it for the same weight type (Q8_0 for
+ * the 32-block types, Q8_K for the 256-block ones: hc_gemv_act), so that the
+ * two backends agree to float rounding, and the inner product is dp4a on
+ * int8; f16 weights multiply f32 x directly, bf16 weights x rounded to bf16
+ * (as the CPU does). Every type also has a scalar reference kernel (one thread per
  * output, f32 x, f64 sum, each weight decoded on its own from the device
  * layout) that tests compare with the CPU's dequantizer. */
 #ifndef HN_CUDA_H
@@ -107,6 +109,9 @@ typedef struct hc_weight {
 
 /* True if hc_gemv has kernels for the type. */
 bool hc_gemv_supports(qt_type t);
+/* How hc_gemv converts x for a weight type (the CPU backend's activation type). */
+typedef enum { HC_ACT_F32 = 0, HC_ACT_BF16, HC_ACT_Q8_0, HC_ACT_Q8_K } hc_act;
+hc_act hc_gemv_act(qt_type t);
 /* Uploads n rows of k elements of type t from host memory (the file bytes:
  * n * qt_row_size(t, k)) and repacks them on the device. k must be a whole
  * number of blocks; bad shapes or types give HN_ERR_INVALID/UNSUPPORTED. */
@@ -130,7 +135,7 @@ void hc_gemv_scratch_free(hc_gemv_scratch *s);
  * only: output rows one warp computes together (1, 2 or 4), so that the
  * activation values a lane loads serve that many weight rows. reuse_x: the
  * scratch already holds this x, quantized by the previous call on the same
- * stream with the same x, na and k (weights sharing an input, as q/k/v or
+ * stream with the same x, na, k and hc_gemv_act (weights sharing an input, as q/k/v or
  * gate/up do, convert it once); ignored for f16/bf16. */
 typedef struct hc_gemv_params {
     int rows_per_warp;

@@ -85,6 +85,9 @@ typedef struct cu_be {
     bool ref;
     be_limits lim;
     hc_gemv_scratch gs;
+    /* x as the CPU's integer dots see it, for the dequantizing matmuls (cm_act_round) */
+    float *xr;
+    size_t xr_cap; /* floats */
     /* the activation arena and every handle made */
     unsigned char *arena;
     size_t arena_cap, arena_used;
@@ -95,7 +98,8 @@ typedef struct cu_be {
     int32_t n_rows, n_tokens, n_seqs, n_out, bt_stride;
     int32_t *d_plan, *h_plan;
     size_t plan_cap; /* int32 words */
-    const int32_t *d_token, *d_pos, *d_seq, *d_slot, *d_seq_len, *d_bt, *d_out_rows;
+    const int32_t *d_token, *d_pos, *d_seq, *d_slot, *d_seq_len, *d_bt, *d_out_rows, *d_state_slot;
+    int32_t *h_state_slot; /* [n_seqs] the plan's state slots on the host, to check them (plan_cap words) */
     cudaEvent_t plan_ev; /* the last staging copy */
     bool plan_ev_live;
     /* fetch: pinned host memory */
@@ -444,7 +448,7 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
         cu_errf(cb, HN_ERR_INVALID, "cuda backend: plan_set: a malformed plan");
         return;
     }
-    const size_t need = 4 * (size_t)rows + (size_t)p->n_seqs * (1 + (size_t)p->bt_stride) + (size_t)p->n_out;
+    const size_t need = 4 * (size_t)rows + (size_t)p->n_seqs * (2 + (size_t)p->bt_stride) + (size_t)p->n_out;
     /* the staging buffer may still be read by the previous plan's copy */
     if (cb->plan_ev_live) {
         cu_cuda(cb, cudaEventSynchronize(cb->plan_ev), "plan_set");
@@ -454,11 +458,13 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
         cu_cuda(cb, cudaStreamSynchronize(cb->stream), "plan_set");
         cudaFree(cb->d_plan);
         cudaFreeHost(cb->h_plan);
-        cb->d_plan = cb->h_plan = NULL;
+        free(cb->h_state_slot);
+        cb->d_plan = cb->h_plan = cb->h_state_slot = NULL;
         cb->plan_cap = 0;
         size_t cap = need < 4096 ? 4096 : need;
         cudaError_t e = cudaMalloc((void **)&cb->d_plan, cap * 4);
         if (e == cudaSuccess) e = cudaMallocHost((void **)&cb->h_plan, cap * 4);
+        if (e == cudaSuccess && !(cb->h_state_slot = (int32_t *)malloc(cap * 4))) e = cudaErrorMemoryAllocation;
         if (e != cudaSuccess) {
             cudaFree(cb->d_plan);
             cb->d_plan = NULL;
@@ -483,6 +489,9 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
     PUT(d_seq_len, p->seq_len, p->n_seqs);
     PUT(d_bt, p->block_table, (size_t)p->n_seqs * (size_t)p->bt_stride);
     PUT(d_out_rows, p->out_rows, p->n_out);
+    /* hybrids: each sequence's recurrent-state slot (-1 where the plan has none) */
+    for (int32_t i = 0; i < p->n_seqs; i++) cb->h_state_slot[i] = p->state_slot ? p->state_slot[i] : -1;
+    PUT(d_state_slot, cb->h_state_slot, p->n_seqs);
 #undef PUT
     cudaError_t e = cudaMemcpyAsync(d, h, o * 4, cudaMemcpyHostToDevice, cb->stream);
     if (e == cudaSuccess) e = cudaEventRecord(cb->plan_ev, cb->stream);
@@ -560,12 +569,32 @@ static void op_get_rows(be_backend *b, const be_tensor *w, int n, be_tensor *out
     cu_cuda(cb, cm_get_rows(cb->stream, &c, n, cb->d_token, F(out)), "get_rows");
 }
 
+/* x for a dequantizing matmul over w: rounded as the CPU's integer dots
+ * round it (the reference mode takes it as it is); NULL after an error */
+static const float *act_rounded(cu_be *cb, const be_tensor *w, const be_tensor *x, int rows, const char *op) {
+    if (cb->ref || !cm_act_rounds(w->type)) return F(x);
+    const size_t need = (size_t)rows * (size_t)w->ne[0];
+    if (need > cb->xr_cap) {
+        cu_errf(cb, HN_ERR_RANGE, "cuda backend: %s: %d rows of %lld over the limits reserved", op, rows,
+                (long long)w->ne[0]);
+        return NULL;
+    }
+    cudaError_t e = cm_act_round(cb->stream, w->type, F(x), w->ne[0], rows, cb->xr);
+    if (e != cudaSuccess) {
+        cu_cuda(cb, e, op);
+        return NULL;
+    }
+    return cb->xr;
+}
+
 /* whether the hc_gemv kernels take this call */
 static bool gemv_path(const cu_be *cb, const be_tensor *w, int n) {
     const cu_tensor *t = (const cu_tensor *)w;
     if (!t->has_hw || w->ne[2] != 1 || n < 1) return false;
     if (cb->ref) return true; /* hc_gemv_ref, 8 rows at a time */
-    if (n > HC_GEMV_MAX_ROWS) return false;
+    /* more rows: 8 at a time too, so that a row's result does not depend on
+     * the batch it came in (decode and prefill give the same bits; a faster
+     * prefill kernel must keep that or say what it gives up) */
     return w->type == QT_F16 || w->type == QT_BF16 || w->ne[0] <= cb->gs.max_k;
 }
 
@@ -590,8 +619,16 @@ static void matmul1(cu_be *cb, const be_tensor *w, int mat, const be_tensor *x, 
             }
             return;
         }
-        hc_gemv_params p = {0, reuse_x};
-        cu_hn(cb, hc_gemv(&t->hw, F(x), n, F(y), &cb->gs, &p, cb->stream, &e), &e, "matmul");
+        for (int r = 0; r < n; r += HC_GEMV_MAX_ROWS) {
+            const int na = n - r < HC_GEMV_MAX_ROWS ? n - r : HC_GEMV_MAX_ROWS;
+            hc_gemv_params p = {0, reuse_x && n <= HC_GEMV_MAX_ROWS};
+            hn_status st = hc_gemv(&t->hw, F(x) + (size_t)r * (size_t)w->ne[0], na, F(y) + (size_t)r * (size_t)w->ne[1],
+                                   &cb->gs, &p, cb->stream, &e);
+            if (st) {
+                cu_hn(cb, st, &e, "matmul");
+                return;
+            }
+        }
         return;
     }
     cm_w c = cm_of(w, false);
@@ -599,7 +636,8 @@ static void matmul1(cu_be *cb, const be_tensor *w, int mat, const be_tensor *x, 
         cu_errf(cb, HN_ERR_UNSUPPORTED, "cuda backend: matmul: no device decoder for %s", qt_name(c.type));
         return;
     }
-    cu_cuda(cb, cm_matmul_tile(cb->stream, &c, mat, F(x), n, F(y), cb->ref), "matmul");
+    const float *xin = act_rounded(cb, w, x, n, "matmul");
+    if (xin) cu_cuda(cb, cm_matmul_tile(cb->stream, &c, mat, xin, n, F(y), cb->ref), "matmul");
 }
 
 static void op_matmul(be_backend *b, const be_tensor *w, int mat, const be_tensor *x, int n, be_tensor *y) {
@@ -615,11 +653,16 @@ static void op_matmul_multi(be_backend *b, int n_w, const be_tensor *const *ws, 
     }
     /* weights sharing x convert it once: the scratch holds x quantized for row length qk */
     int64_t qk = 0;
+    hc_act qa = HC_ACT_F32;
     for (int i = 0; i < n_w; i++) {
         const be_tensor *w = ws[i];
-        const bool quantizes = !cb->ref && gemv_path(cb, w, n) && w->type != QT_F16 && w->type != QT_BF16;
-        matmul1(cb, w, 0, x, n, ys[i], quantizes && qk == w->ne[0]);
-        if (quantizes) qk = w->ne[0];
+        const hc_act a = hc_gemv_act(w->type);
+        const bool quantizes = !cb->ref && gemv_path(cb, w, n) && (a == HC_ACT_Q8_0 || a == HC_ACT_Q8_K);
+        matmul1(cb, w, 0, x, n, ys[i], quantizes && qk == w->ne[0] && qa == a);
+        if (quantizes) {
+            qk = w->ne[0];
+            qa = a;
+        }
     }
 }
 
@@ -703,8 +746,10 @@ static void op_moe_matmul(be_backend *b, const be_tensor *w, const be_tensor *x,
         cu_errf(cb, HN_ERR_UNSUPPORTED, "cuda backend: moe_matmul: no device decoder for %s", qt_name(c.type));
         return;
     }
-    cu_cuda(cb, cm_matmul_slots(cb->stream, &c, F(x), x_shared, n, k, (const int32_t *)ids->data, F(y), cb->ref),
-            "moe_matmul");
+    const float *xin = act_rounded(cb, w, x, x_shared ? n : n * k, "moe_matmul");
+    if (xin)
+        cu_cuda(cb, cm_matmul_slots(cb->stream, &c, xin, x_shared, n, k, (const int32_t *)ids->data, F(y), cb->ref),
+                "moe_matmul");
 }
 
 static void op_moe_combine(be_backend *b, const be_tensor *y, const be_tensor *w, int n, int k, int dim,
@@ -787,6 +832,113 @@ static void op_mm_case_free(be_backend *b, struct tn_case *c) {
 
 /* ---- lifecycle ---- */
 
+/* ---- version 5: hybrid (recurrent) layers ---- */
+
+static void op_copy_cols(be_backend *b, const be_tensor *x, int x_ld, int x_off, int n, int nc, be_tensor *y, int y_ld,
+                         int y_off) {
+    cu_be *cb = cu_of(b);
+    if (n < 0 || nc < 0 || x_off < 0 || y_off < 0 || x_off + nc > x_ld || y_off + nc > y_ld) {
+        cu_errf(cb, HN_ERR_INVALID, "cuda backend: copy_cols: columns [%d, %d) of rows of %d / %d", x_off, x_off + nc,
+                x_ld, y_ld);
+        return;
+    }
+    cu_cuda(cb, ck_copy_cols(cb->stream, F(x), x_ld, x_off, n, nc, F(y), y_ld, y_off), "copy_cols");
+}
+
+static void op_sigmoid_mul(be_backend *b, const be_tensor *x, const be_tensor *g, int n, int dim, int g_dim,
+                           be_tensor *y) {
+    cu_be *cb = cu_of(b);
+    cu_cuda(cb, ck_sigmoid_mul(cb->stream, F(x), F(g), n, dim, g_dim, F(y)), "sigmoid_mul");
+}
+
+static void op_l2_norm(be_backend *b, const be_tensor *x, int n, int dim, float eps, be_tensor *y) {
+    cu_be *cb = cu_of(b);
+    cu_cuda(cb, ck_l2_norm(cb->stream, F(x), n, dim, eps, F(y)), "l2_norm");
+}
+
+static void op_rope_multi(be_backend *b, be_tensor *x, int n, int n_head, int head_dim, int n_rot, float freq_base,
+                          const int32_t sections[4]) {
+    cu_be *cb = cu_of(b);
+    if (!need_plan(cb, "rope_multi") || !rows_ok(cb, "rope_multi", n)) return;
+    if (n_rot < 0 || n_rot > head_dim) {
+        cu_errf(cb, HN_ERR_INVALID, "cuda backend: rope_multi of %d dims of %d", n_rot, head_dim);
+        return;
+    }
+    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    cu_cuda(cb, ck_rope_multi(cb->stream, F(x), n, n_head, head_dim, n_rot, theta_scale, sections, cb->d_pos),
+            "rope_multi");
+}
+
+/* the layer's recurrent state in this backend's storage, every sequence of the plan holding a slot */
+static bool state_geo(cu_be *cb, const kv_cache *kv, size_t off, size_t bytes, const char *op, ck_state *st) {
+    if (!kv || kv->storage != &cb->storage || !kv->state_slot_bytes || !range_of(cb, kv->state_base) ||
+        off + bytes > kv->cfg.state_bytes) {
+        cu_errf(cb, HN_ERR_INVALID, "cuda backend: %s: bad arguments or no recurrent state in this backend's cache", op);
+        return false;
+    }
+    for (int32_t s = 0; s < cb->n_seqs; s++)
+        if (cb->h_state_slot[s] < 0 || cb->h_state_slot[s] >= kv->n_state_slots) {
+            cu_errf(cb, HN_ERR_INVALID, "cuda backend: %s: a sequence has no recurrent-state slot", op);
+            return false;
+        }
+    st->base = (unsigned char *)kv->state_base;
+    st->slot_bytes = kv->state_slot_bytes;
+    st->off = off;
+    return true;
+}
+
+static void op_ssm_conv(be_backend *b, const be_tensor *x, const be_tensor *w, int n, int channels, int kernel,
+                        const kv_cache *kv, size_t state_off, be_tensor *y) {
+    cu_be *cb = cu_of(b);
+    if (!need_plan(cb, "ssm_conv") || !rows_ok(cb, "ssm_conv", n)) return;
+    if (kernel < 1 || channels < 1 || w->type != QT_F32 || w->ne[0] != kernel || w->ne[1] != channels) {
+        cu_errf(cb, HN_ERR_INVALID, "cuda backend: ssm_conv: bad arguments");
+        return;
+    }
+    ck_state st;
+    if (!state_geo(cb, kv, state_off, sizeof(float) * (size_t)(kernel - 1) * (size_t)channels, "ssm_conv", &st)) return;
+    cu_cuda(cb, ck_ssm_conv(cb->stream, F(x), F(w), n, channels, kernel, &st, cb->d_pos, cb->d_seq, cb->d_slot,
+                            cb->d_state_slot, F(y)),
+            "ssm_conv");
+}
+
+static void op_delta_net(be_backend *b, const be_delta_args *a) {
+    cu_be *cb = cu_of(b);
+    if (!need_plan(cb, "delta_net") || !rows_ok(cb, "delta_net", a->n_tokens)) return;
+    if (a->n_k_heads < 1 || a->n_v_heads < 1 || a->head_dim < 1) {
+        cu_errf(cb, HN_ERR_INVALID, "cuda backend: delta_net: bad arguments");
+        return;
+    }
+    if (a->head_dim > ck_delta_max_dim()) {
+        cu_errf(cb, HN_ERR_UNSUPPORTED, "cuda backend: delta_net: head dim %d over the %d its kernel takes",
+                a->head_dim, ck_delta_max_dim());
+        return;
+    }
+    ck_state st;
+    const size_t need = sizeof(float) * (size_t)a->n_v_heads * (size_t)a->head_dim * (size_t)a->head_dim;
+    if (!state_geo(cb, a->kv, a->state_off, need, "delta_net", &st)) return;
+    ck_delta d = {F(a->q), F(a->k), F(a->v), F(a->alpha), F(a->beta), F(a->dt_bias), F(a->a), F(a->out),
+                  a->n_tokens, a->n_k_heads, a->n_v_heads, a->head_dim};
+    cu_cuda(cb, ck_delta_net(cb->stream, &d, &st, cb->n_seqs, cb->d_pos, cb->d_seq, cb->d_slot, cb->d_state_slot),
+            "delta_net");
+}
+
+static void op_state_copy(be_backend *b, const kv_cache *kv, int n, const int32_t *src, const int32_t *dst) {
+    cu_be *cb = cu_of(b);
+    for (int i = 0; i < n; i++) {
+        if (!kv || kv->storage != &cb->storage || !kv->state_slot_bytes || src[i] < 0 || dst[i] < 0 ||
+            src[i] >= kv->n_state_slots || dst[i] >= kv->n_state_slots) {
+            cu_errf(cb, HN_ERR_INVALID, "cuda backend: state_copy: bad slot");
+            return;
+        }
+        if (src[i] == dst[i]) continue;
+        cu_cuda(cb,
+                cudaMemcpyAsync(kv_state_ptr(kv, dst[i]), kv_state_ptr(kv, src[i]), kv->cfg.state_bytes,
+                                cudaMemcpyDeviceToDevice, cb->stream),
+                "state_copy");
+    }
+}
+
 static void op_free(be_backend *b) {
     cu_be *cb = cu_of(b);
     if (cb->stream) cudaStreamSynchronize(cb->stream);
@@ -794,8 +946,10 @@ static void op_free(be_backend *b) {
     free(cb->tensors);
     hc_free(cb->arena);
     hc_gemv_scratch_free(&cb->gs);
+    hc_free(cb->xr);
     cudaFree(cb->d_plan);
     if (cb->h_plan) cudaFreeHost(cb->h_plan);
+    free(cb->h_state_slot);
     if (cb->h_fetch) cudaFreeHost(cb->h_fetch);
     cudaFree(cb->d_mask);
     for (int i = 0; i < KV_RANGES; i++)
@@ -818,6 +972,15 @@ static hn_status op_reserve(be_backend *b, const be_limits *lim, hn_err *err) {
         hc_gemv_scratch_free(&cb->gs);
         hn_status st = hc_gemv_scratch_init(&cb->gs, k32, err);
         if (st) return st;
+    }
+    const size_t xr_need = (size_t)(lim->max_rows > 0 ? lim->max_rows : 1) * (size_t)((lim->max_k + 255) / 256 * 256);
+    if (xr_need > cb->xr_cap) {
+        hc_free(cb->xr);
+        cb->xr = NULL;
+        cb->xr_cap = 0;
+        hn_status st = hc_malloc((void **)&cb->xr, xr_need * sizeof(float), err);
+        if (st) return st;
+        cb->xr_cap = xr_need;
     }
     if (lim->arena_bytes > cb->arena_cap - cb->arena_used) {
         if (cb->arena_used)
@@ -845,9 +1008,9 @@ static hn_status op_reserve(be_backend *b, const be_limits *lim, hn_err *err) {
     return HN_OK;
 }
 
-/* version 4: the hybrid family's version 5 ops are not written for CUDA yet */
+/* version 5: every op, the hybrid family's included */
 static const be_ops cuda_ops = {
-    .version = 4,
+    .version = BE_OPS_VERSION,
     .name = "cuda",
     .free = op_free,
     .reserve = op_reserve,
@@ -880,24 +1043,20 @@ static const be_ops cuda_ops = {
     .mm_case_new = op_mm_case_new,
     .mm_case_params = op_mm_case_params,
     .mm_case_free = op_mm_case_free,
-    .copy_cols = NULL,
-    .sigmoid_mul = NULL,
-    .l2_norm = NULL,
-    .rope_multi = NULL,
-    .ssm_conv = NULL,
-    .delta_net = NULL,
-    .state_copy = NULL,
+    .copy_cols = op_copy_cols,
+    .sigmoid_mul = op_sigmoid_mul,
+    .l2_norm = op_l2_norm,
+    .rope_multi = op_rope_multi,
+    .ssm_conv = op_ssm_conv,
+    .delta_net = op_delta_net,
+    .state_copy = op_state_copy,
 };
 
 extern "C" {
 
 bool be_cuda_available(const char **why) {
-    const char *u = getenv("HONE_CUDA_UNTESTED");
-    if (!u || strcmp(u, "1")) {
-        if (why)
-            *why = hc_device_count() > 0
-                       ? "the cuda backend has not been validated on a GPU yet; HONE_CUDA_UNTESTED=1 enables it"
-                       : "no CUDA device or driver";
+    if (hc_device_count() <= 0) {
+        if (why) *why = "no CUDA device or driver";
         return false;
     }
     if (why) *why = NULL;

@@ -1,11 +1,7 @@
 /* cuda_backend.h: the cuda backend (be_ops over backend/cuda's kernels;
  * DESIGN.md, "backend/ cuda"). C API; built only with nvcc (HN_HAVE_CUDA).
  *
- * Until the backend has passed tests/test_backend_ops.c on a real GPU,
- * be_cuda_available() is false unless the environment sets
- * HONE_CUDA_UNTESTED=1 (a developer switch: then it reports the backend
- * available without probing, and be_cuda_create says what is missing), so
- * that `--device auto` never picks unvalidated code. */
+ * be_cuda_available() is true when the CUDA runtime finds a device. */
 #ifndef HN_CUDA_BACKEND_H
 #define HN_CUDA_BACKEND_H
 

@@ -45,6 +45,16 @@ cudaError_t cm_matmul_tile(cudaStream_t s, const cm_w *w, int mat, const float *
 cudaError_t cm_matmul_slots(cudaStream_t s, const cm_w *w, const float *x, bool shared, int n, int k,
                             const int32_t *ids, float *y, bool dbl);
 
+/* The CPU backend's activation rounding for weights of type t (dot.c: Q8_0
+ * for the 32-block types, Q8_1's values for q4_1/q5_1, Q8_K for the
+ * 256-block types, bf16 for bf16): out = dequant(quant(x)), n rows of k
+ * (a whole number of the weight's blocks), with the CPU's arithmetic, so
+ * that the dequantizing matmuls see the activations the CPU's integer dots
+ * see. Returns false (nothing queued) for f32 and f16 weights, which take x
+ * as it is. */
+bool cm_act_rounds(qt_type t);
+cudaError_t cm_act_round(cudaStream_t s, qt_type t, const float *x, int64_t k, int n, float *out);
+
 /* where K/V rows live: kv.h's location math, by value */
 struct ck_kv {
     unsigned char *base;
@@ -53,6 +63,34 @@ struct ck_kv {
     qt_type kt, vt;
     int64_t row_elems;
 };
+
+/* the recurrent-state slots of a layer: slot i's bytes at base + i * slot_bytes, this layer's at + off */
+struct ck_state {
+    unsigned char *base;
+    size_t slot_bytes, off;
+};
+
+/* the delta rule's arguments (be_delta_args with device pointers) */
+struct ck_delta {
+    const float *q, *k, *v, *alpha, *beta, *dt_bias, *A;
+    float *out;
+    int n, Nk, Nv, S;
+};
+
+/* cuda_ssm.cu: the hybrid ops (backend.h version 5) */
+cudaError_t ck_copy_cols(cudaStream_t s, const float *x, int x_ld, int x_off, int n, int nc, float *y, int y_ld,
+                         int y_off);
+cudaError_t ck_sigmoid_mul(cudaStream_t s, const float *x, const float *g, int n, int dim, int g_dim, float *y);
+cudaError_t ck_l2_norm(cudaStream_t s, const float *x, int n, int dim, float eps, float *y);
+cudaError_t ck_rope_multi(cudaStream_t s, float *x, int n, int n_head, int head_dim, int n_rot, float theta_scale,
+                          const int32_t sections[4], const int32_t *pos);
+cudaError_t ck_ssm_conv(cudaStream_t s, const float *x, const float *w, int n, int channels, int kernel,
+                        const ck_state *st, const int32_t *pos, const int32_t *seq, const int32_t *slot,
+                        const int32_t *state_slot, float *y);
+/* the largest head dim the delta rule takes (its state sits in shared memory) */
+int ck_delta_max_dim(void);
+cudaError_t ck_delta_net(cudaStream_t s, const ck_delta *a, const ck_state *st, int n_seqs, const int32_t *pos,
+                         const int32_t *seq, const int32_t *slot, const int32_t *state_slot);
 
 cudaError_t ck_rms_norm(cudaStream_t s, const float *x, const float *w, int n, int dim, float eps, float *y);
 cudaError_t ck_rope(cudaStream_t s, float *x, int n, int n_head, int head_dim, int n_rot, float theta_scale,

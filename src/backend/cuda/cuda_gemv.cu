@@ -67,6 +67,15 @@ static bool layout_of(qt_type t, layout *L) {
     return true;
 }
 
+extern "C" hc_act hc_gemv_act(qt_type t) {
+    switch (t) {
+    case QT_BF16: return HC_ACT_BF16;
+    case QT_Q4_0: case QT_Q8_0: case QT_MXFP4: return HC_ACT_Q8_0;
+    case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: case QT_IQ4_XS: return HC_ACT_Q8_K;
+    default: return HC_ACT_F32;
+    }
+}
+
 static bool is_float_type(qt_type t) { return t == QT_F16 || t == QT_BF16; }
 
 /* the quantized activations: row r's codes at q + r * ld, scales at d/s + r * ldb */
@@ -422,6 +431,13 @@ static __global__ void __launch_bounds__(WARPS * 32) mmv_q(wview w, xview x, flo
     warp_store<NA, RPW>(acc, row0, w.n, y);
 }
 
+/* x rounded to bf16, to nearest even (quant.c's qt_f32_to_bf16; NaN stays NaN) */
+static __device__ __forceinline__ float bfr(float v) {
+    const unsigned u = __float_as_uint(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return v;
+    return __uint_as_float((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+
 /* f16/bf16: unit = 8 weights (16 bytes); k % 8 == 0 */
 static __device__ __forceinline__ void f8(int4 q, bool bf, float (&f)[8]) {
     const unsigned v[4] = {(unsigned)q.x, (unsigned)q.y, (unsigned)q.z, (unsigned)q.w};
@@ -472,7 +488,11 @@ static __global__ void __launch_bounds__(WARPS * 32) mmv_f(wview w, const float 
 #pragma unroll
             for (int r = 0; r < NA; r++) {
                 const float4 *xp = (const float4 *)(x + r * w.k + 8 * (int64_t)u);
-                const float4 a = __ldg(xp), b = __ldg(xp + 1);
+                float4 a = __ldg(xp), b = __ldg(xp + 1);
+                if (BF) { /* the CPU rounds x to bf16 for bf16 weights */
+                    a = make_float4(bfr(a.x), bfr(a.y), bfr(a.z), bfr(a.w));
+                    b = make_float4(bfr(b.x), bfr(b.y), bfr(b.z), bfr(b.w));
+                }
 #pragma unroll
                 for (int rr = 0; rr < RPW; rr++)
                     acc[rr][r] += wf[rr][0] * a.x + wf[rr][1] * a.y + wf[rr][2] * a.z + wf[rr][3] * a.w +
@@ -483,9 +503,23 @@ static __global__ void __launch_bounds__(WARPS * 32) mmv_f(wview w, const float 
     warp_store<NA, RPW>(acc, row0, w.n, y);
 }
 
-/* x [na][k] f32 -> codes, scales and scaled sums of 32-blocks; one warp a block */
-static __global__ void quant_x(const float *__restrict__ x, int64_t k, int8_t *__restrict__ q, float *__restrict__ d,
-                               float *__restrict__ s) {
+/* x [na][k] f32 -> codes, scales and scaled sums of 32-blocks, exactly as
+ * the CPU backend quantizes activations for the same weight type (dot.c's
+ * cpu_act_q8_0_ref / cpu_act_q8_K_ref, whose arithmetic follows llama.cpp),
+ * so that the GPU's and the CPU's logits agree to float rounding:
+ * 32-block types see Q8_0 (inverse scale 127 / amax, codes rounded half to
+ * even, the scale rounded to f16); 256-block types see Q8_K (one f32 scale
+ * per 256 values, -127 / max with max the value of largest magnitude), kept
+ * here as eight 32-blocks of the same scale. s = d * sum(codes) of each
+ * 32-block. Explicitly rounded operations: nothing is contracted. */
+static __device__ __forceinline__ int clamp_q(float v) {
+    const int r = __float2int_rn(v);
+    return r > 127 ? 127 : r < -127 ? -127 : r;
+}
+
+/* one warp a 32-block */
+static __global__ void quant_x32(const float *__restrict__ x, int64_t k, int8_t *__restrict__ q, float *__restrict__ d,
+                                 float *__restrict__ s) {
     const int64_t nb = k / 32, b = (int64_t)blockIdx.x * 4 + threadIdx.x / 32;
     const int r = blockIdx.y, lane = threadIdx.x & 31;
     if (b >= nb) return;
@@ -493,25 +527,71 @@ static __global__ void quant_x(const float *__restrict__ x, int64_t k, int8_t *_
     float amax = fabsf(v);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float dd = amax / 127.0f;
-    const int c = dd > 0.0f ? __float2int_rn(v / dd) : 0;
+    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    const float dd = __half2float(__float2half_rn(__fdiv_rn(amax, 127.0f)));
+    const int c = clamp_q(__fmul_rn(v, id));
     int sum = c;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     q[r * k + b * 32 + lane] = (int8_t)c;
     if (lane == 0) {
         d[r * nb + b] = dd;
-        s[r * nb + b] = dd * (float)sum;
+        s[r * nb + b] = __fmul_rn(dd, (float)sum);
     }
 }
 
-template <int T>
+/* one block of 256 threads a 256-block */
+static __global__ void quant_x256(const float *__restrict__ x, int64_t k, int8_t *__restrict__ q,
+                                  float *__restrict__ d, float *__restrict__ s) {
+    __shared__ float s_max[8];
+    const int64_t nb = k / 32, B = blockIdx.x;
+    const int r = blockIdx.y, t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const float v = x[r * k + B * 256 + t];
+    /* the value of largest magnitude (which of equal magnitudes is taken does
+     * not matter: the opposite sign negates codes and scale alike) */
+    float m = v;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float u = __shfl_xor_sync(0xffffffffu, m, o);
+        if (fabsf(u) > fabsf(m) || (fabsf(u) == fabsf(m) && u > m)) m = u;
+    }
+    if (lane == 0) s_max[warp] = m;
+    __syncthreads();
+    m = s_max[0];
+#pragma unroll
+    for (int i = 1; i < 8; i++) {
+        const float u = s_max[i];
+        if (fabsf(u) > fabsf(m) || (fabsf(u) == fabsf(m) && u > m)) m = u;
+    }
+    int c = 0;
+    float dd = 0.0f;
+    if (m != 0.0f) {
+        const float iscale = __fdiv_rn(-127.0f, m);
+        c = clamp_q(__fmul_rn(iscale, v));
+        dd = __fdiv_rn(1.0f, iscale);
+    }
+    int sum = c;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    q[r * k + B * 256 + t] = (int8_t)c;
+    if (lane == 0) {
+        d[r * nb + B * 8 + warp] = dd;
+        s[r * nb + B * 8 + warp] = __fmul_rn(dd, (float)sum);
+    }
+}
+
+/* the scalar reference; BFX: x rounded to bf16 first (hc_gemv's path for
+ * bf16 rows that are not 16-byte aligned, which must round as the fast kernel does) */
+template <int T, bool BFX = false>
 static __global__ void mmv_ref(wview w, const float *__restrict__ x, float *__restrict__ y) {
     const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int r = blockIdx.y;
     if (row >= w.n) return;
     double acc = 0;
-    for (int64_t e = 0; e < w.k; e++) acc += (double)wref<T>(w, row, e) * (double)x[r * w.k + e];
+    for (int64_t e = 0; e < w.k; e++) {
+        const float xv = x[r * w.k + e];
+        acc += (double)wref<T>(w, row, e) * (double)(BFX ? bfr(xv) : xv);
+    }
     y[r * w.n + row] = (float)acc;
 }
 
@@ -712,8 +792,11 @@ hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_
     if (rpw != 1 && rpw != 2 && rpw != 4) return hn_errf(err, HN_ERR_INVALID, "cuda: gemv: rows per warp %d (1, 2 or 4)", rpw);
     const unsigned grid = (unsigned)((w->n + WARPS * rpw - 1) / (WARPS * rpw));
     if (is_float_type(w->type)) {
-        if (w->k % 8) { /* rows not 16-byte aligned: the scalar path */
-            return hc_gemv_ref(w, x, na, y, stream, err);
+        if (w->k % 8) { /* rows not 16-byte aligned: the scalar path (bf16: on rounded x, as below) */
+            if (w->type == QT_F16) return hc_gemv_ref(w, x, na, y, stream, err);
+            mmv_ref<QT_BF16, true><<<dim3((unsigned)((w->n + 127) / 128), (unsigned)na), 128, 0, cs>>>(view_of(w), x, y);
+            HC_LAUNCHED(err, "gemv kernel");
+            return HN_OK;
         }
         fkern f = w->type == QT_F16 ? pick_f<QT_F16>(na, rpw) : pick_f<QT_BF16>(na, rpw);
         f<<<grid, WARPS * 32, 0, cs>>>(view_of(w), x, y);
@@ -725,7 +808,10 @@ hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_
                        (long long)(s ? s->max_k : 0));
     const int64_t nb = w->k / 32;
     if (!p || !p->reuse_x) {
-        quant_x<<<dim3((unsigned)((nb + 3) / 4), (unsigned)na), 128, 0, cs>>>(x, w->k, s->xq, s->xd, s->xs);
+        if (hc_gemv_act(w->type) == HC_ACT_Q8_K)
+            quant_x256<<<dim3((unsigned)(w->k / 256), (unsigned)na), 256, 0, cs>>>(x, w->k, s->xq, s->xd, s->xs);
+        else
+            quant_x32<<<dim3((unsigned)((nb + 3) / 4), (unsigned)na), 128, 0, cs>>>(x, w->k, s->xq, s->xd, s->xs);
         HC_LAUNCHED(err, "activation quantization kernel");
     }
     xview xv = {s->xq, s->xd, s->xs, w->k, nb};
