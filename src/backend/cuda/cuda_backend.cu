@@ -118,6 +118,14 @@ typedef struct cu_be {
     bool use_vmm;
     CUmemAllocationProp prop;
     kv_range ranges[KV_RANGES];
+    /* CUDA graphs for small steps (cu_graph below) */
+    bool graphs, recording, graph_direct;
+    struct cu_rec *rec;
+    int n_rec, cap_rec;
+    struct cu_graph *gcache; /* GRAPH_CACHE entries */
+    unsigned long long gtick;
+    unsigned char *h_mask; /* pinned staging of the masks recorded this step (mask_cap words) */
+    long long graph_hits, graph_builds;
 } cu_be;
 
 static inline cu_be *cu_of(be_backend *b) { return (cu_be *)b->impl; }
@@ -438,8 +446,198 @@ static cm_w cm_of(const be_tensor *w, bool rows) {
 
 /* ---- the step ---- */
 
+/* ---- CUDA graphs ----
+ * A small step (at most GRAPH_MAX_ROWS plan rows: decode) is recorded, not
+ * launched: between plan_set and sync each op appends its arguments to
+ * cb->rec (the plan's copy itself goes out at plan_set, into device buffers
+ * whose addresses the records name). At sync the records are compared with
+ * those of the graphs captured before (every kernel argument is in them, the
+ * plan's scalars and device addresses included in a header): on a match the
+ * captured graph is launched, one launch for the whole step; otherwise the
+ * records run once under stream capture, the graph is instantiated (or an
+ * old executable updated in place) and launched. A step that does something
+ * a graph cannot hold (an upload from pageable memory, a mask buffer that
+ * must grow, reference mode) runs its records directly and goes on
+ * directly. HONE_CUDA_GRAPHS=0 turns graphs off. */
+
+#define GRAPH_MAX_ROWS 8
+#define GRAPH_CACHE 8
+#define REC_IDS_MAX 16
+
+enum {
+    R_HEADER, R_GET_ROWS, R_MATMUL, R_MULTI, R_RMS_NORM, R_ROPE, R_ADD, R_ADD_BIAS, R_SWIGLU, R_KV_STORE,
+    R_ATTENTION, R_MOE_ROUTE, R_MOE_MATMUL, R_MOE_COMBINE, R_GATHER_OUT, R_MASK, R_FETCH, R_COPY_COLS,
+    R_SIGMOID_MUL, R_L2_NORM, R_ROPE_MULTI, R_SSM_CONV, R_DELTA_NET, R_STATE_COPY
+};
+
+typedef struct cu_rec {
+    int kind;
+    union {
+        struct {
+            int32_t n_rows, n_tokens, n_seqs, n_out, bt_stride;
+            const int32_t *d[8];
+        } hdr;
+        struct {
+            const be_tensor *w, *x, *y, *w2, *y2;
+            int i0, i1, i2, i3, i4;
+            float f0;
+            size_t z0;
+            const kv_cache *kv;
+        } g; /* the generic form: most ops */
+        struct {
+            int n_w, n;
+            const be_tensor *ws[BE_MULTI_MAX], *x, *ys[BE_MULTI_MAX];
+        } multi;
+        be_attn_args attn;
+        be_delta_args delta;
+        struct {
+            be_tensor *x;
+            int n, n_head, head_dim, n_rot;
+            float freq_base;
+            int32_t sections[4];
+        } rope_multi;
+        struct {
+            const kv_cache *kv;
+            int n;
+            int32_t src[REC_IDS_MAX], dst[REC_IDS_MAX];
+        } copy;
+        struct {
+            void *dst;
+            const void *src;
+            size_t bytes, off;
+            int64_t n_vocab;
+            int row;
+            const be_tensor *t;
+        } mem; /* fetch, mask */
+    } u;
+} cu_rec;
+
+typedef struct cu_graph {
+    cu_rec *rec;
+    int n_rec, cap_rec;
+    cudaGraphExec_t exec;
+    unsigned long long used;
+} cu_graph;
+
+static void rec_exec(cu_be *cb, const cu_rec *r);
+
+/* a zeroed record of this kind (padding included, so that records compare
+ * with memcmp), or NULL when the step has left recording (the op then runs directly) */
+static cu_rec *rec_push(cu_be *cb, int kind) {
+    if (!cb->recording) return NULL;
+    if (cb->n_rec == cb->cap_rec) {
+        const int cap = cb->cap_rec ? 2 * cb->cap_rec : 1024;
+        cu_rec *nr = (cu_rec *)realloc(cb->rec, sizeof(cu_rec) * (size_t)cap);
+        if (!nr) {
+            cu_errf(cb, HN_ERR_NOMEM, "cuda backend: out of host memory recording a step");
+            return NULL;
+        }
+        cb->rec = nr;
+        cb->cap_rec = cap;
+    }
+    cu_rec *r = &cb->rec[cb->n_rec++];
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    return r;
+}
+
+/* leaves recording for this step: what was recorded runs now, the rest directly */
+static void rec_flush_direct(cu_be *cb) {
+    if (!cb->recording) return;
+    cb->recording = false;
+    for (int i = 0; i < cb->n_rec; i++) rec_exec(cb, &cb->rec[i]);
+    cb->n_rec = 0;
+}
+
+/* the step's records as one graph launch (at sync) */
+static void rec_launch(cu_be *cb) {
+    cb->recording = false;
+    const int n = cb->n_rec;
+    cb->n_rec = 0;
+    if (cb->err) return; /* an op already failed at its call: nothing runs, sync reports it */
+    cu_graph *hit = NULL, *victim = &cb->gcache[0];
+    for (int i = 0; i < GRAPH_CACHE; i++) {
+        cu_graph *g = &cb->gcache[i];
+        if (g->exec && g->n_rec == n && !memcmp(g->rec, cb->rec, sizeof(cu_rec) * (size_t)n)) {
+            hit = g;
+            break;
+        }
+        if (!g->exec || (victim->exec && g->used < victim->used)) victim = g;
+    }
+    if (hit) {
+        hit->used = ++cb->gtick;
+        cb->graph_hits++;
+        cu_cuda(cb, cudaGraphLaunch(hit->exec, cb->stream), "graph launch");
+        return;
+    }
+    /* capture: the records run once into a graph */
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        cu_cuda(cb, e, "graph capture");
+        return;
+    }
+    for (int i = 0; i < n; i++) rec_exec(cb, &cb->rec[i]);
+    e = cudaStreamEndCapture(cb->stream, &graph);
+    if (e != cudaSuccess || cb->err) {
+        if (graph) cudaGraphDestroy(graph);
+        cu_cuda(cb, e, "graph capture");
+        (void)cudaGetLastError();
+        return;
+    }
+    /* into the least recently used entry: its executable updated in place when the shapes allow */
+    cu_graph *g = victim;
+    bool updated = false;
+    if (g->exec) {
+        cudaGraphExecUpdateResultInfo info;
+        updated = cudaGraphExecUpdate(g->exec, graph, &info) == cudaSuccess;
+        if (!updated) {
+            (void)cudaGetLastError();
+            cudaGraphExecDestroy(g->exec);
+            g->exec = NULL;
+        }
+    }
+    if (!updated) e = cudaGraphInstantiate(&g->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        g->exec = NULL;
+        g->n_rec = 0;
+        cu_cuda(cb, e, "graph instantiate");
+        return;
+    }
+    if (n > g->cap_rec) {
+        cu_rec *nr = (cu_rec *)realloc(g->rec, sizeof(cu_rec) * (size_t)cb->cap_rec);
+        if (!nr) {
+            cudaGraphExecDestroy(g->exec);
+            g->exec = NULL;
+            g->n_rec = 0;
+            cu_errf(cb, HN_ERR_NOMEM, "cuda backend: out of host memory caching a graph");
+            return;
+        }
+        g->rec = nr;
+        g->cap_rec = cb->cap_rec;
+    }
+    memcpy(g->rec, cb->rec, sizeof(cu_rec) * (size_t)n);
+    g->n_rec = n;
+    g->used = ++cb->gtick;
+    cb->graph_builds++;
+    cu_cuda(cb, cudaGraphLaunch(g->exec, cb->stream), "graph launch");
+}
+
+static void graphs_free(cu_be *cb) {
+    if (cb->gcache)
+        for (int i = 0; i < GRAPH_CACHE; i++) {
+            if (cb->gcache[i].exec) cudaGraphExecDestroy(cb->gcache[i].exec);
+            free(cb->gcache[i].rec);
+        }
+    free(cb->gcache);
+    free(cb->rec);
+    if (cb->h_mask) cudaFreeHost(cb->h_mask);
+}
+
 static void op_plan_set(be_backend *b, const step_plan *p) {
     cu_be *cb = cu_of(b);
+    rec_flush_direct(cb); /* a plan before the last step's sync: that step runs now */
     cb->have_plan = false;
     if (!p) return;
     const int32_t rows = p->n_pad > p->n_tokens ? p->n_pad : p->n_tokens;
@@ -506,6 +704,17 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
     cb->n_out = p->n_out;
     cb->bt_stride = p->bt_stride;
     cb->have_plan = true;
+    if (cb->graphs && !cb->ref && rows <= GRAPH_MAX_ROWS) {
+        cb->recording = true;
+        cb->n_rec = 0;
+        if (cu_rec *r = rec_push(cb, R_HEADER)) {
+            r->u.hdr.n_rows = cb->n_rows, r->u.hdr.n_tokens = cb->n_tokens, r->u.hdr.n_seqs = cb->n_seqs;
+            r->u.hdr.n_out = cb->n_out, r->u.hdr.bt_stride = cb->bt_stride;
+            const int32_t *d[8] = {cb->d_token, cb->d_pos, cb->d_seq, cb->d_slot, cb->d_seq_len, cb->d_bt, cb->d_out_rows,
+                                   cb->d_state_slot};
+            memcpy(r->u.hdr.d, d, sizeof d);
+        }
+    }
 }
 
 static void op_fetch(be_backend *b, const be_tensor *t, int n_rows, const void **host) {
@@ -527,12 +736,17 @@ static void op_fetch(be_backend *b, const be_tensor *t, int n_rows, const void *
     }
     unsigned char *dst = cb->h_fetch + cb->fetch_used;
     *host = dst;
-    if (bytes) cu_cuda(cb, cudaMemcpyAsync(dst, t->data, bytes, cudaMemcpyDeviceToHost, cb->stream), "fetch");
+    if (cu_rec *r = rec_push(cb, R_FETCH)) {
+        r->u.mem.dst = dst, r->u.mem.src = t->data, r->u.mem.bytes = bytes;
+    } else if (bytes) {
+        cu_cuda(cb, cudaMemcpyAsync(dst, t->data, bytes, cudaMemcpyDeviceToHost, cb->stream), "fetch");
+    }
     cb->fetch_used += (bytes + 255) & ~(size_t)255;
 }
 
 static void op_upload(be_backend *b, be_tensor *t, size_t off, const void *host, size_t n) {
     cu_be *cb = cu_of(b);
+    rec_flush_direct(cb); /* a copy from pageable memory: this step goes on without a graph */
     const size_t cap = t->mat_bytes * (size_t)(t->ne[2] > 0 ? t->ne[2] : 1);
     if (off > cap || n > cap - off) {
         cu_errf(cb, HN_ERR_RANGE, "cuda backend: upload of %zu bytes at %zu into a %zu-byte tensor", n, off, cap);
@@ -546,6 +760,7 @@ static void op_upload(be_backend *b, be_tensor *t, size_t off, const void *host,
 
 static hn_status op_sync(be_backend *b, hn_err *err) {
     cu_be *cb = cu_of(b);
+    if (cb->recording) rec_launch(cb);
     cu_cuda(cb, cudaStreamSynchronize(cb->stream), "device work");
     cb->plan_ev_live = false;
     cb->fetch_fresh = true;
@@ -556,10 +771,15 @@ static hn_status op_sync(be_backend *b, hn_err *err) {
     return st;
 }
 
+
 /* ---- compute ---- */
 
 static void op_get_rows(be_backend *b, const be_tensor *w, int n, be_tensor *out) {
     cu_be *cb = cu_of(b);
+    if (cu_rec *r = rec_push(cb, R_GET_ROWS)) {
+        r->u.g.w = w, r->u.g.i0 = n, r->u.g.y = out;
+        return;
+    }
     if (!need_plan(cb, "get_rows") || !rows_ok(cb, "get_rows", n)) return;
     cm_w c = cm_of(w, true);
     if (!c.planes && !cm_raw_supports(c.type)) {
@@ -641,12 +861,23 @@ static void matmul1(cu_be *cb, const be_tensor *w, int mat, const be_tensor *x, 
 }
 
 static void op_matmul(be_backend *b, const be_tensor *w, int mat, const be_tensor *x, int n, be_tensor *y) {
-    matmul1(cu_of(b), w, mat, x, n, y, 0);
+    cu_be *cb = cu_of(b);
+    if (cu_rec *r = rec_push(cb, R_MATMUL)) {
+        r->u.g.w = w, r->u.g.i0 = mat, r->u.g.x = x, r->u.g.i1 = n, r->u.g.y = y;
+        return;
+    }
+    matmul1(cb, w, mat, x, n, y, 0);
 }
 
 static void op_matmul_multi(be_backend *b, int n_w, const be_tensor *const *ws, const be_tensor *x, int n,
                             be_tensor *const *ys) {
     cu_be *cb = cu_of(b);
+    if (n_w >= 0 && n_w <= BE_MULTI_MAX)
+        if (cu_rec *r = rec_push(cb, R_MULTI)) {
+            r->u.multi.n_w = n_w, r->u.multi.n = n, r->u.multi.x = x;
+            for (int i = 0; i < n_w; i++) r->u.multi.ws[i] = ws[i], r->u.multi.ys[i] = ys[i];
+            return;
+        }
     if (n_w < 0 || n_w > BE_MULTI_MAX) {
         cu_errf(cb, HN_ERR_RANGE, "cuda backend: matmul_multi of %d weights", n_w);
         return;
@@ -669,12 +900,21 @@ static void op_matmul_multi(be_backend *b, int n_w, const be_tensor *const *ws, 
 static void op_rms_norm(be_backend *b, const be_tensor *x, const be_tensor *w, int n, int dim, float eps,
                         be_tensor *y) {
     cu_be *cb = cu_of(b);
+    if (cu_rec *r = rec_push(cb, R_RMS_NORM)) {
+        r->u.g.x = x, r->u.g.w = w, r->u.g.i0 = n, r->u.g.i1 = dim, r->u.g.f0 = eps, r->u.g.y = y;
+        return;
+    }
     cu_cuda(cb, ck_rms_norm(cb->stream, F(x), w ? F(w) : NULL, n, dim, eps, F(y)), "rms_norm");
 }
 
 static void op_rope(be_backend *b, be_tensor *x, int n, int n_head, int head_dim, int n_rot, float freq_base,
                     be_rope_mode mode) {
     cu_be *cb = cu_of(b);
+    if (cu_rec *r = rec_push(cb, R_ROPE)) {
+        r->u.g.y = x, r->u.g.i0 = n, r->u.g.i1 = n_head, r->u.g.i2 = head_dim, r->u.g.i3 = n_rot;
+        r->u.g.f0 = freq_base, r->u.g.i4 = (int)mode;
+        return;
+    }
     if (!need_plan(cb, "rope") || !rows_ok(cb, "rope", n)) return;
     if (n_rot < 0 || n_rot > head_dim) {
         cu_errf(cb, HN_ERR_INVALID, "cuda backend: rope of %d dims of %d", n_rot, head_dim);
@@ -688,21 +928,37 @@ static void op_rope(be_backend *b, be_tensor *x, int n, int n_head, int head_dim
 
 static void op_add(be_backend *b, const be_tensor *a, const be_tensor *bb, be_tensor *y, size_t n) {
     cu_be *cb = cu_of(b);
+    if (cu_rec *r = rec_push(cb, R_ADD)) {
+        r->u.g.x = a, r->u.g.w = bb, r->u.g.y = y, r->u.g.z0 = n;
+        return;
+    }
     cu_cuda(cb, ck_add(cb->stream, F(a), F(bb), F(y), n), "add");
 }
 
 static void op_add_bias(be_backend *b, be_tensor *x, const be_tensor *bias, int n, int dim) {
     cu_be *cb = cu_of(b);
+    if (cu_rec *r = rec_push(cb, R_ADD_BIAS)) {
+        r->u.g.y = x, r->u.g.w = bias, r->u.g.i0 = n, r->u.g.i1 = dim;
+        return;
+    }
     cu_cuda(cb, ck_add_bias(cb->stream, F(x), F(bias), n, dim), "add_bias");
 }
 
 static void op_swiglu(be_backend *b, const be_tensor *gate, const be_tensor *up, be_tensor *y, size_t n) {
     cu_be *cb = cu_of(b);
+    if (cu_rec *r = rec_push(cb, R_SWIGLU)) {
+        r->u.g.x = gate, r->u.g.w = up, r->u.g.y = y, r->u.g.z0 = n;
+        return;
+    }
     cu_cuda(cb, ck_swiglu(cb->stream, F(gate), F(up), F(y), n), "swiglu");
 }
 
 static void op_kv_store(be_backend *b, kv_cache *kv, int layer, const be_tensor *k, const be_tensor *v, int n) {
     cu_be *cb = cu_of(b);
+    if (cu_rec *r = rec_push(cb, R_KV_STORE)) {
+        r->u.g.kv = kv, r->u.g.i0 = layer, r->u.g.x = k, r->u.g.w = v, r->u.g.i1 = n;
+        return;
+    }
     ck_kv g;
     if (!need_plan(cb, "kv_store") || !rows_ok(cb, "kv_store", n) || !kv_geo(cb, kv, "kv_store", &g)) return;
     if (layer < 0 || layer >= kv->cfg.n_layer) {
@@ -714,6 +970,13 @@ static void op_kv_store(be_backend *b, kv_cache *kv, int layer, const be_tensor 
 
 static void op_attention(be_backend *b, const be_attn_args *a) {
     cu_be *cb = cu_of(b);
+    if (cu_rec *r = rec_push(cb, R_ATTENTION)) {
+        /* field by field: the caller's padding bytes would defeat the records' comparison */
+        be_attn_args *c = &r->u.attn;
+        c->q = a->q, c->out = a->out, c->n_tokens = a->n_tokens, c->n_head = a->n_head, c->n_head_kv = a->n_head_kv;
+        c->head_dim = a->head_dim, c->scale = a->scale, c->window = a->window, c->kv = a->kv, c->layer = a->layer;
+        return;
+    }
     ck_kv g;
     if (!need_plan(cb, "attention") || !rows_ok(cb, "attention", a->n_tokens) || !kv_geo(cb, a->kv, "attention", &g))
         return;
@@ -731,6 +994,10 @@ static void op_attention(be_backend *b, const be_attn_args *a) {
 static void op_moe_route(be_backend *b, const be_tensor *logits, int n, int n_expert, int k, be_tensor *ids,
                          be_tensor *weights) {
     cu_be *cb = cu_of(b);
+    if (cu_rec *r = rec_push(cb, R_MOE_ROUTE)) {
+        r->u.g.x = logits, r->u.g.i0 = n, r->u.g.i1 = n_expert, r->u.g.i2 = k, r->u.g.y = ids, r->u.g.y2 = weights;
+        return;
+    }
     if (n_expert < 1 || k < 1 || k > n_expert || n_expert > 4096) {
         cu_errf(cb, HN_ERR_INVALID, "cuda backend: moe_route: top %d of %d experts", k, n_expert);
         return;
@@ -741,6 +1008,10 @@ static void op_moe_route(be_backend *b, const be_tensor *logits, int n, int n_ex
 static void op_moe_matmul(be_backend *b, const be_tensor *w, const be_tensor *x, bool x_shared, int n, int k,
                           const be_tensor *ids, be_tensor *y) {
     cu_be *cb = cu_of(b);
+    if (cu_rec *r = rec_push(cb, R_MOE_MATMUL)) {
+        r->u.g.w = w, r->u.g.x = x, r->u.g.i0 = x_shared, r->u.g.i1 = n, r->u.g.i2 = k, r->u.g.w2 = ids, r->u.g.y = y;
+        return;
+    }
     cm_w c = cm_of(w, false);
     if (!c.planes && !cm_raw_supports(c.type)) {
         cu_errf(cb, HN_ERR_UNSUPPORTED, "cuda backend: moe_matmul: no device decoder for %s", qt_name(c.type));
@@ -755,11 +1026,19 @@ static void op_moe_matmul(be_backend *b, const be_tensor *w, const be_tensor *x,
 static void op_moe_combine(be_backend *b, const be_tensor *y, const be_tensor *w, int n, int k, int dim,
                            be_tensor *out) {
     cu_be *cb = cu_of(b);
+    if (cu_rec *r = rec_push(cb, R_MOE_COMBINE)) {
+        r->u.g.x = y, r->u.g.w = w, r->u.g.i0 = n, r->u.g.i1 = k, r->u.g.i2 = dim, r->u.g.y = out;
+        return;
+    }
     cu_cuda(cb, ck_moe_combine(cb->stream, F(y), F(w), n, k, dim, F(out)), "moe_combine");
 }
 
 static void op_gather_out(be_backend *b, const be_tensor *x, int dim, be_tensor *out) {
     cu_be *cb = cu_of(b);
+    if (cu_rec *r = rec_push(cb, R_GATHER_OUT)) {
+        r->u.g.x = x, r->u.g.i0 = dim, r->u.g.y = out;
+        return;
+    }
     if (!need_plan(cb, "gather_out")) return;
     cu_cuda(cb, ck_gather_out(cb->stream, F(x), dim, cb->n_out, cb->d_out_rows, F(out)), "gather_out");
 }
@@ -769,17 +1048,23 @@ static void op_mask_logits(be_backend *b, be_tensor *logits, int row, const uint
     if (n_vocab <= 0) return;
     const size_t words = (size_t)((n_vocab + 31) / 32);
     if (words > cb->mask_cap - cb->mask_used) {
+        rec_flush_direct(cb); /* the buffers must change: this step goes on without a graph */
         /* earlier masks of this step are still to be read: wait, then reuse or grow */
         cu_cuda(cb, cudaStreamSynchronize(cb->stream), "mask_logits");
         cb->mask_used = 0;
         if (words > cb->mask_cap) {
             cudaFree(cb->d_mask);
+            if (cb->h_mask) cudaFreeHost(cb->h_mask);
             cb->d_mask = NULL;
+            cb->h_mask = NULL;
             cb->mask_cap = 0;
             const size_t cap = 4 * words;
             cudaError_t e = cudaMalloc((void **)&cb->d_mask, cap * 4);
+            if (e == cudaSuccess) e = cudaMallocHost((void **)&cb->h_mask, cap * 4);
             if (e != cudaSuccess) {
+                cudaFree(cb->d_mask);
                 cb->d_mask = NULL;
+                cb->h_mask = NULL;
                 cu_cuda(cb, e, "mask_logits: allocating the mask buffer");
                 return;
             }
@@ -787,6 +1072,13 @@ static void op_mask_logits(be_backend *b, be_tensor *logits, int row, const uint
         }
     }
     uint32_t *m = cb->d_mask + cb->mask_used;
+    if (cu_rec *r = rec_push(cb, R_MASK)) {
+        /* the bits are staged in pinned memory now; the graph copies them from there */
+        memcpy(cb->h_mask + cb->mask_used * 4, allowed, words * 4);
+        r->u.mem.t = logits, r->u.mem.row = row, r->u.mem.n_vocab = n_vocab, r->u.mem.off = cb->mask_used;
+        cb->mask_used += (words + 63) & ~(size_t)63;
+        return;
+    }
     cu_cuda(cb, cudaMemcpyAsync(m, allowed, words * 4, cudaMemcpyHostToDevice, cb->stream), "mask_logits");
     cu_cuda(cb, ck_mask_logits(cb->stream, F(logits) + (size_t)row * (size_t)n_vocab, m, n_vocab), "mask_logits");
     cb->mask_used += (words + 63) & ~(size_t)63;
@@ -804,7 +1096,11 @@ static bool op_set_mm_params(be_backend *b, qt_type t, int64_t k, int64_t n, int
 
 static void op_clear_mm_params(be_backend *b) { (void)b; }
 
-static void op_set_reference(be_backend *b, bool on) { cu_of(b)->ref = on; }
+static void op_set_reference(be_backend *b, bool on) {
+    cu_be *cb = cu_of(b);
+    rec_flush_direct(cb);
+    cb->ref = on;
+}
 
 static bool op_mm_tunable(be_backend *b, qt_type t) {
     (void)b;
@@ -837,6 +1133,11 @@ static void op_mm_case_free(be_backend *b, struct tn_case *c) {
 static void op_copy_cols(be_backend *b, const be_tensor *x, int x_ld, int x_off, int n, int nc, be_tensor *y, int y_ld,
                          int y_off) {
     cu_be *cb = cu_of(b);
+    if (cu_rec *r = rec_push(cb, R_COPY_COLS)) {
+        r->u.g.x = x, r->u.g.i0 = x_ld, r->u.g.i1 = x_off, r->u.g.i2 = n, r->u.g.i3 = nc, r->u.g.y = y;
+        r->u.g.i4 = y_ld, r->u.g.z0 = (size_t)y_off;
+        return;
+    }
     if (n < 0 || nc < 0 || x_off < 0 || y_off < 0 || x_off + nc > x_ld || y_off + nc > y_ld) {
         cu_errf(cb, HN_ERR_INVALID, "cuda backend: copy_cols: columns [%d, %d) of rows of %d / %d", x_off, x_off + nc,
                 x_ld, y_ld);
@@ -848,17 +1149,31 @@ static void op_copy_cols(be_backend *b, const be_tensor *x, int x_ld, int x_off,
 static void op_sigmoid_mul(be_backend *b, const be_tensor *x, const be_tensor *g, int n, int dim, int g_dim,
                            be_tensor *y) {
     cu_be *cb = cu_of(b);
+    if (cu_rec *r = rec_push(cb, R_SIGMOID_MUL)) {
+        r->u.g.x = x, r->u.g.w = g, r->u.g.i0 = n, r->u.g.i1 = dim, r->u.g.i2 = g_dim, r->u.g.y = y;
+        return;
+    }
     cu_cuda(cb, ck_sigmoid_mul(cb->stream, F(x), F(g), n, dim, g_dim, F(y)), "sigmoid_mul");
 }
 
 static void op_l2_norm(be_backend *b, const be_tensor *x, int n, int dim, float eps, be_tensor *y) {
     cu_be *cb = cu_of(b);
+    if (cu_rec *r = rec_push(cb, R_L2_NORM)) {
+        r->u.g.x = x, r->u.g.i0 = n, r->u.g.i1 = dim, r->u.g.f0 = eps, r->u.g.y = y;
+        return;
+    }
     cu_cuda(cb, ck_l2_norm(cb->stream, F(x), n, dim, eps, F(y)), "l2_norm");
 }
 
 static void op_rope_multi(be_backend *b, be_tensor *x, int n, int n_head, int head_dim, int n_rot, float freq_base,
                           const int32_t sections[4]) {
     cu_be *cb = cu_of(b);
+    if (cu_rec *r = rec_push(cb, R_ROPE_MULTI)) {
+        r->u.rope_multi.x = x, r->u.rope_multi.n = n, r->u.rope_multi.n_head = n_head;
+        r->u.rope_multi.head_dim = head_dim, r->u.rope_multi.n_rot = n_rot, r->u.rope_multi.freq_base = freq_base;
+        memcpy(r->u.rope_multi.sections, sections, sizeof r->u.rope_multi.sections);
+        return;
+    }
     if (!need_plan(cb, "rope_multi") || !rows_ok(cb, "rope_multi", n)) return;
     if (n_rot < 0 || n_rot > head_dim) {
         cu_errf(cb, HN_ERR_INVALID, "cuda backend: rope_multi of %d dims of %d", n_rot, head_dim);
@@ -890,6 +1205,11 @@ static bool state_geo(cu_be *cb, const kv_cache *kv, size_t off, size_t bytes, c
 static void op_ssm_conv(be_backend *b, const be_tensor *x, const be_tensor *w, int n, int channels, int kernel,
                         const kv_cache *kv, size_t state_off, be_tensor *y) {
     cu_be *cb = cu_of(b);
+    if (cu_rec *r = rec_push(cb, R_SSM_CONV)) {
+        r->u.g.x = x, r->u.g.w = w, r->u.g.i0 = n, r->u.g.i1 = channels, r->u.g.i2 = kernel, r->u.g.kv = kv;
+        r->u.g.z0 = state_off, r->u.g.y = y;
+        return;
+    }
     if (!need_plan(cb, "ssm_conv") || !rows_ok(cb, "ssm_conv", n)) return;
     if (kernel < 1 || channels < 1 || w->type != QT_F32 || w->ne[0] != kernel || w->ne[1] != channels) {
         cu_errf(cb, HN_ERR_INVALID, "cuda backend: ssm_conv: bad arguments");
@@ -904,6 +1224,13 @@ static void op_ssm_conv(be_backend *b, const be_tensor *x, const be_tensor *w, i
 
 static void op_delta_net(be_backend *b, const be_delta_args *a) {
     cu_be *cb = cu_of(b);
+    if (cu_rec *r = rec_push(cb, R_DELTA_NET)) {
+        be_delta_args *c = &r->u.delta;
+        c->q = a->q, c->k = a->k, c->v = a->v, c->alpha = a->alpha, c->beta = a->beta, c->dt_bias = a->dt_bias;
+        c->a = a->a, c->out = a->out, c->n_tokens = a->n_tokens, c->n_k_heads = a->n_k_heads;
+        c->n_v_heads = a->n_v_heads, c->head_dim = a->head_dim, c->kv = a->kv, c->state_off = a->state_off;
+        return;
+    }
     if (!need_plan(cb, "delta_net") || !rows_ok(cb, "delta_net", a->n_tokens)) return;
     if (a->n_k_heads < 1 || a->n_v_heads < 1 || a->head_dim < 1) {
         cu_errf(cb, HN_ERR_INVALID, "cuda backend: delta_net: bad arguments");
@@ -925,6 +1252,14 @@ static void op_delta_net(be_backend *b, const be_delta_args *a) {
 
 static void op_state_copy(be_backend *b, const kv_cache *kv, int n, const int32_t *src, const int32_t *dst) {
     cu_be *cb = cu_of(b);
+    if (n > REC_IDS_MAX) rec_flush_direct(cb);
+    if (n >= 0)
+        if (cu_rec *r = rec_push(cb, R_STATE_COPY)) {
+            r->u.copy.kv = kv, r->u.copy.n = n;
+            memcpy(r->u.copy.src, src, sizeof(int32_t) * (size_t)n);
+            memcpy(r->u.copy.dst, dst, sizeof(int32_t) * (size_t)n);
+            return;
+        }
     for (int i = 0; i < n; i++) {
         if (!kv || kv->storage != &cb->storage || !kv->state_slot_bytes || src[i] < 0 || dst[i] < 0 ||
             src[i] >= kv->n_state_slots || dst[i] >= kv->n_state_slots) {
@@ -946,6 +1281,7 @@ static void op_free(be_backend *b) {
     free(cb->tensors);
     hc_free(cb->arena);
     hc_gemv_scratch_free(&cb->gs);
+    graphs_free(cb);
     hc_free(cb->xr);
     cudaFree(cb->d_plan);
     if (cb->h_plan) cudaFreeHost(cb->h_plan);
@@ -1006,6 +1342,57 @@ static hn_status op_reserve(be_backend *b, const be_limits *lim, hn_err *err) {
         cb->fetch_cap = fc;
     }
     return HN_OK;
+}
+
+/* runs one record directly (its op's own code, which queues the kernels) */
+static void rec_exec(cu_be *cb, const cu_rec *r) {
+    be_backend *b = &cb->base;
+    const auto &g = r->u.g;
+    be_tensor *y = (be_tensor *)g.y;
+    switch (r->kind) {
+    case R_HEADER: break;
+    case R_GET_ROWS: op_get_rows(b, g.w, g.i0, y); break;
+    case R_MATMUL: matmul1(cb, g.w, g.i0, g.x, g.i1, y, 0); break;
+    case R_MULTI: op_matmul_multi(b, r->u.multi.n_w, r->u.multi.ws, r->u.multi.x, r->u.multi.n,
+                                  (be_tensor *const *)r->u.multi.ys); break;
+    case R_RMS_NORM: op_rms_norm(b, g.x, g.w, g.i0, g.i1, g.f0, y); break;
+    case R_ROPE: op_rope(b, y, g.i0, g.i1, g.i2, g.i3, g.f0, (be_rope_mode)g.i4); break;
+    case R_ADD: op_add(b, g.x, g.w, y, g.z0); break;
+    case R_ADD_BIAS: op_add_bias(b, y, g.w, g.i0, g.i1); break;
+    case R_SWIGLU: op_swiglu(b, g.x, g.w, y, g.z0); break;
+    case R_KV_STORE: op_kv_store(b, (kv_cache *)g.kv, g.i0, g.x, g.w, g.i1); break;
+    case R_ATTENTION: op_attention(b, &r->u.attn); break;
+    case R_MOE_ROUTE: op_moe_route(b, g.x, g.i0, g.i1, g.i2, y, (be_tensor *)g.y2); break;
+    case R_MOE_MATMUL: op_moe_matmul(b, g.w, g.x, g.i0 != 0, g.i1, g.i2, g.w2, y); break;
+    case R_MOE_COMBINE: op_moe_combine(b, g.x, g.w, g.i0, g.i1, g.i2, y); break;
+    case R_GATHER_OUT: op_gather_out(b, g.x, g.i0, y); break;
+    case R_MASK: {
+        const size_t words = (size_t)((r->u.mem.n_vocab + 31) / 32);
+        uint32_t *m = cb->d_mask + r->u.mem.off;
+        cu_cuda(cb, cudaMemcpyAsync(m, cb->h_mask + r->u.mem.off * 4, words * 4, cudaMemcpyHostToDevice, cb->stream),
+                "mask_logits");
+        cu_cuda(cb, ck_mask_logits(cb->stream, F(r->u.mem.t) + (size_t)r->u.mem.row * (size_t)r->u.mem.n_vocab, m,
+                                   r->u.mem.n_vocab),
+                "mask_logits");
+        break;
+    }
+    case R_FETCH:
+        if (r->u.mem.bytes)
+            cu_cuda(cb, cudaMemcpyAsync(r->u.mem.dst, r->u.mem.src, r->u.mem.bytes, cudaMemcpyDeviceToHost, cb->stream),
+                    "fetch");
+        break;
+    case R_COPY_COLS: op_copy_cols(b, g.x, g.i0, g.i1, g.i2, g.i3, y, g.i4, (int)g.z0); break;
+    case R_SIGMOID_MUL: op_sigmoid_mul(b, g.x, g.w, g.i0, g.i1, g.i2, y); break;
+    case R_L2_NORM: op_l2_norm(b, g.x, g.i0, g.i1, g.f0, y); break;
+    case R_ROPE_MULTI:
+        op_rope_multi(b, r->u.rope_multi.x, r->u.rope_multi.n, r->u.rope_multi.n_head, r->u.rope_multi.head_dim,
+                      r->u.rope_multi.n_rot, r->u.rope_multi.freq_base, r->u.rope_multi.sections);
+        break;
+    case R_SSM_CONV: op_ssm_conv(b, g.x, g.w, g.i0, g.i1, g.i2, g.kv, g.z0, y); break;
+    case R_DELTA_NET: op_delta_net(b, &r->u.delta); break;
+    case R_STATE_COPY: op_state_copy(b, r->u.copy.kv, r->u.copy.n, r->u.copy.src, r->u.copy.dst); break;
+    default: cu_errf(cb, HN_ERR_INVALID, "cuda backend: a record of unknown kind %d", r->kind);
+    }
 }
 
 /* version 5: every op, the hybrid family's included */
@@ -1072,8 +1459,15 @@ hn_status be_cuda_create(int device, be_backend **out, hn_err *err) {
     cb->device = device;
     cb->base.ops = &cuda_ops;
     cb->base.impl = cb;
-    cb->base.pads = false; /* no captured graphs yet: ops run n_tokens rows */
+    cb->base.pads = false; /* graphs are keyed by the step's shape: ops run n_tokens rows */
     cb->fetch_fresh = true;
+    const char *gv = getenv("HONE_CUDA_GRAPHS");
+    cb->graphs = !(gv && !strcmp(gv, "0"));
+    cb->gcache = (cu_graph *)calloc(GRAPH_CACHE, sizeof(cu_graph));
+    if (!cb->gcache) {
+        free(cb);
+        return hn_errf(err, HN_ERR_NOMEM, "cuda backend: out of host memory");
+    }
     cudaError_t e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&cb->plan_ev, cudaEventDisableTiming);
     if (e != cudaSuccess) {
@@ -1088,6 +1482,13 @@ hn_status be_cuda_create(int device, be_backend **out, hn_err *err) {
     cb->storage.unmap = kvs_unmap;
     cb->storage.release = kvs_release;
     vmm_load(cb);
+    /* kernel attributes are set once here, never during a graph capture */
+    e = ck_init();
+    if (e != cudaSuccess) {
+        st = hc_fail(err, e, "setting the kernels' attributes");
+        op_free(&cb->base);
+        return st;
+    }
     *out = &cb->base;
     return HN_OK;
 }

@@ -87,6 +87,8 @@ cudaError_t ck_rope_multi(cudaStream_t s, float *x, int n, int n_head, int head_
 cudaError_t ck_ssm_conv(cudaStream_t s, const float *x, const float *w, int n, int channels, int kernel,
                         const ck_state *st, const int32_t *pos, const int32_t *seq, const int32_t *slot,
                         const int32_t *state_slot, float *y);
+/* once per backend, before any graph capture: kernel attributes (the delta rule's shared memory) */
+cudaError_t ck_init(void);
 /* the largest head dim the delta rule takes (its state sits in shared memory) */
 int ck_delta_max_dim(void);
 cudaError_t ck_delta_net(cudaStream_t s, const ck_delta *a, const ck_state *st, int n_seqs, const int32_t *pos,

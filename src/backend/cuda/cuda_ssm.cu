@@ -187,15 +187,17 @@ static __global__ void k_delta_net(ck_delta a, ck_state st, const int32_t *pos, 
 
 int ck_delta_max_dim(void) { return 200; }
 
+cudaError_t ck_init(void) {
+    const int S = ck_delta_max_dim();
+    return cudaFuncSetAttribute(k_delta_net, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)(sizeof(float) * ((size_t)S * S + 2 * (size_t)S)));
+}
+
 cudaError_t ck_delta_net(cudaStream_t s, const ck_delta *a, const ck_state *st, int n_seqs, const int32_t *pos,
                          const int32_t *seq, const int32_t *slot, const int32_t *state_slot) {
     if (a->n <= 0 || n_seqs <= 0) return cudaSuccess;
     if (a->S < 1 || a->S > ck_delta_max_dim()) return cudaErrorInvalidValue;
-    const size_t smem = sizeof(float) * ((size_t)a->S * a->S + 2 * (size_t)a->S);
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(k_delta_net, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-    }
+    const size_t smem = sizeof(float) * ((size_t)a->S * a->S + 2 * (size_t)a->S); /* within ck_init's limit */
     const unsigned threads = (unsigned)((a->S + 31) / 32 * 32);
     k_delta_net<<<dim3((unsigned)a->Nv, (unsigned)n_seqs), threads, smem, s>>>(*a, *st, pos, seq, slot, state_slot);
     return cudaGetLastError();
