@@ -88,6 +88,10 @@ typedef struct cu_be {
     /* x as the CPU's integer dots see it, for the dequantizing matmuls (cm_act_round) */
     float *xr;
     size_t xr_cap; /* floats */
+    /* the split attention's partials (ck_attention; NULL: the one-block-per-head form) */
+    float *att_part;
+    size_t att_part_cap; /* floats */
+    bool att_split;
     /* the activation arena and every handle made */
     unsigned char *arena;
     size_t arena_cap, arena_used;
@@ -987,7 +991,8 @@ static void op_attention(be_backend *b, const be_attn_args *a) {
     }
     cu_cuda(cb,
             ck_attention(cb->stream, F(a->q), F(a->out), a->n_tokens, a->n_head, a->n_head_kv, a->head_dim, a->scale,
-                         a->window, &g, a->layer, cb->d_pos, cb->d_seq, cb->d_bt, cb->bt_stride),
+                         a->window, &g, a->layer, cb->d_pos, cb->d_seq, cb->d_bt, cb->bt_stride,
+                         cb->att_split ? cb->att_part : NULL, cb->att_part_cap),
             "attention");
 }
 
@@ -1283,6 +1288,7 @@ static void op_free(be_backend *b) {
     hc_gemv_scratch_free(&cb->gs);
     graphs_free(cb);
     hc_free(cb->xr);
+    hc_free(cb->att_part);
     cudaFree(cb->d_plan);
     if (cb->h_plan) cudaFreeHost(cb->h_plan);
     free(cb->h_state_slot);
@@ -1308,6 +1314,12 @@ static hn_status op_reserve(be_backend *b, const be_limits *lim, hn_err *err) {
         hc_gemv_scratch_free(&cb->gs);
         hn_status st = hc_gemv_scratch_init(&cb->gs, k32, err);
         if (st) return st;
+    }
+    if (!cb->att_part && cb->att_split && lim->max_head_dim > 0) {
+        /* 64 MiB of attention partials: a token at 128K positions with 32 heads of 128 takes 8 MiB */
+        hn_status st = hc_malloc((void **)&cb->att_part, (size_t)64 << 20, err);
+        if (st) return st;
+        cb->att_part_cap = ((size_t)64 << 20) / sizeof(float);
     }
     const size_t xr_need = (size_t)(lim->max_rows > 0 ? lim->max_rows : 1) * (size_t)((lim->max_k + 255) / 256 * 256);
     if (xr_need > cb->xr_cap) {
@@ -1461,8 +1473,10 @@ hn_status be_cuda_create(int device, be_backend **out, hn_err *err) {
     cb->base.impl = cb;
     cb->base.pads = false; /* graphs are keyed by the step's shape: ops run n_tokens rows */
     cb->fetch_fresh = true;
-    const char *gv = getenv("HONE_CUDA_GRAPHS");
+    const char *gv = getenv("HONE_CUDA_GRAPHS"), *av = getenv("HONE_CUDA_ATTN_SPLIT");
     cb->graphs = !(gv && !strcmp(gv, "0"));
+    /* the split (flash-decoding) attention: opt-in until it is faster at short contexts too (bench/README.md) */
+    cb->att_split = av && !strcmp(av, "1");
     cb->gcache = (cu_graph *)calloc(GRAPH_CACHE, sizeof(cu_graph));
     if (!cb->gcache) {
         free(cb);

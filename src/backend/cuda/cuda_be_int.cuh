@@ -106,10 +106,16 @@ cudaError_t ck_gather_out(cudaStream_t s, const float *x, int dim, int n_out, co
 cudaError_t ck_mask_logits(cudaStream_t s, float *l, const uint32_t *allowed, int64_t n_vocab);
 cudaError_t ck_kv_store(cudaStream_t s, const ck_kv *g, int layer, const float *k, const float *v, int n,
                         const int32_t *slot);
-/* one block per (token, head), online softmax over the positions in chunks of 128; head_dim <= 512 */
+/* attention over the paged cache (head_dim <= 512): the split form (flash decoding: chunks of 256
+ * positions per block, the kv head's query heads together, then a combine) when the heads allow
+ * and `part` (part_cap floats of device scratch) holds a token's partials; else one block per
+ * (token, head), an online softmax over the positions in chunks of 128 */
 cudaError_t ck_attention(cudaStream_t s, const float *q, float *out, int n_tokens, int n_head, int n_head_kv,
                          int head_dim, float scale, int32_t window, const ck_kv *g, int layer, const int32_t *pos,
-                         const int32_t *seq, const int32_t *bt, int32_t bt_stride);
+                         const int32_t *seq, const int32_t *bt, int32_t bt_stride, float *part, size_t part_cap);
+/* whether the split (flash-decoding) form takes these heads, and the scratch floats one token needs */
+bool ck_attention_split_ok(int n_head, int n_head_kv, int head_dim);
+size_t ck_attention_part_floats(int n_head, int head_dim, int32_t max_positions);
 /* K/V element types kv_store and attention take */
 bool ck_kv_type_ok(qt_type t, bool is_v);
 

@@ -400,11 +400,165 @@ static __global__ void __launch_bounds__(AT_THREADS)
     }
 }
 
+/* ---- attention split over the context (flash decoding), GQA-shared ----
+ * Pass 1: one block per (token, kv head, chunk of AS_CHUNK positions): the
+ * chunk's scores for all G query heads of the kv head (a warp per position,
+ * lanes over the head dims: K rows read contiguously, once for the G heads),
+ * their softmax within the chunk, and the V-weighted sums (a thread per head
+ * dim, V rows read once for the G heads); it leaves (acc, max, sum) per
+ * (token, head, chunk). Pass 2: per (token, head), the chunks combined in
+ * chunk order. Chunk boundaries are fixed multiples of AS_CHUNK from position
+ * 0, so a token's result does not depend on the batch it came in or on how
+ * many chunks the longest sequence of the step needs. */
+
+#define AS_CHUNK 256
+#define AS_THREADS 128
+#define AS_MAX_G 16
+#define AS_MAX_GHD 4096 /* G * head_dim: the queries in shared memory */
+
+static __global__ void __launch_bounds__(AS_THREADS)
+    k_attn_part(const float *q, int n_head, int n_head_kv, int hd, float scale, int32_t window, ck_kv g, int layer,
+                const int32_t *pos, const int32_t *seq, const int32_t *bt, int32_t bt_stride, int t0, int n_split,
+                float *part) {
+    __shared__ float qs[AS_MAX_GHD];
+    __shared__ float ps[AS_MAX_G][AS_CHUNK];
+    const int t = t0 + blockIdx.x, kh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
+    const int lane = tid & 31, warp = tid >> 5, G = n_head / n_head_kv;
+    const int32_t hi = pos[t], lo0 = window > 0 && hi - window + 1 > 0 ? hi - window + 1 : 0;
+    const int32_t c0 = sp * AS_CHUNK, lo = lo0 > c0 ? lo0 : c0, hi1 = hi < c0 + AS_CHUNK - 1 ? hi : c0 + AS_CHUNK - 1;
+    const int stride = hd + 2;
+    float *pt = part + (((size_t)blockIdx.x * n_head + (size_t)kh * G) * n_split + sp) * stride;
+    if (lo > hi1) { /* no position of this chunk: an empty partial */
+        for (int gi = tid; gi < G; gi += AS_THREADS) {
+            pt[(size_t)gi * n_split * stride + hd] = -INFINITY;
+            pt[(size_t)gi * n_split * stride + hd + 1] = 0.0f;
+        }
+        return;
+    }
+    const int cnt = hi1 - lo + 1;
+    for (int i = tid; i < G * hd; i += AS_THREADS)
+        qs[i] = q[((int64_t)t * n_head + (int64_t)kh * G) * hd + i];
+    __syncthreads();
+    const int32_t *btr = bt + (int64_t)seq[t] * bt_stride;
+    const size_t v_off = (size_t)g.block_size * g.k_row_bytes;
+    /* scores: a warp per position */
+    for (int j = warp; j < cnt; j += AS_THREADS / 32) {
+        const int32_t p = lo + j, blk = btr[p / g.block_size], sl = p % g.block_size;
+        const uint8_t *kr = g.base + (size_t)blk * g.block_bytes + (size_t)layer * g.layer_bytes +
+                            (size_t)sl * g.k_row_bytes + (size_t)kh * g.k_head_bytes;
+        float acc[AS_MAX_G];
+#pragma unroll
+        for (int gi = 0; gi < AS_MAX_G; gi++) acc[gi] = 0.0f;
+        for (int d = lane; d < hd; d += 32) {
+            const float kv = kv_get(g.kt, kr, d);
+#pragma unroll
+            for (int gi = 0; gi < AS_MAX_G; gi++)
+                if (gi < G) acc[gi] = __fmaf_rn(qs[gi * hd + d], kv, acc[gi]);
+        }
+#pragma unroll
+        for (int gi = 0; gi < AS_MAX_G; gi++) {
+            if (gi >= G) break;
+            float v = acc[gi];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) ps[gi][j] = v * scale;
+        }
+    }
+    __syncthreads();
+    /* the chunk's softmax per head: a warp per head */
+    __shared__ float s_m[AS_MAX_G], s_l[AS_MAX_G];
+    for (int gi = warp; gi < G; gi += AS_THREADS / 32) {
+        float m = -INFINITY;
+        for (int j = lane; j < cnt; j += 32) m = fmaxf(m, ps[gi][j]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0.0f;
+        for (int j = lane; j < cnt; j += 32) {
+            const float e = expf(ps[gi][j] - m);
+            ps[gi][j] = e;
+            l += e;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) {
+            s_m[gi] = m;
+            s_l[gi] = l;
+        }
+    }
+    __syncthreads();
+    /* V-weighted sums: a thread per head dim, all G heads */
+    for (int d = tid; d < hd; d += AS_THREADS) {
+        float acc[AS_MAX_G];
+#pragma unroll
+        for (int gi = 0; gi < AS_MAX_G; gi++) acc[gi] = 0.0f;
+        for (int j = 0; j < cnt; j++) {
+            const int32_t p = lo + j, blk = btr[p / g.block_size], sl = p % g.block_size;
+            const uint8_t *vr = g.base + (size_t)blk * g.block_bytes + (size_t)layer * g.layer_bytes + v_off +
+                                (size_t)sl * g.v_row_bytes + (size_t)kh * g.v_head_bytes;
+            const float vv = kv_get(g.vt, vr, d);
+#pragma unroll
+            for (int gi = 0; gi < AS_MAX_G; gi++)
+                if (gi < G) acc[gi] = __fmaf_rn(ps[gi][j], vv, acc[gi]);
+        }
+        for (int gi = 0; gi < G; gi++) pt[(size_t)gi * n_split * stride + d] = acc[gi];
+    }
+    for (int gi = tid; gi < G; gi += AS_THREADS) {
+        pt[(size_t)gi * n_split * stride + hd] = s_m[gi];
+        pt[(size_t)gi * n_split * stride + hd + 1] = s_l[gi];
+    }
+}
+
+/* one block per (token, head): the chunks in order */
+static __global__ void k_attn_combine(const float *part, int n_head, int hd, int t0, int n_split, float *out) {
+    const int tl = blockIdx.x, h = blockIdx.y, stride = hd + 2;
+    const float *pt = part + ((size_t)tl * n_head + h) * n_split * stride;
+    float M = -INFINITY;
+    for (int s = 0; s < n_split; s++) M = fmaxf(M, pt[(size_t)s * stride + hd]);
+    float L = 0.0f;
+    for (int s = 0; s < n_split; s++) {
+        const float m = pt[(size_t)s * stride + hd];
+        if (m != -INFINITY) L += pt[(size_t)s * stride + hd + 1] * expf(m - M);
+    }
+    float *o = out + ((int64_t)(t0 + tl) * n_head + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0.0f;
+        for (int s = 0; s < n_split; s++) {
+            const float m = pt[(size_t)s * stride + hd];
+            if (m != -INFINITY) a = __fmaf_rn(pt[(size_t)s * stride + d], expf(m - M), a);
+        }
+        o[d] = a / L;
+    }
+}
+
+bool ck_attention_split_ok(int n_head, int n_head_kv, int head_dim) {
+    const int G = n_head_kv > 0 ? n_head / n_head_kv : 0;
+    return G >= 1 && G <= AS_MAX_G && G * head_dim <= AS_MAX_GHD && head_dim <= AT_MAX_HD;
+}
+
+size_t ck_attention_part_floats(int n_head, int head_dim, int32_t max_positions) {
+    const size_t n_split = (size_t)((max_positions + AS_CHUNK - 1) / AS_CHUNK);
+    return (size_t)n_head * n_split * (size_t)(head_dim + 2);
+}
+
 cudaError_t ck_attention(cudaStream_t s, const float *q, float *out, int n_tokens, int n_head, int n_head_kv,
                          int head_dim, float scale, int32_t window, const ck_kv *g, int layer, const int32_t *pos,
-                         const int32_t *seq, const int32_t *bt, int32_t bt_stride) {
+                         const int32_t *seq, const int32_t *bt, int32_t bt_stride, float *part, size_t part_cap) {
     if (n_tokens <= 0) return cudaSuccess;
     if (head_dim > AT_MAX_HD || head_dim < 1 || n_head_kv < 1 || n_head % n_head_kv) return cudaErrorInvalidValue;
+    /* the split form when the queries of a kv head fit its kernel and the scratch holds one token's partials
+     * (the chunks are counted from the step's block table width, which bounds every position) */
+    const size_t per_tok = ck_attention_part_floats(n_head, head_dim, bt_stride * g->block_size);
+    if (part && ck_attention_split_ok(n_head, n_head_kv, head_dim) && per_tok <= part_cap) {
+        const int n_split = (bt_stride * g->block_size + AS_CHUNK - 1) / AS_CHUNK;
+        const int group = (int)(part_cap / per_tok < (size_t)n_tokens ? part_cap / per_tok : (size_t)n_tokens);
+        for (int t0 = 0; t0 < n_tokens; t0 += group) {
+            const int nt = n_tokens - t0 < group ? n_tokens - t0 : group;
+            k_attn_part<<<dim3((unsigned)nt, (unsigned)n_head_kv, (unsigned)n_split), AS_THREADS, 0, s>>>(
+                q, n_head, n_head_kv, head_dim, scale, window, *g, layer, pos, seq, bt, bt_stride, t0, n_split, part);
+            k_attn_combine<<<dim3((unsigned)nt, (unsigned)n_head), 128, 0, s>>>(part, n_head, head_dim, t0, n_split, out);
+        }
+        return cudaGetLastError();
+    }
     const int hd_pad = (head_dim + 1) & ~1; /* keeps vrow 8-byte aligned */
     const size_t smem = sizeof(float) * (size_t)(hd_pad + AT_THREADS + 32) + sizeof(void *) * AT_THREADS;
     k_attention<<<dim3((unsigned)n_tokens, (unsigned)n_head), AT_THREADS, smem, s>>>(
