@@ -216,13 +216,13 @@ fuzz-run: fuzz
 
 # The ARM kernels, cross-built and run under user-mode emulation: only the
 # kernel modules (core, quant, the cpu backend's dot / gemm / pack files) and
-# the tests that hold every kernel to its scalar reference, linked
-# statically, so no arm64 builds of the library's other dependencies are
-# needed. Each test runs once per emulated CPU.
+# the tests that hold every kernel to its scalar reference (test_pack's kernel
+# level: HN_TEST_KERNELS_ONLY), linked statically, so no arm64 builds of the
+# library's other dependencies are needed. Each test runs once per emulated CPU.
 ARM_CC    ?= aarch64-linux-gnu-gcc
 ARM_QEMU  ?= qemu-aarch64
 ARM_CPUS  ?= cortex-a53 cortex-a76 max
-ARM_TESTS  = test_dot test_gemm test_pack_kq
+ARM_TESTS  = test_dot test_gemm test_pack test_pack_kq
 ARM_KSRC  := $(sort $(wildcard src/core/*.c src/quant/*.c src/backend/cpu/dot*.c src/backend/cpu/gemm*.c src/backend/cpu/pack*.c))
 arm-test:
 	$(MAKE) BUILD=build-arm64 CC=$(ARM_CC) ARCH=aarch64 CUDA=0 arm-run
@@ -233,7 +233,7 @@ $(BUILD)/libhone_kernels.a: $(ARM_KSRC:%.c=$(BUILD)/%.o)
 
 $(BUILD)/ktests/%: tests/%.c $(BUILD)/libhone_kernels.a tests/test.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(WARN) $(DEFS) -Isrc -static -o $@ $< $(BUILD)/libhone_kernels.a -lpthread -lm
+	$(CC) $(CFLAGS) $(WARN) $(DEFS) -DHN_TEST_KERNELS_ONLY -Isrc -static -o $@ $< $(BUILD)/libhone_kernels.a -lpthread -lm
 
 arm-run: $(ARM_TESTS:%=$(BUILD)/ktests/%)
 	@fail=0; for cpu in $(ARM_CPUS); do for t in $(ARM_TESTS); do \
