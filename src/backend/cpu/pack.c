@@ -19,6 +19,7 @@ static int tables(const cpu_pack_table **out) {
 #endif
 #if defined(__aarch64__)
     out[n++] = &cpu_pack_table_0_arm;
+    out[n++] = &cpu_pack_table_k_arm;
 #endif
     return n;
 }

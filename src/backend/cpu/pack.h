@@ -97,6 +97,7 @@ extern const cpu_pack_table cpu_pack_table_k_x86; /* pack_kq_vnni.c / _avx2.c ke
 #endif
 #if defined(__aarch64__)
 extern const cpu_pack_table cpu_pack_table_0_arm; /* pack_q0_neon.c / _dotprod.c / _i8mm.c kernels */
+extern const cpu_pack_table cpu_pack_table_k_arm; /* pack_kq_neon.c / _dotprod.c / _i8mm.c kernels */
 #endif
 
 /* Every packed variant this CPU runs for t, slowest first (returns the count; at most cap written). */
