@@ -1,4 +1,4 @@
-/* pack_kq_arm.h: AArch64 kernels for the packed Q4_K / Q5_K layouts
+/* pack_kq_arm.h: AArch64 kernels for the packed Q4_K / Q5_K / Q6_K layouts
  * (pack_kq_int.h), one body for three builds (private to pack_kq_neon.c,
  * pack_kq_dotprod.c and pack_kq_i8mm.c, which include it once each with
  * ARM_SFX set).
@@ -14,6 +14,7 @@
  * integer; per super-block each row's integer total and its min term
  * (exact too) are then scaled in the same float steps, in super-block order:
  * acc = fma(d_w * d_a, sum, acc), acc = acc - (dmin_w * d_a) * mins (fused).
+ * (Q6_K: the same with its signed scales and no min term.)
  * So all three builds write the same bits, whatever na, and agree with the
  * reference to float rounding. (They do not reproduce the x86 kernels' bits:
  * those keep two float lanes per row.) */
@@ -175,6 +176,123 @@ static void k45_kernel(int64_t k, const uint8_t *restrict g, int na, const void 
                 k45_sb(h, HI, y0->qs, y1->qs, s0, s1);
                 k45_acc(h, y0, s0, acc[r]);
                 if (KQ_PAIRS && r1 != r) k45_acc(h, y1, s1, acc[r1]);
+            }
+        }
+    for (int r = 0; r < na; r++) {
+        vst1q_f32(s + (size_t)KQ_R * r, acc[r][0]);
+        vst1q_f32(s + (size_t)KQ_R * r + 4, acc[r][1]);
+    }
+}
+
+/* ---- Q6_K: codes 0..63 (value - 32; the -32 comes back through the prepped nb = -32 * bsums) ----
+ * 16 bytes of a quad are rows (2p', 2p'+1) x (e0: 4 codes of sub-block 2p, e1: 4 of sub-block 2p+1).
+ * dot4 keeps the (row, e) lanes as they are, against the activation's matching 8 bytes; smmla needs
+ * 8 codes of one sub-block per matrix row, so two quads are transposed into (row, e) pairs first
+ * (trn1 / trn2) and two activation rows' same 8 codes gathered beside them (uzp1 / uzp2). */
+
+/* the four quads of rows (2rp, 2rp+1) of pair p's vectors A, B, C, as codes 0..63 */
+static AI void q6_quads(const uint8_t *c, int rp, int8x16_t q[4]) {
+    const uint8x16_t m3f = vdupq_n_u8(0x3f), m0f = vdupq_n_u8(0x0f), m30 = vdupq_n_u8(0x30);
+    uint8x16_t A = vld1q_u8(c + 16 * rp), B = vld1q_u8(c + 64 + 16 * rp), C = vld1q_u8(c + 128 + 16 * rp);
+    q[0] = vreinterpretq_s8_u8(vandq_u8(A, m3f));
+    q[1] = vreinterpretq_s8_u8(vandq_u8(B, m3f));
+    q[2] = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(C, m0f), vandq_u8(vshrq_n_u8(A, 2), m30)));
+    q[3] = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(C, 4), vandq_u8(vshrq_n_u8(B, 2), m30)));
+}
+
+/* the 4 signed scale bytes (row 2rp e0, e1, row 2rp+1 e0, e1) of pair p as i32 lanes */
+static AI int32x4_t q6_scales(const uint8_t *h, int p, int rp) {
+    int8x8_t v = vreinterpret_s8_u32(vld1_dup_u32((const uint32_t *)(const void *)(h + 16 + 16 * p + 4 * rp)));
+    return vmovl_s16(vget_low_s16(vmovl_s8(v)));
+}
+
+/* One super-block's exact integer sums of the 8 rows (rows 0..3, 4..7) against prepped row y0 (and y1). */
+static AI void q6_sb(const uint8_t *h, const kq6_prep_block *y0, const kq6_prep_block *y1, int32x4_t s0[2],
+                     int32x4_t s1[2]) {
+    const uint8_t *cb = h + KQ6_HDR;
+    int32x4_t S[4];
+    for (int rp = 0; rp < 4; rp++) S[rp] = vdupq_n_s32(0);
+    (void)y1;
+    for (int p = 0; p < 8; p++) {
+        const uint8_t *c = cb + 192 * p;
+#if KQ_PAIRS
+        /* activation codes of both rows, per quad pair u (quads 2u, 2u+1) and e */
+        int8x16_t be[2][2];
+        for (int u = 0; u < 2; u++) {
+            uint32x4_t Y0 = vreinterpretq_u32_s8(vld1q_s8(y0->qs + 32 * p + 16 * u));
+            uint32x4_t Y1 = vreinterpretq_u32_s8(vld1q_s8(y1->qs + 32 * p + 16 * u));
+            be[u][0] = vreinterpretq_s8_u32(vuzp1q_u32(Y0, Y1));
+            be[u][1] = vreinterpretq_s8_u32(vuzp2q_u32(Y0, Y1));
+        }
+        int32x2_t N = vld1_s32(y0->nb + 2 * p), M = vld1_s32(y1->nb + 2 * p);
+        const int32x4_t nb0 = vcombine_s32(vzip1_s32(N, M), vzip1_s32(N, M));
+        const int32x4_t nb1 = vcombine_s32(vzip2_s32(N, M), vzip2_s32(N, M));
+        for (int rp = 0; rp < 4; rp++) {
+            int8x16_t q[4];
+            q6_quads(c, rp, q);
+            int32x4_t ce0 = vdupq_n_s32(0), ce1 = vdupq_n_s32(0);
+            for (int u = 0; u < 2; u++) {
+                uint32x4_t qa = vreinterpretq_u32_s8(q[2 * u]), qb = vreinterpretq_u32_s8(q[2 * u + 1]);
+                ce0 = vmmlaq_s32(ce0, vreinterpretq_s8_u32(vtrn1q_u32(qa, qb)), be[u][0]);
+                ce1 = vmmlaq_s32(ce1, vreinterpretq_s8_u32(vtrn2q_u32(qa, qb)), be[u][1]);
+            }
+            const int32x4_t sc = q6_scales(h, p, rp); /* (row 2rp e0, e1, row 2rp+1 e0, e1) */
+            S[rp] = vmlaq_s32(S[rp], vaddq_s32(ce0, nb0), vtrn1q_s32(sc, sc));
+            S[rp] = vmlaq_s32(S[rp], vaddq_s32(ce1, nb1), vtrn2q_s32(sc, sc));
+        }
+#else
+        int8x16_t ay[4];
+        for (int qd = 0; qd < 4; qd++) {
+            int8x8_t a8 = vld1_s8(y0->qs + 32 * p + 8 * qd); /* (e0: 4 codes, e1: 4 codes) */
+            ay[qd] = vcombine_s8(a8, a8);
+        }
+        int32x2_t N = vld1_s32(y0->nb + 2 * p);
+        const int32x4_t nbv = vcombine_s32(N, N);
+        for (int rp = 0; rp < 4; rp++) {
+            int8x16_t q[4];
+            q6_quads(c, rp, q);
+            int32x4_t raw = nbv;
+            for (int qd = 0; qd < 4; qd++) raw = dot4(raw, q[qd], ay[qd]);
+            S[rp] = vmlaq_s32(S[rp], raw, q6_scales(h, p, rp));
+        }
+#endif
+    }
+#if KQ_PAIRS
+    /* S[rp] = (row 2rp . y0, row 2rp . y1, row 2rp+1 . y0, row 2rp+1 . y1) */
+    s0[0] = vuzp1q_s32(S[0], S[1]);
+    s0[1] = vuzp1q_s32(S[2], S[3]);
+    s1[0] = vuzp2q_s32(S[0], S[1]);
+    s1[1] = vuzp2q_s32(S[2], S[3]);
+#else
+    /* S[rp] = (row 2rp e0, e1, row 2rp+1 e0, e1) */
+    s0[0] = vpaddq_s32(S[0], S[1]);
+    s0[1] = vpaddq_s32(S[2], S[3]);
+    s1[0] = s1[1] = vdupq_n_s32(0);
+#endif
+}
+
+static AI void q6_acc(const uint8_t *h, const kq6_prep_block *y, const int32x4_t s[2], float32x4_t acc[2]) {
+    for (int q = 0; q < 2; q++) {
+        float32x4_t d = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(const void *)(h + 8 * q))));
+        acc[q] = vfmaq_f32(acc[q], vmulq_n_f32(d, y->d), vcvtq_f32_s32(s[q]));
+    }
+}
+
+void ARM_FN(q6_K)(int64_t k, const void *restrict group, int na, const void *const *restrict a, float *restrict s) {
+    const int64_t nsb = k / QK_K;
+    const uint8_t *g = group;
+    float32x4_t acc[CPU_PACK_MAX_NA][2];
+    for (int r = 0; r < na; r++) acc[r][0] = acc[r][1] = vdupq_n_f32(0);
+    for (int64_t i0 = 0; i0 < nsb; i0 += KQ_ARM_CHUNK)
+        for (int r = 0; r < na; r += 1 + KQ_PAIRS) {
+            const int r1 = KQ_PAIRS && r + 1 < na ? r + 1 : r;
+            for (int64_t i = i0; i < nsb && i < i0 + KQ_ARM_CHUNK; i++) {
+                const uint8_t *h = g + KQ6_SB * i;
+                const kq6_prep_block *y0 = (const kq6_prep_block *)a[r] + i, *y1 = (const kq6_prep_block *)a[r1] + i;
+                int32x4_t s0[2], s1[2];
+                q6_sb(h, y0, y1, s0, s1);
+                q6_acc(h, y0, s0, acc[r]);
+                if (KQ_PAIRS && r1 != r) q6_acc(h, y1, s1, acc[r1]);
             }
         }
     for (int r = 0; r < na; r++) {

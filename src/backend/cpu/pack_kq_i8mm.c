@@ -1,4 +1,5 @@
-/* pack_kq_i8mm.c: pack_kq_arm.h's Q4_K / Q5_K x8 kernels built for the int8
+/* pack_kq_i8mm.c: pack_kq_arm.h's Q4_K / Q5_K / Q6_K x8
+ * kernels built for the int8
  * matrix-multiply extension (smmla on pairs of activation rows); run only
  * when the CPU reports it
  * (listed in pack_kq.c's cpu_pack_table_k_arm). */

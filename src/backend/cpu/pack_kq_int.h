@@ -69,6 +69,8 @@ void cpu_pack_q6_K_avx2(int64_t k, const void *restrict group, int na, const voi
     void cpu_pack_q4_K_##sfx(int64_t k, const void *restrict group, int na, const void *const *restrict a, \
                              float *restrict s);                                                            \
     void cpu_pack_q5_K_##sfx(int64_t k, const void *restrict group, int na, const void *const *restrict a, \
+                             float *restrict s);                                                            \
+    void cpu_pack_q6_K_##sfx(int64_t k, const void *restrict group, int na, const void *const *restrict a, \
                              float *restrict s);
 CPU_PACK_KQ_ARM_DECL(neon)
 CPU_PACK_KQ_ARM_DECL(dotprod)

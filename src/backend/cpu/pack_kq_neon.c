@@ -1,4 +1,5 @@
-/* pack_kq_neon.c: pack_kq_arm.h's Q4_K / Q5_K x8 kernels for the base AArch64 ISA
+/* pack_kq_neon.c: pack_kq_arm.h's Q4_K / Q5_K / Q6_K x8
+ * kernels for the base AArch64 ISA
  * (listed in pack_kq.c's cpu_pack_table_k_arm). */
 #if defined(__aarch64__)
 
