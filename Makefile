@@ -215,17 +215,18 @@ fuzz-run: fuzz
 	done
 
 # The ARM kernels, cross-built and run under user-mode emulation: only the
-# kernel modules (core, quant, the cpu backend's dot / gemm / pack files) and
-# the tests that hold every kernel to its scalar reference (test_pack's kernel
-# level: HN_TEST_KERNELS_ONLY), linked statically, so no arm64 builds of the
+# kernel modules (core, quant, the cpu backend's dot / gemm / pack / attention
+# files) and the tests that hold every kernel to its scalar reference
+# (test_pack's and test_gemm_attn's kernel level: HN_TEST_KERNELS_ONLY), linked statically, so no arm64 builds of the
 # library's other dependencies are needed (static: qemu needs no arm64 libc
 # path). Each test runs once per emulated CPU. (On an AArch64 host the plain
 # test suite runs these kernels natively.)
 ARM_CC    ?= aarch64-linux-gnu-gcc
 ARM_QEMU  ?= qemu-aarch64
 ARM_CPUS  ?= cortex-a53 cortex-a76 max
-ARM_TESTS  = test_dot test_gemm test_pack test_pack_kq
-ARM_KSRC  := $(sort $(wildcard src/core/*.c src/quant/*.c src/backend/cpu/dot*.c src/backend/cpu/gemm*.c src/backend/cpu/pack*.c))
+ARM_TESTS  = test_dot test_gemm test_pack test_pack_kq test_gemm_attn
+ARM_KSRC  := $(sort $(wildcard src/core/*.c src/quant/*.c src/backend/cpu/dot*.c src/backend/cpu/gemm*.c src/backend/cpu/pack*.c \
+                                src/backend/cpu/cpu_attn*.c))
 arm-test:
 	$(MAKE) BUILD=build-arm64 CC=$(ARM_CC) ARCH=aarch64 CUDA=0 arm-run
 
