@@ -94,13 +94,13 @@ void ARM_FN(bf16)(int64_t n, float *restrict s, const void *restrict vw, const v
     const uint16_t *w = vw, *a = va;
     float32x4_t acc[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
+    /* 8 elements at a time into accumulators 0, 1, then 2, 3 (alternating) */
+    for (int k = 0; i + 8 <= n; i += 8, k ^= 2) {
         uint16x8_t wv = vld1q_u16(w + i), av = vld1q_u16(a + i);
         float32x4_t w0 = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(wv), 16));
         float32x4_t w1 = vreinterpretq_f32_u32(vshll_high_n_u16(wv, 16));
         float32x4_t a0 = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(av), 16));
         float32x4_t a1 = vreinterpretq_f32_u32(vshll_high_n_u16(av, 16));
-        int k = (int)((i >> 3) & 1) * 2;
         acc[k] = vfmaq_f32(acc[k], w0, a0);
         acc[k + 1] = vfmaq_f32(acc[k + 1], w1, a1);
     }
