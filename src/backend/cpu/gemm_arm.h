@@ -56,16 +56,19 @@ static AI int32x4_t dot32(int8x16_t w0, int8x16_t w1, const int8_t *aq) {
     static AI void NAME(int64_t k, const BT *restrict w, const int NA, const void *const *restrict a,     \
                         float *restrict s) {                                                              \
         float32x4_t acc[CPU_GEMM_MAX_NA];                                                                 \
+        _Pragma("GCC unroll 8")                                                                           \
         for (int r = 0; r < NA; r++) acc[r] = vdupq_n_f32(0);                                             \
         for (int64_t i = 0; i < k / 32; i++) {                                                            \
             int8x16_t w0, w1;                                                                             \
             DECODE(&w[i], &w0, &w1);                                                                      \
             const float d = h2f(w[i].d);                                                                  \
+            _Pragma("GCC unroll 8")                                                                       \
             for (int r = 0; r < NA; r++) {                                                                \
                 const block_q8_0 *y = (const block_q8_0 *)a[r] + i;                                       \
                 acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(dot32(w0, w1, y->qs)), d * h2f(y->d));         \
             }                                                                                             \
         }                                                                                                 \
+        _Pragma("GCC unroll 8")                                                                           \
         for (int r = 0; r < NA; r++) s[r] = vaddvq_f32(acc[r]);                                           \
     }
 
@@ -111,6 +114,7 @@ static AI void k45_body(int64_t k, const void *restrict vw, const int Q5, const 
     float32x4_t acc[CPU_GEMM_MAX_NA];
     float accm[CPU_GEMM_MAX_NA];
     int32x4_t sumi[CPU_GEMM_MAX_NA];
+    #pragma GCC unroll 8
     for (int r = 0; r < NA; r++) {
         acc[r] = vdupq_n_f32(0);
         accm[r] = 0;
@@ -132,6 +136,7 @@ static AI void k45_body(int64_t k, const void *restrict vw, const int Q5, const 
             h0 = vld1q_u8(qh);
             h1 = vld1q_u8(qh + 16);
         }
+        #pragma GCC unroll 8
         for (int r = 0; r < NA; r++) sumi[r] = vdupq_n_s32(0);
         for (int j = 0; j < 4; j++) {
             uint8x16_t q0 = vld1q_u8(qs + 32 * j), q1 = vld1q_u8(qs + 32 * j + 16);
@@ -145,6 +150,7 @@ static AI void k45_body(int64_t k, const void *restrict vw, const int Q5, const 
             }
             const int8x16_t wl0 = vreinterpretq_s8_u8(l0), wl1 = vreinterpretq_s8_u8(l1);
             const int8x16_t wh0 = vreinterpretq_s8_u8(g0), wh1 = vreinterpretq_s8_u8(g1);
+            #pragma GCC unroll 8
             for (int r = 0; r < NA; r++) {
                 const int8_t *aq = ((const block_q8_K *)a[r] + i)->qs + 64 * j;
                 sumi[r] = vmlaq_n_s32(sumi[r], dot32(wl0, wl1, aq), sc[2 * j]);
@@ -152,12 +158,14 @@ static AI void k45_body(int64_t k, const void *restrict vw, const int Q5, const 
             }
         }
         const float d = h2f(dh), dmin = h2f(dmh);
+        #pragma GCC unroll 8
         for (int r = 0; r < NA; r++) {
             const block_q8_K *y = (const block_q8_K *)a[r] + i;
             acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(sumi[r]), d * y->d);
             accm[r] += dmin * y->d * (float)k4_mins(m, y->bsums);
         }
     }
+    #pragma GCC unroll 8
     for (int r = 0; r < NA; r++) s[r] = vaddvq_f32(acc[r]) - accm[r];
 }
 
@@ -176,9 +184,11 @@ static AI void q6_K_body(int64_t k, const block_q6_K *restrict w, const int NA, 
     const int8x16_t m32 = vdupq_n_s8(32);
     float32x4_t acc[CPU_GEMM_MAX_NA];
     int32x4_t sumi[CPU_GEMM_MAX_NA];
+    #pragma GCC unroll 8
     for (int r = 0; r < NA; r++) acc[r] = vdupq_n_f32(0);
     for (int64_t i = 0; i < k / QK_K; i++) {
         const block_q6_K *b = &w[i];
+        #pragma GCC unroll 8
         for (int r = 0; r < NA; r++) sumi[r] = vdupq_n_s32(0);
         for (int half = 0; half < 2; half++) {
             const uint8_t *ql = b->ql + 64 * half, *qh = b->qh + 32 * half;
@@ -192,6 +202,7 @@ static AI void q6_K_body(int64_t k, const block_q6_K *restrict w, const int NA, 
                 c[2] = vsubq_s8(
                     vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(l0, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hb, 4), lo2), 4))), m32);
                 c[3] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(l1, 4), vshlq_n_u8(vshrq_n_u8(hb, 6), 4))), m32);
+                #pragma GCC unroll 8
                 for (int r = 0; r < NA; r++) {
                     const int8_t *aq = ((const block_q8_K *)a[r] + i)->qs + 128 * half + 16 * h;
                     for (int g = 0; g < 4; g++)
@@ -200,9 +211,11 @@ static AI void q6_K_body(int64_t k, const block_q6_K *restrict w, const int NA, 
             }
         }
         const float d = h2f(b->d);
+        #pragma GCC unroll 8
         for (int r = 0; r < NA; r++)
             acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(sumi[r]), d * ((const block_q8_K *)a[r] + i)->d);
     }
+    #pragma GCC unroll 8
     for (int r = 0; r < NA; r++) s[r] = vaddvq_f32(acc[r]);
 }
 
@@ -212,21 +225,26 @@ static AI void iq4_xs_body(int64_t k, const block_iq4_xs *restrict w, const int 
     const uint8x16_t lo4 = vdupq_n_u8(0x0f);
     float32x4_t acc[CPU_GEMM_MAX_NA];
     int32x4_t sumi[CPU_GEMM_MAX_NA];
+    #pragma GCC unroll 8
     for (int r = 0; r < NA; r++) acc[r] = vdupq_n_f32(0);
     for (int64_t i = 0; i < k / QK_K; i++) {
         const block_iq4_xs *b = &w[i];
+        #pragma GCC unroll 8
         for (int r = 0; r < NA; r++) sumi[r] = vdupq_n_s32(0);
         for (int ib = 0; ib < QK_K / 32; ib++) {
             int ls = ((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((b->scales_h >> 2 * ib) & 3) << 4);
             uint8x16_t q = vld1q_u8(b->qs + 16 * ib);
             int8x16_t w0 = vqtbl1q_s8(table, vandq_u8(q, lo4)), w1 = vqtbl1q_s8(table, vshrq_n_u8(q, 4));
+            #pragma GCC unroll 8
             for (int r = 0; r < NA; r++)
                 sumi[r] = vmlaq_n_s32(sumi[r], dot32(w0, w1, ((const block_q8_K *)a[r] + i)->qs + 32 * ib), ls - 32);
         }
         const float d = h2f(b->d);
+        #pragma GCC unroll 8
         for (int r = 0; r < NA; r++)
             acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(sumi[r]), d * ((const block_q8_K *)a[r] + i)->d);
     }
+    #pragma GCC unroll 8
     for (int r = 0; r < NA; r++) s[r] = vaddvq_f32(acc[r]);
 }
 
@@ -235,17 +253,20 @@ static AI void iq4_xs_body(int64_t k, const block_iq4_xs *restrict w, const int 
 static AI void f16_body(int64_t k, const uint16_t *restrict w, const int NA, const void *const *restrict a,
                         float *restrict s) {
     float32x4_t acc[CPU_GEMM_MAX_NA][2];
+    #pragma GCC unroll 8
     for (int r = 0; r < NA; r++) acc[r][0] = acc[r][1] = vdupq_n_f32(0);
     int64_t j = 0;
     for (; j + 8 <= k; j += 8) {
         float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(w + j));
         float32x4_t w0 = vcvt_f32_f16(vget_low_f16(h)), w1 = vcvt_high_f32_f16(h);
+        #pragma GCC unroll 8
         for (int r = 0; r < NA; r++) {
             const float *x = (const float *)a[r] + j;
             acc[r][0] = vfmaq_f32(acc[r][0], w0, vld1q_f32(x));
             acc[r][1] = vfmaq_f32(acc[r][1], w1, vld1q_f32(x + 4));
         }
     }
+    #pragma GCC unroll 8
     for (int r = 0; r < NA; r++) {
         const float *x = a[r];
         float sum = vaddvq_f32(vaddq_f32(acc[r][0], acc[r][1]));
@@ -260,17 +281,20 @@ static AI float32x4_t bf16_hi(uint16x8_t v) { return vreinterpretq_f32_u32(vshll
 static AI void bf16_body(int64_t k, const uint16_t *restrict w, const int NA, const void *const *restrict a,
                          float *restrict s) {
     float32x4_t acc[CPU_GEMM_MAX_NA][2];
+    #pragma GCC unroll 8
     for (int r = 0; r < NA; r++) acc[r][0] = acc[r][1] = vdupq_n_f32(0);
     int64_t j = 0;
     for (; j + 8 <= k; j += 8) {
         uint16x8_t wv = vld1q_u16(w + j);
         float32x4_t w0 = bf16_lo(wv), w1 = bf16_hi(wv);
+        #pragma GCC unroll 8
         for (int r = 0; r < NA; r++) {
             uint16x8_t xv = vld1q_u16((const uint16_t *)a[r] + j);
             acc[r][0] = vfmaq_f32(acc[r][0], w0, bf16_lo(xv));
             acc[r][1] = vfmaq_f32(acc[r][1], w1, bf16_hi(xv));
         }
     }
+    #pragma GCC unroll 8
     for (int r = 0; r < NA; r++) {
         const uint16_t *x = a[r];
         float sum = vaddvq_f32(vaddq_f32(acc[r][0], acc[r][1]));
