@@ -51,27 +51,27 @@ void ARM_FN(q4_0x16)(int64_t k, const void *restrict g, int na, const void *cons
         for (int q = 0; q < 4; q++) acc[r][q] = vdupq_n_f32(0);
     for (int64_t b = 0; b < nb; b++) {
         const unsigned char *cb = codes + (size_t)b * PQ4_BS;
-        int8x16_t wl[4][4], wh[4][4]; /* [vector v][quarter q]: low / high nibbles */
-        for (int v = 0; v < 4; v++)
-            for (int q = 0; q < 4; q++) {
-                uint8x16_t c = vld1q_u8(cb + v * 64 + q * 16);
-                wl[v][q] = vreinterpretq_s8_u8(vandq_u8(c, lo4));
-                wh[v][q] = vreinterpretq_s8_u8(vshrq_n_u8(c, 4));
-            }
         const uint16_t *d = PQ4_D(g, b);
-        for (int r = 0; r < na; r++) {
-            const pq0_act *y = (const pq0_act *)a[r] + b;
-            const int8x16_t a0 = vld1q_s8(y->qs), a1 = vld1q_s8(y->qs + 16);
-            for (int q = 0; q < 4; q++) {
+        for (int q = 0; q < 4; q++) {
+            /* rows 4q .. 4q+3: low / high nibbles of code vectors 0..3 */
+            int8x16_t wl[4], wh[4];
+            for (int v = 0; v < 4; v++) {
+                uint8x16_t c = vld1q_u8(cb + v * 64 + q * 16);
+                wl[v] = vreinterpretq_s8_u8(vandq_u8(c, lo4));
+                wh[v] = vreinterpretq_s8_u8(vshrq_n_u8(c, 4));
+            }
+            for (int r = 0; r < na; r++) {
+                const pq0_act *y = (const pq0_act *)a[r] + b;
+                const int8x16_t a0 = vld1q_s8(y->qs), a1 = vld1q_s8(y->qs + 16);
                 int32x4_t sum = vdupq_n_s32(y->c4);
-                sum = DOT4(sum, wl[0][q], a0, 0);
-                sum = DOT4(sum, wh[0][q], a1, 0);
-                sum = DOT4(sum, wl[1][q], a0, 1);
-                sum = DOT4(sum, wh[1][q], a1, 1);
-                sum = DOT4(sum, wl[2][q], a0, 2);
-                sum = DOT4(sum, wh[2][q], a1, 2);
-                sum = DOT4(sum, wl[3][q], a0, 3);
-                sum = DOT4(sum, wh[3][q], a1, 3);
+                sum = DOT4(sum, wl[0], a0, 0);
+                sum = DOT4(sum, wh[0], a1, 0);
+                sum = DOT4(sum, wl[1], a0, 1);
+                sum = DOT4(sum, wh[1], a1, 1);
+                sum = DOT4(sum, wl[2], a0, 2);
+                sum = DOT4(sum, wh[2], a1, 2);
+                sum = DOT4(sum, wl[3], a0, 3);
+                sum = DOT4(sum, wh[3], a1, 3);
                 acc[r][q] = vfmaq_f32(acc[r][q], scales4(d, q, y->d), vcvtq_f32_s32(sum));
             }
         }
