@@ -178,8 +178,8 @@ static const cpu_attn_kernels k_neon = {"neon",
                                         {cpu_attn_scores_f32_neon, cpu_attn_scores_f16_neon},
                                         {cpu_attn_wsum_f32_neon, cpu_attn_wsum_f16_neon},
                                         cpu_vec_exp_sub_neon,
-                                        {NULL, NULL},
-                                        {NULL, NULL},
+                                        {cpu_attn_scores_tile_f32_neon, cpu_attn_scores_tile_f16_neon},
+                                        {cpu_attn_wsum_tile_f32_neon, cpu_attn_wsum_tile_f16_neon},
                                         cpu_attn_softmax_neon};
 #endif
 

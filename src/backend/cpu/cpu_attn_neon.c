@@ -1,8 +1,9 @@
 /* cpu_attn_neon.c: AArch64 NEON versions of the attention kernels (scores of
  * query rows over a chunk of K rows, a chunk's weighted sum of V rows into
- * register-resident accumulators, f32 and f16 rows; exp of a chunk's scores;
- * one online-softmax step), the AVX2 set's shapes at 4 lanes. NEON is in
- * every AArch64 CPU; cpu_attn_variants lists the set there. */
+ * register-resident accumulators, f32 and f16 rows; the same for tiles of
+ * query rows (prefill); exp of a chunk's scores; one online-softmax step):
+ * the AVX2 set's decode shapes and the AVX-512 set's tile shapes at 4 lanes.
+ * NEON is in every AArch64 CPU; cpu_attn_variants lists the set there. */
 #include "cpu_int.h"
 
 #include <math.h>
@@ -138,6 +139,96 @@ void cpu_attn_scores_f32_neon(const float *q, int nq, size_t qstride, int hd, in
 void cpu_attn_scores_f16_neon(const float *q, int nq, size_t qstride, int hd, int group, const cpu_attn_rows *k, int np,
                               float scale, float *s, int ss) {
     SCORES_BODY(load_f16, uint16_t)
+}
+
+/* ---- tiles of query rows (prefill) ---- */
+
+/* s[r*ss + i] = dot(q[r], K row i) * scale: register tiles of four query rows
+ * by four K rows (each K load serves four rows, each q load four K rows),
+ * one pairwise reduction per row of the tile. */
+#define SCORES_TILE(LD, T)                                                                                   \
+    for (int i0 = 0; i0 < np; i0 += 4) {                                                                     \
+        const T *kr[4];                                                                                      \
+        int nr = np - i0 < 4 ? np - i0 : 4;                                                                  \
+        for (int j = 0; j < 4; j++) kr[j] = (const T *)cpu_attn_row(k, i0 + (j < nr ? j : 0));              \
+        for (int r0 = 0; r0 < nq; r0 += 4) {                                                                 \
+            int nqq = nq - r0 < 4 ? nq - r0 : 4;                                                             \
+            const float *qr[4] = {q[r0], q[r0 + (nqq > 1)], q[r0 + (nqq > 2 ? 2 : 0)], q[r0 + (nqq > 3 ? 3 : 0)]}; \
+            float32x4_t c[4][4];                                                                             \
+            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)                                              \
+                _Pragma("GCC unroll 4") for (int e = 0; e < 4; e++) c[j][e] = vdupq_n_f32(0);                \
+            for (int d = 0; d < hd; d += 4) {                                                                \
+                float32x4_t kv[4];                                                                           \
+                _Pragma("GCC unroll 4") for (int e = 0; e < 4; e++) kv[e] = LD(kr[e] + d);                  \
+                _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {                                        \
+                    float32x4_t x = vld1q_f32(qr[j] + d);                                                    \
+                    _Pragma("GCC unroll 4") for (int e = 0; e < 4; e++) c[j][e] = vfmaq_f32(c[j][e], x, kv[e]); \
+                }                                                                                            \
+            }                                                                                                \
+            for (int j = 0; j < nqq; j++) {                                                                  \
+                float t[4];                                                                                  \
+                float32x4_t r = vpaddq_f32(vpaddq_f32(c[j][0], c[j][1]), vpaddq_f32(c[j][2], c[j][3]));      \
+                vst1q_f32(t, vmulq_n_f32(r, scale));                                                         \
+                for (int e = 0; e < nr; e++) s[(size_t)(r0 + j) * (size_t)ss + (size_t)(i0 + e)] = t[e];    \
+            }                                                                                                \
+        }                                                                                                    \
+    }
+
+void cpu_attn_scores_tile_f32_neon(const float *const *q, int nq, int hd, const cpu_attn_rows *k, int np, float scale,
+                                   float *s, int ss) {
+    SCORES_TILE(load_f32, float)
+}
+
+void cpu_attn_scores_tile_f16_neon(const float *const *q, int nq, int hd, const cpu_attn_rows *k, int np, float scale,
+                                   float *s, int ss) {
+    SCORES_TILE(load_f16, uint16_t)
+}
+
+/* acc[r][d] += sum_i w[r*ws + i] * V_i[d]: a slice of NZ x 4 dims of NH (<= 4)
+ * rows' accumulators in registers while the chunk's V rows stream past, each
+ * V load serving NH rows; terms added in position order. */
+#define WTILE_SLICE(LD, NZ, NH)                                                                              \
+    do {                                                                                                     \
+        float32x4_t x[NH][NZ];                                                                               \
+        _Pragma("GCC unroll 4") for (int hh = 0; hh < NH; hh++)                                              \
+            _Pragma("GCC unroll 4") for (int z = 0; z < NZ; z++) x[hh][z] = vld1q_f32(acc[r0 + hh] + d + 4 * z); \
+        for (int i = 0; i < np; i++) {                                                                       \
+            float32x4_t vv[NZ];                                                                              \
+            _Pragma("GCC unroll 4") for (int z = 0; z < NZ; z++) vv[z] = LD(vr[i] + d + 4 * z);             \
+            _Pragma("GCC unroll 4") for (int hh = 0; hh < NH; hh++) {                                        \
+                const float cw = w[(size_t)(r0 + hh) * (size_t)ws + i];                                      \
+                _Pragma("GCC unroll 4") for (int z = 0; z < NZ; z++) x[hh][z] = vfmaq_n_f32(x[hh][z], vv[z], cw); \
+            }                                                                                                \
+        }                                                                                                    \
+        _Pragma("GCC unroll 4") for (int hh = 0; hh < NH; hh++)                                              \
+            _Pragma("GCC unroll 4") for (int z = 0; z < NZ; z++) vst1q_f32(acc[r0 + hh] + d + 4 * z, x[hh][z]); \
+    } while (0)
+
+#define WTILE_ROWS(LD, NZ)                                                                                   \
+    for (int r0 = 0; r0 < nq;) {                                                                             \
+        switch (nq - r0 < 4 ? nq - r0 : 4) {                                                                 \
+        case 4: WTILE_SLICE(LD, NZ, 4); r0 += 4; break;                                                      \
+        case 3: WTILE_SLICE(LD, NZ, 3); r0 += 3; break;                                                      \
+        case 2: WTILE_SLICE(LD, NZ, 2); r0 += 2; break;                                                      \
+        default: WTILE_SLICE(LD, NZ, 1); r0 += 1; break;                                                     \
+        }                                                                                                    \
+    }
+
+#define WSUM_TILE(LD, T)                                                                                     \
+    const T *vr[CPU_ATTN_SCORE_CAP];                                                                         \
+    for (int i = 0; i < np; i++) vr[i] = (const T *)cpu_attn_row(v, i);                                      \
+    int d = 0;                                                                                               \
+    for (; d + 16 <= hd; d += 16) WTILE_ROWS(LD, 4)                                                          \
+    for (; d < hd; d += 4) WTILE_ROWS(LD, 1)
+
+void cpu_attn_wsum_tile_f32_neon(float *const *acc, int nq, int hd, const float *w, int ws, const cpu_attn_rows *v,
+                                 int np) {
+    WSUM_TILE(load_f32, float)
+}
+
+void cpu_attn_wsum_tile_f16_neon(float *const *acc, int nq, int hd, const float *w, int ws, const cpu_attn_rows *v,
+                                 int np) {
+    WSUM_TILE(load_f16, uint16_t)
 }
 
 /* e^x for x <= 0, 4 at a time: the AVX2 set's range reduction and degree-6
