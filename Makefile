@@ -5,8 +5,17 @@
 # libhone.a; src/cli/*.c make the hone binary; each tests/test_*.c is its own
 # test binary linked with libhone.a. Files named *_avx2.c are compiled for
 # AVX2+FMA+F16C, *_avx512.c for AVX-512 F+BW on top, *_vnni.c for AVX-512
-# F+BW+VL+VNNI on top, *_avx512bf16.c for AVX-512 F+BW+BF16; all only called
-# after a run-time CPU check.
+# F+BW+VL+VNNI on top, *_avx512bf16.c for AVX-512 F+BW+BF16; on AArch64,
+# *_neon.c need nothing beyond the base ISA, *_dotprod.c are compiled for
+# the dot-product extension (sdot) and *_i8mm.c for dotprod + i8mm (smmla);
+# all only called after a run-time CPU check (each file is empty when built
+# for the other architecture).
+#
+# `make arm-test` cross-builds the kernel tests for aarch64 (build-arm64/,
+# Debian's gcc-aarch64-linux-gnu) and runs them under qemu-aarch64 as three
+# CPUs: cortex-a53 (NEON), cortex-a76 (+dotprod) and max (+i8mm), so every
+# ARM kernel runs against its scalar reference; `make check` runs it when
+# both tools are installed (scripts/setup.sh installs them on x86-64).
 #
 # CUDA (src/backend/cuda/*.cu) is a separate, heavier build: `make CUDA=1`
 # (in build-cuda/) compiles it with nvcc (NVCC from the command line, else
@@ -82,8 +91,12 @@ SIMD_AVX512 = $(SIMD_AVX2) -mavx512f -mavx512bw
 SIMD_VNNI = $(SIMD_AVX512) -mavx512vl -mavx512vnni
 SIMD_AVX512BF16 = $(SIMD_AVX512) -mavx512bf16
 endif
+ifneq ($(filter aarch64 arm64,$(ARCH)),)
+SIMD_DOTPROD = -march=armv8.2-a+dotprod
+SIMD_I8MM = -march=armv8.2-a+dotprod+i8mm
+endif
 
-.PHONY: all check test asan-test setup demo clean bench-cuda fuzz fuzz-bins fuzz-run
+.PHONY: all check test asan-test setup demo clean bench-cuda fuzz fuzz-bins fuzz-run arm-test arm-run
 
 all: hone
 
@@ -127,6 +140,14 @@ $(BUILD)/%_vnni.o: %_vnni.c
 $(BUILD)/%_avx512bf16.o: %_avx512bf16.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(DEFS) $(DEPFLAGS) $(SIMD_AVX512BF16) -c -o $@ $<
+
+$(BUILD)/%_dotprod.o: %_dotprod.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) $(DEFS) $(DEPFLAGS) $(SIMD_DOTPROD) -c -o $@ $<
+
+$(BUILD)/%_i8mm.o: %_i8mm.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) $(DEFS) $(DEPFLAGS) $(SIMD_I8MM) -c -o $@ $<
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -193,6 +214,38 @@ fuzz-run: fuzz
 	  if [ $$rc -ne 0 ]; then tail -40 build-fuzz/api_$$a.log; exit 1; fi; \
 	done
 
+# The ARM kernels, cross-built and run under user-mode emulation: only the
+# kernel modules (core, quant, the cpu backend's dot / gemm / pack / attention
+# files) and the tests that hold every kernel to its scalar reference
+# (test_pack's and test_gemm_attn's kernel level: HN_TEST_KERNELS_ONLY), linked statically, so no arm64 builds of the
+# library's other dependencies are needed (static: qemu needs no arm64 libc
+# path). Each test runs once per emulated CPU. (On an AArch64 host the plain
+# test suite runs these kernels natively.)
+ARM_CC    ?= aarch64-linux-gnu-gcc
+ARM_QEMU  ?= qemu-aarch64
+ARM_CPUS  ?= cortex-a53 cortex-a76 max
+ARM_TESTS  = test_dot test_gemm test_pack test_pack_kq test_gemm_attn
+ARM_KSRC  := $(sort $(wildcard src/core/*.c src/quant/*.c src/backend/cpu/dot*.c src/backend/cpu/gemm*.c src/backend/cpu/pack*.c \
+                                src/backend/cpu/cpu_attn*.c))
+arm-test:
+	$(MAKE) BUILD=build-arm64 CC=$(ARM_CC) ARCH=aarch64 CUDA=0 arm-run
+
+$(BUILD)/libhone_kernels.a: $(ARM_KSRC:%.c=$(BUILD)/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/ktests/%: tests/%.c $(BUILD)/libhone_kernels.a tests/test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) $(DEFS) -DHN_TEST_KERNELS_ONLY -Isrc -static -o $@ $< $(BUILD)/libhone_kernels.a -lpthread -lm
+
+arm-run: $(ARM_TESTS:%=$(BUILD)/ktests/%)
+	@fail=0; for cpu in $(ARM_CPUS); do for t in $(ARM_TESTS); do \
+	  out=$$($(ARM_QEMU) -cpu $$cpu $(BUILD)/ktests/$$t 2>&1); rc=$$?; \
+	  line=$$(printf '%s\n' "$$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$$' | tail -n 1); \
+	  [ $$rc -eq 0 ] || { printf '%s\n' "$$out" | tail -n 40; fail=1; }; \
+	  printf 'arm64 %-12s %-14s %s (rc=%d)\n' $$cpu $$t "$${line:-no result line}" $$rc; \
+	done; done; exit $$fail
+
 setup:
 	scripts/setup.sh
 
@@ -200,6 +253,9 @@ setup:
 check: setup
 	$(MAKE) CUDA=auto test
 	$(MAKE) CUDA=auto asan-test
+	@if [ "$(ARCH)" != x86_64 ]; then :; \
+	elif command -v $(ARM_CC) >/dev/null 2>&1 && command -v $(ARM_QEMU) >/dev/null 2>&1; then $(MAKE) arm-test; \
+	else echo "check: no $(ARM_CC) / $(ARM_QEMU) here: the ARM kernels were not tested"; fi
 
 # The README's main command: run a prompt on the demo model hone makes itself.
 demo: setup
@@ -207,6 +263,6 @@ demo: setup
 	./hone run -p "Once upon a time" -n 32
 
 clean:
-.PHONY: all check test asan-test setup demo clean bench-cuda fuzz fuzz-bins fuzz-run
+.PHONY: all check test asan-test setup demo clean bench-cuda fuzz fuzz-bins fuzz-run arm-test arm-run
 
 -include $(OBJ_LIB:.o=.d) $(OBJ_CLI:.o=.d) $(OBJ_CU:.o=.d)

@@ -7,6 +7,8 @@ pkgs="build-essential pkg-config libpcre2-dev libutf8proc-dev libjansson-dev lib
 # (from any source) keeps them, since Debian's packages would conflict with another install.
 command -v node >/dev/null 2>&1 || pkgs="$pkgs nodejs"
 command -v npm >/dev/null 2>&1 || pkgs="$pkgs npm"
+# The ARM kernels are cross-built and tested under emulation (make arm-test)
+case "$(uname -m)" in x86_64) pkgs="$pkgs gcc-aarch64-linux-gnu qemu-user" ;; esac
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

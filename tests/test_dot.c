@@ -248,7 +248,7 @@ static void test_act_variants(void) {
     const cpu_features *f = cpu_dot_features();
     const cpu_act_kernel *v[8];
     int nv = cpu_act_variants(QT_Q8_K, v, 8);
-    CHECKF(nv == 1 + (f->avx2 && f->fma && f->f16c) + (f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw),
+    CHECKF(nv == 1 + (f->avx2 && f->fma && f->f16c) + (f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw) + f->neon,
            "q8_K converter variants: %d", nv);
     hn_free(x);
     hn_free(want);
@@ -317,13 +317,24 @@ int main(void) {
     CHECK(cpu_dot_variants(QT_IQ2_XXS, NULL, 0) == 0);
     const cpu_features *f = cpu_dot_features();
     CHECK(f == cpu_dot_features());
-    printf("cpu: avx2=%d fma=%d f16c=%d avx512f=%d avx512bw=%d avx512vnni=%d avx_vnni=%d avx512bf16=%d neon=%d\n", f->avx2, f->fma,
-           f->f16c, f->avx512f, f->avx512bw, f->avx512vnni, f->avx_vnni, f->avx512bf16, f->neon);
+    printf("cpu: avx2=%d fma=%d f16c=%d avx512f=%d avx512bw=%d avx512vnni=%d avx_vnni=%d avx512bf16=%d neon=%d dotprod=%d "
+           "i8mm=%d\n",
+           f->avx2, f->fma, f->f16c, f->avx512f, f->avx512bw, f->avx512vnni, f->avx_vnni, f->avx512bf16, f->neon, f->dotprod,
+           f->i8mm);
+    static const qt_type fast[] = {QT_F32, QT_F16, QT_BF16, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q8_0, QT_Q2_K,
+                                   QT_Q3_K, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_NL, QT_IQ4_XS, QT_MXFP4};
     if (f->avx2 && f->fma && f->f16c) {
-        static const qt_type fast[] = {QT_F32, QT_F16, QT_BF16, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q8_0, QT_Q2_K,
-                                       QT_Q3_K, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_NL, QT_IQ4_XS, QT_MXFP4};
         for (size_t i = 0; i < sizeof(fast) / sizeof(fast[0]); i++)
             CHECKF(!strcmp(cpu_dot_best(fast[i])->isa, "avx2"), "%s has an avx2 kernel", qt_name(fast[i]));
+    }
+    if (f->neon) { /* AArch64: the NEON kernels, and the dotprod build of them where the CPU has sdot */
+        const char *want = f->dotprod ? "dotprod" : "neon";
+        for (size_t i = 0; i < sizeof(fast) / sizeof(fast[0]); i++) {
+            const cpu_dot_kernel *v[8];
+            int nv = cpu_dot_variants(fast[i], v, 8);
+            CHECKF(!strcmp(cpu_dot_best(fast[i])->isa, want) && nv == 2 + f->dotprod, "%s has a %s kernel (%d variants)",
+                   qt_name(fast[i]), want, nv);
+        }
     }
 
     test_act_rounding();

@@ -149,8 +149,16 @@ int main(void) {
         for (int na = 1; na <= CPU_GEMM_MAX_NA; na++)
             CHECK(cpu_gemm_pick(QT_BF16, na) == cpu_gemm_best(QT_BF16));
         if (f->avx512bf16) CHECK(strcmp(cpu_gemm_best(QT_BF16)->isa, "avx512bf16") == 0);
+    } else if (f->neon) { /* AArch64: every type has its NEON kernel, and the dotprod build where the CPU has sdot */
+        for (size_t i = 0; i < sizeof k_types / sizeof k_types[0]; i++) {
+            const cpu_gemm_kernel *b = cpu_gemm_best(k_types[i]), *v[8];
+            int nv = cpu_gemm_variants(k_types[i], v, 8);
+            CHECKF(b && !strcmp(b->isa, f->dotprod ? "dotprod" : "neon") && nv == 2 + f->dotprod &&
+                       b->act_type == cpu_dot_best(k_types[i])->act_type,
+                   "%s gemm kernel (%d variants)", qt_name(k_types[i]), nv);
+        }
     } else {
-        printf("no AVX2 here: only the references were checked\n");
+        printf("no AVX2 or NEON here: only the references were checked\n");
     }
     TEST_DONE();
 }

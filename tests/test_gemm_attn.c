@@ -23,7 +23,8 @@
  * (f16-rounded) values, which must agree bit for bit (the f16 loops convert
  * and then do exactly the f32 loops' arithmetic). Run twice, the second time
  * with force_reference on (which changes only the matmul path, so both runs
- * must agree with the reference alike). */
+ * must agree with the reference alike).
+ * Built with -DHN_TEST_KERNELS_ONLY (`make arm-test`), only the kernel cases run. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@
 
 static uint32_t rng = 7;
 
+#ifndef HN_TEST_KERNELS_ONLY
 /* the step plan the ops read (made by hand: the K/V are stored by the tests) */
 static step_plan plan;
 
@@ -98,11 +100,14 @@ static void sync_ok(be_backend *b) {
     hn_status st = b->ops->sync(b, &e);
     CHECKF(st == HN_OK, "sync: %s", e.msg);
 }
+#endif
+
 static float frand(void) {
     rng = rng * 1664525u + 1013904223u;
     return (float)((rng >> 8) & 0xffff) / 65536.0f - 0.5f;
 }
 
+#ifndef HN_TEST_KERNELS_ONLY
 static void run_case(be_backend *b, int hd, int group, bool ref) {
     hn_err e;
     const int HKV = 2, H = HKV * group, LEN = 75, BS = 16;
@@ -178,6 +183,8 @@ static void run_case(be_backend *b, int hd, int group, bool ref) {
     free(vv);
     free(q);
 }
+
+#endif /* HN_TEST_KERNELS_ONLY */
 
 /* ---- kernels against the portable reference ---- */
 
@@ -316,6 +323,7 @@ static void kernel_cases(void) {
     }
 }
 
+#ifndef HN_TEST_KERNELS_ONLY
 /* f32 -> f16 as the KV store does it, against qt_f32_to_f16 bit for bit */
 static void to_f16_case(be_backend *b) {
     enum { N = 4099 };
@@ -514,6 +522,15 @@ static void store_case(be_backend *b, qt_type kt, qt_type vt) {
     }
 }
 
+#endif /* HN_TEST_KERNELS_ONLY */
+
+#ifdef HN_TEST_KERNELS_ONLY
+/* the ARM cross build (`make arm-test`): the kernel cases alone, linked with the kernel modules */
+int main(void) {
+    kernel_cases();
+    TEST_DONE();
+}
+#else
 int main(void) {
     hn_err e;
     pool *p;
@@ -558,3 +575,4 @@ int main(void) {
     pool_free(p);
     TEST_DONE();
 }
+#endif

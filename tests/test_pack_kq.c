@@ -1,5 +1,6 @@
 /* test_pack_kq.c: the packed K-quant layouts and kernels (backend/cpu/pack_kq*.c),
- * read through their tables directly (cpu_pack_table_k, cpu_pack_table_k_x86).
+ * read through their tables directly (cpu_pack_table_k, cpu_pack_table_k_x86 or
+ * cpu_pack_table_k_arm).
  *
  * For Q4_K, Q5_K and Q6_K: pack then unpack_row gives back every row's GGUF
  * bytes (random bytes, quantizer output, rows given with a stride), and pack
@@ -49,6 +50,11 @@ static bool isa_ok(unsigned isa) {
             if (f->avx512vnni) have |= CPU_ISA_VNNI512;
         }
     }
+    if (f->neon) {
+        have |= CPU_ISA_NEON;
+        if (f->dotprod) have |= CPU_ISA_DOTPROD;
+        if (f->dotprod && f->i8mm) have |= CPU_ISA_I8MM;
+    }
     return (isa & ~have) == 0;
 }
 
@@ -59,6 +65,8 @@ static int kernels(qt_type t, const cpu_pack_kernel **out, int cap, int *skipped
     const cpu_pack_table *tabs[2] = {&cpu_pack_table_k, NULL};
 #if defined(__x86_64__)
     tabs[1] = &cpu_pack_table_k_x86;
+#elif defined(__aarch64__)
+    tabs[1] = &cpu_pack_table_k_arm;
 #endif
     for (int ti = 0; ti < 2; ti++) {
         if (!tabs[ti]) continue;
@@ -237,6 +245,8 @@ int main(void) {
     const cpu_pack_table *tabs[] = {&cpu_pack_table_k,
 #if defined(__x86_64__)
                                     &cpu_pack_table_k_x86
+#elif defined(__aarch64__)
+                                    &cpu_pack_table_k_arm
 #endif
     };
     for (size_t ti = 0; ti < sizeof tabs / sizeof tabs[0]; ti++)

@@ -134,16 +134,23 @@ void qt_quant_f32(const float *restrict x, void *restrict y, int64_t n) {
     memcpy(y, x, (size_t)n * sizeof(float));
 }
 
+#if defined(__x86_64__)
 /* Whether quant_avx2.c's f16 rows may run (the KV store converts a row per token and layer). */
 static bool f16_simd(void) {
     const uint32_t need = HN_ISA_AVX2 | HN_ISA_FMA | HN_ISA_F16C;
     return (hn_isa() & need) == need;
 }
+#endif
 
 void qt_dequant_f16(const void *restrict x, float *restrict y, int64_t n) {
 #if defined(__x86_64__)
     if (n >= 8 && f16_simd()) {
         qt_dequant_f16_avx2(x, y, n);
+        return;
+    }
+#elif defined(__aarch64__)
+    if (n >= 8) {
+        qt_dequant_f16_neon(x, y, n); /* NEON is in every AArch64 CPU */
         return;
     }
 #endif
@@ -155,6 +162,11 @@ void qt_quant_f16(const float *restrict x, void *restrict y, int64_t n) {
 #if defined(__x86_64__)
     if (n >= 16 && f16_simd()) {
         qt_quant_f16_avx2(x, y, n);
+        return;
+    }
+#elif defined(__aarch64__)
+    if (n >= 8) {
+        qt_quant_f16_neon(x, y, n);
         return;
     }
 #endif

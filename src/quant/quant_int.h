@@ -32,6 +32,9 @@ QT_DECL(bf16)
  * when the CPU has AVX2, FMA and F16C (quant.c checks) */
 void qt_quant_f16_avx2(const float *restrict x, void *restrict y, int64_t n);
 void qt_dequant_f16_avx2(const void *restrict x, float *restrict y, int64_t n);
+/* quant_neon.c: the same for AArch64 (NEON is always there) */
+void qt_quant_f16_neon(const float *restrict x, void *restrict y, int64_t n);
+void qt_dequant_f16_neon(const void *restrict x, float *restrict y, int64_t n);
 /* quant_legacy.c */
 QT_DECL(q4_0)
 QT_DECL(q4_1)

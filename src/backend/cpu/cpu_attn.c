@@ -36,7 +36,7 @@
  * dequantized into per-thread scratch where needed.
  *
  * Kernels (scores, weighted sum, exp) come in sets: AVX-512 (cpu_attn_avx512.c),
- * AVX2 (cpu_attn_avx2.c) and the portable reference here; the fastest set the
+ * AVX2 (cpu_attn_avx2.c), NEON (cpu_attn_neon.c) and the portable reference here; the fastest set the
  * CPU has whose head_dim rule fits is used. */
 #include <math.h>
 #include <stdlib.h>
@@ -172,6 +172,16 @@ static const cpu_attn_kernels k_avx512 = {"avx512",
                                           {cpu_attn_wsum_tile_f32_avx512, cpu_attn_wsum_tile_f16_avx512},
                                           cpu_attn_softmax_avx512};
 #endif
+#if defined(__aarch64__)
+static const cpu_attn_kernels k_neon = {"neon",
+                                        4,
+                                        {cpu_attn_scores_f32_neon, cpu_attn_scores_f16_neon},
+                                        {cpu_attn_wsum_f32_neon, cpu_attn_wsum_f16_neon},
+                                        cpu_vec_exp_sub_neon,
+                                        {cpu_attn_scores_tile_f32_neon, cpu_attn_scores_tile_f16_neon},
+                                        {cpu_attn_wsum_tile_f32_neon, cpu_attn_wsum_tile_f16_neon},
+                                        cpu_attn_softmax_neon};
+#endif
 
 int cpu_attn_variants(const cpu_attn_kernels **out, int cap) {
     int n = 0;
@@ -179,6 +189,9 @@ int cpu_attn_variants(const cpu_attn_kernels **out, int cap) {
     const cpu_features *f = cpu_dot_features();
     if (f->avx512f && f->avx512bw && f->avx2 && f->fma && f->f16c && n < cap) out[n++] = &k_avx512;
     if (f->avx2 && f->fma && f->f16c && n < cap) out[n++] = &k_avx2;
+#endif
+#if defined(__aarch64__)
+    if (cpu_dot_features()->neon && n < cap) out[n++] = &k_neon;
 #endif
     if (n < cap) out[n++] = &k_ref;
     return n;
@@ -198,6 +211,8 @@ void cpu_attn_select(cpu_be *cb) {
     cb->to_f16 = to_f16_ref;
 #if defined(__x86_64__) || defined(__i386__)
     if (!cb->force_ref && cpu_dot_features()->avx2 && cpu_dot_features()->f16c) cb->to_f16 = cpu_attn_to_f16_avx2;
+#elif defined(__aarch64__)
+    if (!cb->force_ref && cpu_dot_features()->neon) cb->to_f16 = cpu_attn_to_f16_neon;
 #endif
 }
 

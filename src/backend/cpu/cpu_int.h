@@ -93,6 +93,25 @@ void cpu_attn_wsum_tile_f32_avx512(float *const *acc, int nq, int hd, const floa
 void cpu_attn_wsum_tile_f16_avx512(float *const *acc, int nq, int hd, const float *w, int ws, const cpu_attn_rows *v,
                                    int np);
 
+/* AArch64 NEON (cpu_attn_neon.c) */
+void cpu_attn_scores_f32_neon(const float *q, int nq, size_t qstride, int hd, int group, const cpu_attn_rows *k, int np,
+                              float scale, float *s, int ss);
+void cpu_attn_scores_f16_neon(const float *q, int nq, size_t qstride, int hd, int group, const cpu_attn_rows *k, int np,
+                              float scale, float *s, int ss);
+void cpu_attn_wsum_f32_neon(float *acc, int nh, int hd, int group, const float *w, int ws, const cpu_attn_rows *v, int np);
+void cpu_attn_wsum_f16_neon(float *acc, int nh, int hd, int group, const float *w, int ws, const cpu_attn_rows *v, int np);
+float cpu_vec_exp_sub_neon(float *s, int n, float mx);
+void cpu_attn_softmax_neon(float *s, int n, float *m, float *l, float *acc, int hd);
+void cpu_attn_to_f16_neon(const float *x, uint16_t *h, int64_t n);
+void cpu_attn_scores_tile_f32_neon(const float *const *q, int nq, int hd, const cpu_attn_rows *k, int np, float scale,
+                                   float *s, int ss);
+void cpu_attn_scores_tile_f16_neon(const float *const *q, int nq, int hd, const cpu_attn_rows *k, int np, float scale,
+                                   float *s, int ss);
+void cpu_attn_wsum_tile_f32_neon(float *const *acc, int nq, int hd, const float *w, int ws, const cpu_attn_rows *v,
+                                 int np);
+void cpu_attn_wsum_tile_f16_neon(float *const *acc, int nq, int hd, const float *w, int ws, const cpu_attn_rows *v,
+                                 int np);
+
 /* The kernel sets this CPU can run, fastest first, the portable one last
  * (always present); returns how many (at most cap). For tests. */
 int cpu_attn_variants(const cpu_attn_kernels **out, int cap);

@@ -36,6 +36,9 @@
 #if defined(__x86_64__)
 #define HN_X86 1 /* the SIMD kernels are built (Makefile) and listed below */
 #endif
+#if defined(__aarch64__)
+#define HN_ARM 1 /* dot_neon.c / dot_dotprod.c are built and listed below */
+#endif
 
 const int8_t cpu_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                       1,    13,   25,  38,  53,  69,  89,  113};
@@ -43,7 +46,7 @@ const int8_t cpu_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4
 
 /* ---- activation converters (scalar references) ----
  * The registry's converters (cpu_act_q8_0 ...) dispatch at run time to the
- * AVX2 (dot_avx2.c) or AVX-512 (dot_conv_avx512.c) versions, which reproduce
+ * AVX2 (dot_avx2.c), AVX-512 (dot_conv_avx512.c) or NEON (dot_neon.c) versions, which reproduce
  * these byte for byte, step by step (tests/test_dot.c checks every one). */
 
 void cpu_act_f32_ref(const float *restrict x, void *restrict y, int64_t n) {
@@ -437,6 +440,8 @@ static void detect_features(void) {
         .avx_vnni = isa & HN_ISA_AVXVNNI,
         .neon = isa & HN_ISA_NEON,
         .avx512bf16 = (isa & HN_ISA_AVX512BF16) && (isa & HN_ISA_AVX512F),
+        .dotprod = (isa & HN_ISA_DOTPROD) && (isa & HN_ISA_NEON),
+        .i8mm = (isa & HN_ISA_I8MM) && (isa & HN_ISA_DOTPROD) && (isa & HN_ISA_NEON),
     };
 }
 
@@ -447,10 +452,13 @@ const cpu_features *cpu_dot_features(void) {
 
 /* ---- activation converters: run-time dispatch and their registry ---- */
 
-enum { ACT_REF, ACT_AVX2, ACT_AVX512 };
+enum { ACT_REF, ACT_AVX2, ACT_AVX512, ACT_NEON };
 
 static int act_level(void) {
     const cpu_features *f = cpu_dot_features();
+#ifdef HN_ARM
+    return f->neon ? ACT_NEON : ACT_REF;
+#endif
     if (!(f->avx2 && f->fma && f->f16c)) return ACT_REF;
     return f->avx512f && f->avx512bw ? ACT_AVX512 : ACT_AVX2;
 }
@@ -463,6 +471,14 @@ static int act_level(void) {
         case ACT_AVX2: cpu_act_##name##_avx2(x, y, n); break;                            \
         default: cpu_act_##name##_ref(x, y, n); break;                                   \
         }                                                                                \
+    }
+#elif defined(HN_ARM)
+#define ACT_DISPATCH(name)                                                      \
+    void cpu_act_##name(const float *restrict x, void *restrict y, int64_t n) { \
+        if (act_level() == ACT_NEON)                                            \
+            cpu_act_##name##_neon(x, y, n);                                     \
+        else                                                                    \
+            cpu_act_##name##_ref(x, y, n);                                      \
     }
 #else
 #define ACT_DISPATCH(name)                                                      \
@@ -485,6 +501,7 @@ typedef struct {
 #define ACT_REF_E(T, FN) {{T, FN, "ref"}, ACT_REF}
 #define ACT_AVX2_E(T, FN) {{T, FN, "avx2"}, ACT_AVX2}
 #define ACT_AVX512_E(T, FN) {{T, FN, "avx512"}, ACT_AVX512}
+#define ACT_NEON_E(T, FN) {{T, FN, "neon"}, ACT_NEON}
 
 static const act_entry g_acts[] = {
     ACT_REF_E(QT_F32, cpu_act_f32_ref),
@@ -502,6 +519,12 @@ static const act_entry g_acts[] = {
     ACT_AVX512_E(QT_Q8_1, cpu_act_q8_1_avx512),
     ACT_AVX512_E(QT_Q8_K, cpu_act_q8_K_avx512),
 #endif
+#ifdef HN_ARM
+    ACT_NEON_E(QT_BF16, cpu_act_bf16_neon),
+    ACT_NEON_E(QT_Q8_0, cpu_act_q8_0_neon),
+    ACT_NEON_E(QT_Q8_1, cpu_act_q8_1_neon),
+    ACT_NEON_E(QT_Q8_K, cpu_act_q8_K_neon),
+#endif
 };
 
 int cpu_act_variants(qt_type act_type, const cpu_act_kernel **out, int cap) {
@@ -516,7 +539,7 @@ int cpu_act_variants(qt_type act_type, const cpu_act_kernel **out, int cap) {
 
 /* ---- registry ---- */
 
-enum { ISA_REF, ISA_AVX2 };
+enum { ISA_REF, ISA_AVX2, ISA_NEON, ISA_DOTPROD };
 
 typedef struct {
     cpu_dot_kernel k;
@@ -525,6 +548,8 @@ typedef struct {
 
 #define REF(T, A, ACT, FN) {{T, A, ACT, FN, "ref"}, ISA_REF}
 #define AVX2(T, A, ACT, FN) {{T, A, ACT, FN, "avx2"}, ISA_AVX2}
+#define NEON(T, A, ACT, FN) {{T, A, ACT, FN, "neon"}, ISA_NEON}
+#define DOTPROD(T, A, ACT, FN) {{T, A, ACT, FN, "dotprod"}, ISA_DOTPROD}
 
 /* Reference first for every type, then faster variants in order of preference. */
 static const entry g_kernels[] = {
@@ -562,6 +587,40 @@ static const entry g_kernels[] = {
     AVX2(QT_IQ4_XS, QT_Q8_K, cpu_act_q8_K, cpu_dot_iq4_xs_avx2),
     AVX2(QT_MXFP4, QT_Q8_0, cpu_act_q8_0, cpu_dot_mxfp4_avx2),
 #endif
+#ifdef HN_ARM
+    NEON(QT_F32, QT_F32, cpu_act_f32, cpu_dot_f32_neon),
+    NEON(QT_F16, QT_F32, cpu_act_f32, cpu_dot_f16_neon),
+    NEON(QT_BF16, QT_BF16, cpu_act_bf16, cpu_dot_bf16_neon),
+    NEON(QT_Q4_0, QT_Q8_0, cpu_act_q8_0, cpu_dot_q4_0_neon),
+    NEON(QT_Q4_1, QT_Q8_1, cpu_act_q8_1, cpu_dot_q4_1_neon),
+    NEON(QT_Q5_0, QT_Q8_0, cpu_act_q8_0, cpu_dot_q5_0_neon),
+    NEON(QT_Q5_1, QT_Q8_1, cpu_act_q8_1, cpu_dot_q5_1_neon),
+    NEON(QT_Q8_0, QT_Q8_0, cpu_act_q8_0, cpu_dot_q8_0_neon),
+    NEON(QT_Q2_K, QT_Q8_K, cpu_act_q8_K, cpu_dot_q2_K_neon),
+    NEON(QT_Q3_K, QT_Q8_K, cpu_act_q8_K, cpu_dot_q3_K_neon),
+    NEON(QT_Q4_K, QT_Q8_K, cpu_act_q8_K, cpu_dot_q4_K_neon),
+    NEON(QT_Q5_K, QT_Q8_K, cpu_act_q8_K, cpu_dot_q5_K_neon),
+    NEON(QT_Q6_K, QT_Q8_K, cpu_act_q8_K, cpu_dot_q6_K_neon),
+    NEON(QT_IQ4_NL, QT_Q8_0, cpu_act_q8_0, cpu_dot_iq4_nl_neon),
+    NEON(QT_IQ4_XS, QT_Q8_K, cpu_act_q8_K, cpu_dot_iq4_xs_neon),
+    NEON(QT_MXFP4, QT_Q8_0, cpu_act_q8_0, cpu_dot_mxfp4_neon),
+    DOTPROD(QT_F32, QT_F32, cpu_act_f32, cpu_dot_f32_dotprod),
+    DOTPROD(QT_F16, QT_F32, cpu_act_f32, cpu_dot_f16_dotprod),
+    DOTPROD(QT_BF16, QT_BF16, cpu_act_bf16, cpu_dot_bf16_dotprod),
+    DOTPROD(QT_Q4_0, QT_Q8_0, cpu_act_q8_0, cpu_dot_q4_0_dotprod),
+    DOTPROD(QT_Q4_1, QT_Q8_1, cpu_act_q8_1, cpu_dot_q4_1_dotprod),
+    DOTPROD(QT_Q5_0, QT_Q8_0, cpu_act_q8_0, cpu_dot_q5_0_dotprod),
+    DOTPROD(QT_Q5_1, QT_Q8_1, cpu_act_q8_1, cpu_dot_q5_1_dotprod),
+    DOTPROD(QT_Q8_0, QT_Q8_0, cpu_act_q8_0, cpu_dot_q8_0_dotprod),
+    DOTPROD(QT_Q2_K, QT_Q8_K, cpu_act_q8_K, cpu_dot_q2_K_dotprod),
+    DOTPROD(QT_Q3_K, QT_Q8_K, cpu_act_q8_K, cpu_dot_q3_K_dotprod),
+    DOTPROD(QT_Q4_K, QT_Q8_K, cpu_act_q8_K, cpu_dot_q4_K_dotprod),
+    DOTPROD(QT_Q5_K, QT_Q8_K, cpu_act_q8_K, cpu_dot_q5_K_dotprod),
+    DOTPROD(QT_Q6_K, QT_Q8_K, cpu_act_q8_K, cpu_dot_q6_K_dotprod),
+    DOTPROD(QT_IQ4_NL, QT_Q8_0, cpu_act_q8_0, cpu_dot_iq4_nl_dotprod),
+    DOTPROD(QT_IQ4_XS, QT_Q8_K, cpu_act_q8_K, cpu_dot_iq4_xs_dotprod),
+    DOTPROD(QT_MXFP4, QT_Q8_0, cpu_act_q8_0, cpu_dot_mxfp4_dotprod),
+#endif
 };
 
 static bool isa_ok(int isa) {
@@ -569,6 +628,8 @@ static bool isa_ok(int isa) {
     switch (isa) {
     case ISA_REF: return true;
     case ISA_AVX2: return f->avx2 && f->fma && f->f16c;
+    case ISA_NEON: return f->neon;
+    case ISA_DOTPROD: return f->neon && f->dotprod;
     default: return false;
     }
 }

@@ -25,7 +25,7 @@ typedef struct cpu_dot_kernel {
     qt_type act_type;
     cpu_act_fn act;
     cpu_dot_fn dot;
-    const char *isa;   /* "ref", "avx2", "neon" ... */
+    const char *isa;   /* "ref", "avx2", "neon", "dotprod" ... */
 } cpu_dot_kernel;
 
 /* The fastest variant this CPU supports for weight type t, or NULL if the type has no kernel. */
@@ -41,7 +41,7 @@ int cpu_dot_variants(qt_type t, const cpu_dot_kernel **out, int cap);
 typedef struct cpu_act_kernel {
     qt_type act_type;
     cpu_act_fn act;
-    const char *isa; /* "ref", "avx2", "avx512" */
+    const char *isa; /* "ref", "avx2", "avx512", "neon" */
 } cpu_act_kernel;
 
 /* Every converter to act_type this CPU can run (reference first); returns the count (at most cap written). */
@@ -54,6 +54,8 @@ typedef struct cpu_features {
     bool avx512f, avx512bw, avx512vnni, avx_vnni;
     bool neon;
     bool avx512bf16; /* vdpbf16ps (AVX512_BF16) */
+    bool dotprod;    /* AArch64 sdot / udot (HWCAP_ASIMDDP) */
+    bool i8mm;       /* AArch64 smmla / usmmla / usdot (HWCAP2_I8MM) */
 } cpu_features;
 
 /* Returns the detected features (never NULL; all false on unknown CPUs). */

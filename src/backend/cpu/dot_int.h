@@ -14,13 +14,14 @@
 #include "dot.h"
 
 /* Activation converters (run once per activation row): cpu_act_<t> picks the
- * fastest version at run time; _ref is the scalar reference, _avx2 (dot_avx2.c)
- * and _avx512 (dot_conv_avx512.c) write the same bytes. */
-#define CPU_ACT_DECL(name)                                                           \
-    void cpu_act_##name(const float *restrict x, void *restrict y, int64_t n);        \
-    void cpu_act_##name##_ref(const float *restrict x, void *restrict y, int64_t n);  \
-    void cpu_act_##name##_avx2(const float *restrict x, void *restrict y, int64_t n); \
-    void cpu_act_##name##_avx512(const float *restrict x, void *restrict y, int64_t n);
+ * fastest version at run time; _ref is the scalar reference, _avx2 (dot_avx2.c),
+ * _avx512 (dot_conv_avx512.c) and _neon (dot_neon.c) write the same bytes. */
+#define CPU_ACT_DECL(name)                                                             \
+    void cpu_act_##name(const float *restrict x, void *restrict y, int64_t n);          \
+    void cpu_act_##name##_ref(const float *restrict x, void *restrict y, int64_t n);    \
+    void cpu_act_##name##_avx2(const float *restrict x, void *restrict y, int64_t n);   \
+    void cpu_act_##name##_avx512(const float *restrict x, void *restrict y, int64_t n); \
+    void cpu_act_##name##_neon(const float *restrict x, void *restrict y, int64_t n);
 CPU_ACT_DECL(bf16)
 CPU_ACT_DECL(q8_0)
 CPU_ACT_DECL(q8_1)
@@ -59,6 +60,31 @@ void cpu_dot_q4_K_avx2(int64_t n, float *restrict s, const void *restrict w, con
 void cpu_dot_q5_K_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
 void cpu_dot_q6_K_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
 void cpu_dot_iq4_xs_avx2(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+#endif
+
+#if defined(__aarch64__)
+/* AArch64 kernels: one body (dot_arm.h) built for the base ISA (dot_neon.c,
+ * suffix _neon) and for the dot-product extension (dot_dotprod.c, _dotprod;
+ * call only when the CPU has it). */
+#define CPU_DOT_ARM_DECL(sfx)                                                                                     \
+    void cpu_dot_f32_##sfx(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);        \
+    void cpu_dot_f16_##sfx(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);        \
+    void cpu_dot_bf16_##sfx(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);       \
+    void cpu_dot_q8_0_##sfx(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);       \
+    void cpu_dot_q4_0_##sfx(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);       \
+    void cpu_dot_q4_1_##sfx(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);       \
+    void cpu_dot_q5_0_##sfx(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);       \
+    void cpu_dot_q5_1_##sfx(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);       \
+    void cpu_dot_iq4_nl_##sfx(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);     \
+    void cpu_dot_mxfp4_##sfx(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);      \
+    void cpu_dot_q2_K_##sfx(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);       \
+    void cpu_dot_q3_K_##sfx(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);       \
+    void cpu_dot_q4_K_##sfx(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);       \
+    void cpu_dot_q5_K_##sfx(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);       \
+    void cpu_dot_q6_K_##sfx(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);       \
+    void cpu_dot_iq4_xs_##sfx(int64_t n, float *restrict s, const void *restrict w, const void *restrict a);
+CPU_DOT_ARM_DECL(neon)
+CPU_DOT_ARM_DECL(dotprod)
 #endif
 
 #endif

@@ -29,7 +29,7 @@ REF_FN(gemm_iq4_xs_ref, QT_IQ4_XS)
 REF_FN(gemm_f16_ref, QT_F16)
 REF_FN(gemm_bf16_ref, QT_BF16)
 
-enum { ISA_REF, ISA_AVX2, ISA_AVX512, ISA_AVX512BF16 };
+enum { ISA_REF, ISA_AVX2, ISA_AVX512, ISA_AVX512BF16, ISA_NEON, ISA_DOTPROD };
 
 typedef struct {
     cpu_gemm_kernel k;
@@ -68,6 +68,25 @@ static const entry g_kernels[] = {
     /* not bit-identical to the two above: the pick uses it for every row count */
     {{QT_BF16, QT_BF16, cpu_gemm_bf16_avx512bf16, "avx512bf16", NULL, NULL, 1}, ISA_AVX512BF16},
 #endif
+#if defined(__aarch64__)
+    /* the two builds of gemm_arm.h, bit-identical */
+    {{QT_Q8_0, QT_Q8_0, cpu_gemm_q8_0_neon, "neon", NULL, NULL, 1}, ISA_NEON},
+    {{QT_Q4_0, QT_Q8_0, cpu_gemm_q4_0_neon, "neon", NULL, NULL, 1}, ISA_NEON},
+    {{QT_Q4_K, QT_Q8_K, cpu_gemm_q4_K_neon, "neon", NULL, NULL, 1}, ISA_NEON},
+    {{QT_Q6_K, QT_Q8_K, cpu_gemm_q6_K_neon, "neon", NULL, NULL, 1}, ISA_NEON},
+    {{QT_Q5_K, QT_Q8_K, cpu_gemm_q5_K_neon, "neon", NULL, NULL, 1}, ISA_NEON},
+    {{QT_IQ4_XS, QT_Q8_K, cpu_gemm_iq4_xs_neon, "neon", NULL, NULL, 1}, ISA_NEON},
+    {{QT_F16, QT_F32, cpu_gemm_f16_neon, "neon", NULL, NULL, 1}, ISA_NEON},
+    {{QT_BF16, QT_BF16, cpu_gemm_bf16_neon, "neon", NULL, NULL, 1}, ISA_NEON},
+    {{QT_Q8_0, QT_Q8_0, cpu_gemm_q8_0_dotprod, "dotprod", NULL, NULL, 1}, ISA_DOTPROD},
+    {{QT_Q4_0, QT_Q8_0, cpu_gemm_q4_0_dotprod, "dotprod", NULL, NULL, 1}, ISA_DOTPROD},
+    {{QT_Q4_K, QT_Q8_K, cpu_gemm_q4_K_dotprod, "dotprod", NULL, NULL, 1}, ISA_DOTPROD},
+    {{QT_Q6_K, QT_Q8_K, cpu_gemm_q6_K_dotprod, "dotprod", NULL, NULL, 1}, ISA_DOTPROD},
+    {{QT_Q5_K, QT_Q8_K, cpu_gemm_q5_K_dotprod, "dotprod", NULL, NULL, 1}, ISA_DOTPROD},
+    {{QT_IQ4_XS, QT_Q8_K, cpu_gemm_iq4_xs_dotprod, "dotprod", NULL, NULL, 1}, ISA_DOTPROD},
+    {{QT_F16, QT_F32, cpu_gemm_f16_dotprod, "dotprod", NULL, NULL, 1}, ISA_DOTPROD},
+    {{QT_BF16, QT_BF16, cpu_gemm_bf16_dotprod, "dotprod", NULL, NULL, 1}, ISA_DOTPROD},
+#endif
 };
 
 static bool isa_ok(int isa) {
@@ -78,6 +97,8 @@ static bool isa_ok(int isa) {
     case ISA_AVX2: return avx2;
     case ISA_AVX512: return avx2 && f->avx512f && f->avx512bw;
     case ISA_AVX512BF16: return avx2 && f->avx512f && f->avx512bw && f->avx512bf16;
+    case ISA_NEON: return f->neon;
+    case ISA_DOTPROD: return f->neon && f->dotprod;
     default: return false;
     }
 }

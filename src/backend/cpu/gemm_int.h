@@ -38,6 +38,22 @@ void cpu_gemm_bf16_avx512bf16(int64_t k, const void *restrict w, int na, const v
                               float *restrict s);
 #endif
 
+#if defined(__aarch64__)
+/* AArch64: one body (gemm_arm.h) built for the base ISA (gemm_neon.c) and for
+ * dotprod (gemm_dotprod.c; call only when the CPU has it), bit-identical */
+#define CPU_GEMM_ARM_DECL(sfx)                                                                                     \
+    void cpu_gemm_q8_0_##sfx(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s); \
+    void cpu_gemm_q4_0_##sfx(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s); \
+    void cpu_gemm_q4_K_##sfx(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s); \
+    void cpu_gemm_q5_K_##sfx(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s); \
+    void cpu_gemm_q6_K_##sfx(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s); \
+    void cpu_gemm_iq4_xs_##sfx(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s); \
+    void cpu_gemm_f16_##sfx(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s); \
+    void cpu_gemm_bf16_##sfx(int64_t k, const void *restrict w, int na, const void *const *restrict a, float *restrict s);
+CPU_GEMM_ARM_DECL(neon)
+CPU_GEMM_ARM_DECL(dotprod)
+#endif
+
 /* The ISA files' entry points: instantiate a kernel body (a static inline
  * function templated on the activation-row count by its constant argument)
  * for na = 1..8 rows, so each count gets its own register-resident accumulators. */

@@ -17,6 +17,10 @@ static int tables(const cpu_pack_table **out) {
     out[n++] = &cpu_pack_table_0_x86;
     out[n++] = &cpu_pack_table_k_x86;
 #endif
+#if defined(__aarch64__)
+    out[n++] = &cpu_pack_table_0_arm;
+    out[n++] = &cpu_pack_table_k_arm;
+#endif
     return n;
 }
 
@@ -30,6 +34,11 @@ static bool isa_ok(unsigned isa) {
             have |= CPU_ISA_AVX512;
             if (f->avx512vnni) have |= CPU_ISA_VNNI512;
         }
+    }
+    if (f->neon) {
+        have |= CPU_ISA_NEON;
+        if (f->dotprod) have |= CPU_ISA_DOTPROD;
+        if (f->dotprod && f->i8mm) have |= CPU_ISA_I8MM;
     }
     return (isa & ~have) == 0;
 }

@@ -75,6 +75,9 @@ enum {
     CPU_ISA_AVX512 = 1u << 1,    /* avx512f + avx512bw (+ vl) */
     CPU_ISA_VNNI512 = 1u << 2,   /* avx512vnni */
     CPU_ISA_AVXVNNI = 1u << 3,   /* avx_vnni (VEX-encoded vpdpbusd) */
+    CPU_ISA_NEON = 1u << 4,      /* AArch64 Advanced SIMD */
+    CPU_ISA_DOTPROD = 1u << 5,   /* AArch64 sdot / udot */
+    CPU_ISA_I8MM = 1u << 6,      /* AArch64 smmla / usmmla */
 };
 
 /* Kernel tables: each kernel file exports one (pack.c's registry walks them,
@@ -91,6 +94,10 @@ extern const cpu_pack_table cpu_pack_table_k;   /* pack_kq.c: Q4_K, Q5_K, Q6_K (
 #if defined(__x86_64__)
 extern const cpu_pack_table cpu_pack_table_0_x86; /* pack_q0_vnni.c / _avx2.c kernels (one table) */
 extern const cpu_pack_table cpu_pack_table_k_x86; /* pack_kq_vnni.c / _avx2.c kernels (one table) */
+#endif
+#if defined(__aarch64__)
+extern const cpu_pack_table cpu_pack_table_0_arm; /* pack_q0_neon.c / _dotprod.c / _i8mm.c kernels */
+extern const cpu_pack_table cpu_pack_table_k_arm; /* pack_kq_neon.c / _dotprod.c / _i8mm.c kernels */
 #endif
 
 /* Every packed variant this CPU runs for t, slowest first (returns the count; at most cap written). */

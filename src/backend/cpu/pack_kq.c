@@ -2,8 +2,8 @@
  * per super-block; the byte layouts are described in pack_kq_int.h), their
  * pack and exact unpack, the Q6_K activation prep, the portable reference
  * kernels (unpack a row, run dot.h's reference dot), and the kernel tables
- * cpu_pack_table_k (references) and cpu_pack_table_k_x86 (SIMD kernels,
- * slowest first).
+ * cpu_pack_table_k (references), cpu_pack_table_k_x86 and
+ * cpu_pack_table_k_arm (SIMD kernels, slowest first).
  *
  * Packing pre-decodes what a kernel would otherwise decode per call: the
  * 6-bit scales and mins of Q4_K/Q5_K become bytes, Q5_K's fifth bits become
@@ -301,4 +301,29 @@ static const cpu_pack_kernel k_x86[] = {
              CPU_ISA_AVX2 | CPU_ISA_AVX512 | CPU_ISA_VNNI512),
 };
 const cpu_pack_table cpu_pack_table_k_x86 = {k_x86, (int)(sizeof k_x86 / sizeof k_x86[0])};
+#endif
+
+#if defined(__aarch64__)
+/* slowest first */
+static const cpu_pack_kernel k_arm[] = {
+    KQ_ENTRY(QT_Q4_K, "q4_Kx8-neon", group_bytes_q4_K, pack_q4_K, cpu_pack_q4_K_neon, NULL, NULL, unpack_row_q4_K,
+             CPU_ISA_NEON),
+    KQ_ENTRY(QT_Q5_K, "q5_Kx8-neon", group_bytes_q5_K, pack_q5_K, cpu_pack_q5_K_neon, NULL, NULL, unpack_row_q5_K,
+             CPU_ISA_NEON),
+    KQ_ENTRY(QT_Q6_K, "q6_Kx8-neon", group_bytes_q6_K, pack_q6_K, cpu_pack_q6_K_neon, cpu_pack_kq_prep_q6_K,
+             cpu_pack_kq_prep_bytes_q6_K, unpack_row_q6_K, CPU_ISA_NEON),
+    KQ_ENTRY(QT_Q4_K, "q4_Kx8-dotprod", group_bytes_q4_K, pack_q4_K, cpu_pack_q4_K_dotprod, NULL, NULL, unpack_row_q4_K,
+             CPU_ISA_NEON | CPU_ISA_DOTPROD),
+    KQ_ENTRY(QT_Q5_K, "q5_Kx8-dotprod", group_bytes_q5_K, pack_q5_K, cpu_pack_q5_K_dotprod, NULL, NULL, unpack_row_q5_K,
+             CPU_ISA_NEON | CPU_ISA_DOTPROD),
+    KQ_ENTRY(QT_Q6_K, "q6_Kx8-dotprod", group_bytes_q6_K, pack_q6_K, cpu_pack_q6_K_dotprod, cpu_pack_kq_prep_q6_K,
+             cpu_pack_kq_prep_bytes_q6_K, unpack_row_q6_K, CPU_ISA_NEON | CPU_ISA_DOTPROD),
+    KQ_ENTRY(QT_Q4_K, "q4_Kx8-i8mm", group_bytes_q4_K, pack_q4_K, cpu_pack_q4_K_i8mm, NULL, NULL, unpack_row_q4_K,
+             CPU_ISA_NEON | CPU_ISA_DOTPROD | CPU_ISA_I8MM),
+    KQ_ENTRY(QT_Q5_K, "q5_Kx8-i8mm", group_bytes_q5_K, pack_q5_K, cpu_pack_q5_K_i8mm, NULL, NULL, unpack_row_q5_K,
+             CPU_ISA_NEON | CPU_ISA_DOTPROD | CPU_ISA_I8MM),
+    KQ_ENTRY(QT_Q6_K, "q6_Kx8-i8mm", group_bytes_q6_K, pack_q6_K, cpu_pack_q6_K_i8mm, cpu_pack_kq_prep_q6_K,
+             cpu_pack_kq_prep_bytes_q6_K, unpack_row_q6_K, CPU_ISA_NEON | CPU_ISA_DOTPROD | CPU_ISA_I8MM),
+};
+const cpu_pack_table cpu_pack_table_k_arm = {k_arm, (int)(sizeof k_arm / sizeof k_arm[0])};
 #endif

@@ -63,5 +63,18 @@ void cpu_pack_q4_K_avx2(int64_t k, const void *restrict group, int na, const voi
 void cpu_pack_q5_K_avx2(int64_t k, const void *restrict group, int na, const void *const *restrict a, float *restrict s);
 void cpu_pack_q6_K_avx2(int64_t k, const void *restrict group, int na, const void *const *restrict a, float *restrict s);
 #endif
+#if defined(__aarch64__)
+/* pack_kq_arm.h built as pack_kq_neon.c, pack_kq_dotprod.c, pack_kq_i8mm.c (bit-identical to each other) */
+#define CPU_PACK_KQ_ARM_DECL(sfx)                                                                            \
+    void cpu_pack_q4_K_##sfx(int64_t k, const void *restrict group, int na, const void *const *restrict a, \
+                             float *restrict s);                                                            \
+    void cpu_pack_q5_K_##sfx(int64_t k, const void *restrict group, int na, const void *const *restrict a, \
+                             float *restrict s);                                                            \
+    void cpu_pack_q6_K_##sfx(int64_t k, const void *restrict group, int na, const void *const *restrict a, \
+                             float *restrict s);
+CPU_PACK_KQ_ARM_DECL(neon)
+CPU_PACK_KQ_ARM_DECL(dotprod)
+CPU_PACK_KQ_ARM_DECL(i8mm)
+#endif
 
 #endif

@@ -2,8 +2,9 @@
  * unpacking, the activation prep pass, each layout's reference (unpack a row,
  * then dot.h's reference dot) and a portable kernel that reads the layout
  * directly and rounds exactly as the SIMD kernels do. Also the table of the
- * x86 kernels (pack_q0_avx2.c, pack_q0_vnni.c), defined here so it exists in
- * every build (empty off x86). */
+ * x86 kernels (pack_q0_avx2.c, pack_q0_vnni.c) and of the AArch64 ones
+ * (pack_q0_neon.c, pack_q0_dotprod.c, pack_q0_i8mm.c), each built on its
+ * architecture only. */
 #include <math.h>
 #include <string.h>
 
@@ -185,4 +186,16 @@ static const cpu_pack_kernel k_q0_x86[] = {
     Q8_0X16("q8_0x16-avx512vnni", cpu_pack_q8_0x16_vnni, pq0_prep, pq0_prep_bytes, CPU_ISA_AVX2 | CPU_ISA_AVX512 | CPU_ISA_VNNI512),
 };
 const cpu_pack_table cpu_pack_table_0_x86 = {k_q0_x86, (int)(sizeof k_q0_x86 / sizeof k_q0_x86[0])};
+#endif
+
+#if defined(__aarch64__)
+static const cpu_pack_kernel k_q0_arm[] = {
+    Q4_0X16("q4_0x16-neon", cpu_pack_q4_0x16_neon, pq0_prep, pq0_prep_bytes, CPU_ISA_NEON),
+    Q4_0X16("q4_0x16-dotprod", cpu_pack_q4_0x16_dotprod, pq0_prep, pq0_prep_bytes, CPU_ISA_NEON | CPU_ISA_DOTPROD),
+    Q4_0X16("q4_0x16-i8mm", cpu_pack_q4_0x16_i8mm, pq0_prep, pq0_prep_bytes, CPU_ISA_NEON | CPU_ISA_DOTPROD | CPU_ISA_I8MM),
+    Q8_0X16("q8_0x16-neon", cpu_pack_q8_0x16_neon, pq0_prep, pq0_prep_bytes, CPU_ISA_NEON),
+    Q8_0X16("q8_0x16-dotprod", cpu_pack_q8_0x16_dotprod, pq0_prep, pq0_prep_bytes, CPU_ISA_NEON | CPU_ISA_DOTPROD),
+    Q8_0X16("q8_0x16-i8mm", cpu_pack_q8_0x16_i8mm, pq0_prep, pq0_prep_bytes, CPU_ISA_NEON | CPU_ISA_DOTPROD | CPU_ISA_I8MM),
+};
+const cpu_pack_table cpu_pack_table_0_arm = {k_q0_arm, (int)(sizeof k_q0_arm / sizeof k_q0_arm[0])};
 #endif

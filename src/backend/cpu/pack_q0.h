@@ -45,5 +45,14 @@ void cpu_pack_q8_0x16_avx2(int64_t k, const void *restrict g, int na, const void
 void cpu_pack_q4_0x16_vnni(int64_t k, const void *restrict g, int na, const void *const *restrict a, float *restrict s);
 void cpu_pack_q8_0x16_vnni(int64_t k, const void *restrict g, int na, const void *const *restrict a, float *restrict s);
 #endif
+#if defined(__aarch64__)
+/* pack_q0_neon.c (base ISA), pack_q0_dotprod.c (sdot), pack_q0_i8mm.c (smmla) */
+void cpu_pack_q4_0x16_neon(int64_t k, const void *restrict g, int na, const void *const *restrict a, float *restrict s);
+void cpu_pack_q8_0x16_neon(int64_t k, const void *restrict g, int na, const void *const *restrict a, float *restrict s);
+void cpu_pack_q4_0x16_dotprod(int64_t k, const void *restrict g, int na, const void *const *restrict a, float *restrict s);
+void cpu_pack_q8_0x16_dotprod(int64_t k, const void *restrict g, int na, const void *const *restrict a, float *restrict s);
+void cpu_pack_q4_0x16_i8mm(int64_t k, const void *restrict g, int na, const void *const *restrict a, float *restrict s);
+void cpu_pack_q8_0x16_i8mm(int64_t k, const void *restrict g, int na, const void *const *restrict a, float *restrict s);
+#endif
 
 #endif
