@@ -1,5 +1,6 @@
 /* test_spec_sample: the speculative rejection rule (smp_sample_draft) keeps
- * the sampler's distribution: on small fixed distributions (temperature,
+ * the sampler's distribution and draws as plain sampling does (same seed,
+ * same tokens as smp_sample): on small fixed distributions (temperature,
  * top-k, a draft inside and outside the kept set, a likely and an unlikely
  * draft) the emitted tokens' histogram passes a chi-square test against the
  * exact distribution, the acceptance rate matches p(draft), and at
@@ -88,6 +89,22 @@ int main(void) {
     one(l, 6, 0.7f, 4, 2, "draft cut by top-k"); /* token 2 is 5th: never accepted */
     one(l, 6, 0.7f, 4, 3, "top-k, draft kept");
     one(l, 6, 1.5f, 0, 5, "hot");
+    /* the same draws as plain sampling: with one seed, smp_sample_draft's
+     * tokens are smp_sample's, whatever the drafts */
+    {
+        smp_params q = smp_default_params();
+        q.temp = 0.9f;
+        q.top_k = 0;
+        q.top_p = 1.0f;
+        q.min_p = 0;
+        q.seed = 99;
+        smp_sampler *x = smp_new(&q, 6), *y = smp_new(&q, 6);
+        int same = 1, a;
+        for (int t = 0; t < 2000; t++) same &= smp_sample(x, l) == smp_sample_draft(y, l, t % 6, &a);
+        CHECK(same);
+        smp_free(x);
+        smp_free(y);
+    }
     /* greedy: the argmax, accepted only when it is the draft */
     smp_params sp = smp_default_params();
     sp.temp = 0;

@@ -362,41 +362,14 @@ int32_t smp_sample(smp_sampler *s, const float *logits) {
 }
 
 int32_t smp_sample_draft(smp_sampler *s, const float *logits, int32_t draft, int *accepted) {
-    *accepted = 0;
-    int32_t g = load_row(s, logits);
-    if (g != -2) {
-        *accepted = g >= 0 && g == draft;
-        return g;
-    }
-    cand *c = s->cands;
-    int32_t n = prepare(s);
-    if (n == 0) return -1;
-    const float temp = s->p.temp;
-    float mx = max_logit(c, n);
-    double total = 0, wd = 0;
-    for (int32_t i = 0; i < n; i++) {
-        double w = exp((double)((c[i].logit - mx) / temp));
-        total += w;
-        if (c[i].id == draft) wd = w;
-    }
-    /* the draft is a point mass: accept it with probability p(draft) */
-    if (wd > 0 && rng_uniform(s->rng) * total < wd) {
-        *accepted = 1;
-        return draft;
-    }
-    /* else a draw from p without the draft, renormalised: max(0, p - q) */
-    double rest = total - wd;
-    if (!(rest > 0)) { /* rounding: nothing but the draft has mass */
-        *accepted = 1;
-        return draft;
-    }
-    double u = rng_uniform(s->rng) * rest, acc = 0;
-    int32_t lastok = -1;
-    for (int32_t i = 0; i < n; i++) {
-        if (c[i].id == draft) continue;
-        lastok = c[i].id;
-        acc += exp((double)((c[i].logit - mx) / temp));
-        if (u < acc) return c[i].id;
-    }
-    return lastok;
+    /* For a point-mass draft the standard rule (accept with probability
+     * min(1, p(d) / q(d)) = p(d), else draw from max(0, p - q) renormalised,
+     * which is p without d) gives the same joint law of (token, accepted) as
+     * drawing the token from p and accepting when it is d: the token follows
+     * p, and it is d with probability p(d). This form draws exactly as plain
+     * sampling does (one uniform per emitted token), so a seeded request
+     * gives the same tokens with and without drafts. */
+    int32_t tok = smp_sample(s, logits);
+    *accepted = tok >= 0 && tok == draft;
+    return tok;
 }
