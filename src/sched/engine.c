@@ -715,13 +715,9 @@ static void step(eng_engine *e) {
         hn_status st = plan_build(&e->splan, e->kv, &b, e->n_vocab, model_max_logits(e->m), &err);
         if (st == HN_OK) st = model_step(e->m, e->kv, &e->splan, any_mask ? e->masks : NULL, &err);
         if (st == HN_OK) plan_finish(&e->splan);
-        if (st == HN_OK && e->spec) { /* the controller's cost table: this step's rows and context */
-            int32_t ctx = 0;
-            for (int32_t s = 0; s < e->splan.n_seqs; s++)
-                if (e->splan.seq_len[s] > ctx) ctx = e->splan.seq_len[s];
-            spc_cost_record(&e->cost, ctx, n, hn_now_ms() - t0);
-            e->spec_verify_steps += any_draft;
-        }
+        int32_t spec_ctx = 0; /* the controller's cost table: this step's rows and context */
+        for (int32_t s = 0; e->spec && st == HN_OK && s < e->splan.n_seqs; s++)
+            if (e->splan.seq_len[s] > spec_ctx) spec_ctx = e->splan.seq_len[s];
         const float *logits = model_logits(e->m);
         e->steps++;
         if (st != HN_OK) {
@@ -756,6 +752,10 @@ static void step(eng_engine *e) {
                 i++;
             }
             flush_ckpts(e);
+            if (e->spec) { /* the step's wall time, sampling and verification included */
+                spc_cost_record(&e->cost, spec_ctx, n, hn_now_ms() - t0);
+                e->spec_verify_steps += any_draft;
+            }
         }
     }
     if (e->p.debug_check) debug_check(e);
