@@ -18,4 +18,20 @@ int cmd_bench(int argc, char **argv);
 /* `hone bench -m FILE`: prefill and decode speed of a model (cmd_bench_model.c). */
 int cmd_bench_model(int argc, char **argv);
 
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "../sched/engine.h"
+
+#define CLI_SPEC_HELP "auto (default: on where it pays, measured), off, suffix (always draft); draft, mtp, dflash: not built yet"
+
+/* Parses the value of --spec for command cmd into *out (eng_spec); prints
+ * why and returns false for an unknown or not-yet-built drafter. */
+static inline bool cli_spec_parse(const char *cmd, const char *v, int *out) {
+    int r = eng_spec_from_name(v, out);
+    if (r == 2) fprintf(stderr, "hone %s: --spec %s is not implemented yet (auto, off, suffix are)\n", cmd, v);
+    else if (r) fprintf(stderr, "hone %s: unknown --spec '%s' (auto, off, suffix)\n", cmd, v);
+    return r == 0;
+}
+
 #endif

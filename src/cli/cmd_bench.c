@@ -146,6 +146,7 @@ static void agents_usage(FILE *f) {
             "  -t, --threads N     compute threads (default: all cores)\n"
             "  --block-size N      KV positions per block (default: the engine's)\n"
             "  --kv-type T         f16 (default), f32, q8_0, k8v4\n"
+            "  --spec MODE         speculative decoding: " CLI_SPEC_HELP "\n"
             "  --step-tokens N     token budget per engine step (default: the engine's)\n"
             "  --kv-bytes SIZE     cap on KV memory (e.g. 2G)\n"
             "  --ctx N             context per sequence (default: enough for the workload)\n"
@@ -155,7 +156,7 @@ static void agents_usage(FILE *f) {
 static int bench_agents(int argc, char **argv) {
     const char *model = NULL;
     long S = 4, P = 1024, T = 3, U = 48, G = 16, threads = 0, bsz = 0, step = 0, ctx = 0, seed = 1;
-    int kv_type = ENG_KV_F16;
+    int kv_type = ENG_KV_F16, spec = ENG_SPEC_AUTO;
     size_t kv_bytes = 0;
     bool prefix = true;
     for (int i = 1; i < argc; i++) {
@@ -183,6 +184,9 @@ static int bench_agents(int argc, char **argv) {
             else if (!strcmp(a, "--ctx")) ok = parse_long(v, 16, 1L << 24, &ctx);
             else if (!strcmp(a, "--seed")) ok = parse_long(v, 0, 1L << 40, &seed);
             else if (!strcmp(a, "--kv-type")) ok = eng_kv_type_from_name(v, &kv_type);
+            else if (!strcmp(a, "--spec")) {
+                if (!cli_spec_parse("bench agents", v, &spec)) return 2;
+            }
             else if (!strcmp(a, "--kv-bytes")) ok = parse_bytes(v, &kv_bytes);
             else ok = false;
         }
@@ -212,6 +216,7 @@ static int bench_agents(int argc, char **argv) {
     ep.step_tokens = (int32_t)step;
     ep.kv_max_bytes = kv_bytes;
     ep.kv_type = kv_type;
+    ep.spec = spec;
     ep.prefix_cache = prefix;
     ep.cache_idle_ms = -1; /* this benchmark drops the cache itself, at the end */
     eng_engine *e;
@@ -384,6 +389,10 @@ static int bench_agents(int argc, char **argv) {
     printf("  KV memory           peak %.1f MiB; after the sessions end %.1f MiB (%d cached blocks kept); "
            "after dropping the cache %.1f MiB\n",
            mib(es.kv_peak_bytes), mib(kv_end), (int)es.blocks_cached, mib(et.kv_bytes));
+    printf("  speculation         %s: %llu drafted, %llu accepted (decode steps saved), %llu verify steps\n",
+           eng_spec_name(es.spec), (unsigned long long)(es.spec_drafted - es0.spec_drafted),
+           (unsigned long long)(es.spec_accepted - es0.spec_accepted),
+           (unsigned long long)(es.spec_verify_steps - es0.spec_verify_steps));
     if (es.ckpt_max > 0)
         printf("  recurrent state     peak %.1f MiB (live slots + checkpoints); after the sessions end %.1f MiB, "
                "%d of %d checkpoints, %llu prefixes resumed from one; after dropping the cache %.1f MiB\n",

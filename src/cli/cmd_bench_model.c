@@ -155,6 +155,16 @@ int cmd_bench_model(int argc, char **argv) {
             device = v;
             continue;
         }
+        if (!strcmp(a, "--spec")) { /* a forward-pass benchmark: nothing is generated, so nothing to draft */
+            int sp;
+            if (!cli_spec_parse("bench", v, &sp)) return 2;
+            if (sp != ENG_SPEC_OFF) {
+                fprintf(stderr, "hone bench -m times single forward passes; speculative decoding applies to "
+                                "generation: use hone bench agents --spec %s, or bench/spec.sh\n", v);
+                return 2;
+            }
+            continue;
+        }
         if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) {
             bool is_k = !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k");
             if (!qt_from_name(v, is_k ? &ctk : &ctv)) {

@@ -55,6 +55,7 @@ static void usage(FILE *f) {
             "  --no-tune               built-in kernel parameters: neither tune nor use the tuning cache\n"
             "  --device NAME           backend: auto (default: the best available), cpu, cuda\n"
             "  --kv-type T             KV cache elements: f16 (default), f32, q8_0, k8v4\n"
+            "  --spec MODE             speculative decoding: " CLI_SPEC_HELP "\n"
             "                          (also HONE_NO_TUNE=1; by default the first start tunes, up to 30 s)\n"
             "  -h, --help              this help\n");
 }
@@ -187,7 +188,7 @@ static void on_sigint(int sig) {
 
 int cmd_run(int argc, char **argv) {
     const char *path = NULL, *prompt = NULL, *tokens = NULL, *device = NULL;
-    int kv_type = ENG_KV_F16;
+    int kv_type = ENG_KV_F16, spec = ENG_SPEC_AUTO;
     long n_gen = 64;
     int n_threads = 0;
     bool print_ids = false, ignore_eos = false, no_tune = false;
@@ -223,6 +224,9 @@ int cmd_run(int argc, char **argv) {
                 fprintf(stderr, "hone run: unknown KV type '%s' (f16, f32, q8_0, k8v4)\n", v);
                 return 2;
             }
+        }
+        else if (!strcmp(a, "--spec")) {
+            if (!cli_spec_parse("run", v, &spec)) return 2;
         }
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "--tokens")) tokens = v;
@@ -277,6 +281,7 @@ int cmd_run(int argc, char **argv) {
     ep.model_path = path;
     ep.device = device;
     ep.kv_type = kv_type;
+    ep.spec = spec;
     ep.n_threads = n_threads;
     ep.max_running = 1;
     ep.step_tokens = 256;
@@ -389,6 +394,10 @@ int cmd_run(int argc, char **argv) {
     fprintf(stderr, "hone run: %d threads; prompt %lld tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s (%.1f tok/s)\n",
             ld.n_threads, (long long)n_prompt, tp, (double)n_prompt / (tp > 0 ? tp : 1e-9), (int)n_shown, tg,
             n_shown > 0 ? (double)(n_shown > 1 ? n_shown - 1 : 1) / (tg > 0 ? tg : 1e-9) : 0.0);
+    if (s->n_drafted > 0)
+        fprintf(stderr, "hone run: speculative (%s): drafted %d tokens, accepted %d (%.0f%%), %d decode steps saved\n",
+                eng_spec_name(spec), (int)s->n_drafted, (int)s->n_accepted, 100.0 * s->n_accepted / s->n_drafted,
+                (int)s->n_accepted);
     if (q.finish == ENG_FINISH_CANCELLED) {
         fprintf(stderr, "hone run: interrupted\n");
         rc = 130;

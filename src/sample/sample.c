@@ -293,29 +293,16 @@ static int32_t top_p_filter(cand *c, int32_t n, float top_p) {
     return m;
 }
 
-int32_t smp_sample(smp_sampler *s, const float *logits) {
+/* Stages 1-6 into s->cands: returns the candidates' count (0: none allowed);
+ * greedy (temp <= 0) is not handled here. */
+static int32_t prepare(smp_sampler *s) {
     const smp_params *p = &s->p;
     int32_t nv = s->n_vocab;
-    memcpy(s->logits, logits, (size_t)nv * sizeof(float));
-    if (s->mask) s->mask(s->mask_ctx, s->logits, nv);
-    smp_apply_penalties(s->logits, p, s->pen_tok, s->pen_cnt, s->n_pen);
-
-    if (p->temp <= 0) {
-        int32_t best = -1;
-        float bl = -INFINITY;
-        for (int32_t i = 0; i < nv; i++)
-            if (s->logits[i] > bl) {
-                bl = s->logits[i];
-                best = i;
-            }
-        return best;
-    }
-
     cand *c = s->cands;
     int32_t n = 0;
     for (int32_t i = 0; i < nv; i++)
         if (s->logits[i] > -INFINITY) c[n++] = (cand){i, s->logits[i]};
-    if (n == 0) return -1;
+    if (n == 0) return 0;
     if (isinf(max_logit(c, n))) { /* +inf logits: a uniform choice among them */
         int32_t m = 0;
         for (int32_t i = 0; i < n; i++)
@@ -335,15 +322,54 @@ int32_t smp_sample(smp_sampler *s, const float *logits) {
             if (c[i].logit >= thr) c[m++] = c[i]; /* keeps order; the best always stays */
         n = m;
     }
+    return n;
+}
 
+/* The masked, penalised working copy; returns the greedy token when temp <= 0 (else -2). */
+static int32_t load_row(smp_sampler *s, const float *logits) {
+    int32_t nv = s->n_vocab;
+    memcpy(s->logits, logits, (size_t)nv * sizeof(float));
+    if (s->mask) s->mask(s->mask_ctx, s->logits, nv);
+    smp_apply_penalties(s->logits, &s->p, s->pen_tok, s->pen_cnt, s->n_pen);
+    if (s->p.temp > 0) return -2;
+    int32_t best = -1;
+    float bl = -INFINITY;
+    for (int32_t i = 0; i < nv; i++)
+        if (s->logits[i] > bl) {
+            bl = s->logits[i];
+            best = i;
+        }
+    return best;
+}
+
+int32_t smp_sample(smp_sampler *s, const float *logits) {
+    int32_t g = load_row(s, logits);
+    if (g != -2) return g;
+    cand *c = s->cands;
+    int32_t n = prepare(s);
+    if (n == 0) return -1;
     /* temperature + softmax + draw; candidate order depends only on the input */
+    const float temp = s->p.temp;
     float mx = max_logit(c, n);
     double total = 0;
-    for (int32_t i = 0; i < n; i++) total += exp((double)((c[i].logit - mx) / p->temp));
+    for (int32_t i = 0; i < n; i++) total += exp((double)((c[i].logit - mx) / temp));
     double u = rng_uniform(s->rng) * total, acc = 0;
     for (int32_t i = 0; i < n; i++) {
-        acc += exp((double)((c[i].logit - mx) / p->temp));
+        acc += exp((double)((c[i].logit - mx) / temp));
         if (u < acc) return c[i].id;
     }
     return c[n - 1].id; /* rounding: u landed at the very end */
+}
+
+int32_t smp_sample_draft(smp_sampler *s, const float *logits, int32_t draft, int *accepted) {
+    /* For a point-mass draft the standard rule (accept with probability
+     * min(1, p(d) / q(d)) = p(d), else draw from max(0, p - q) renormalised,
+     * which is p without d) gives the same joint law of (token, accepted) as
+     * drawing the token from p and accepting when it is d: the token follows
+     * p, and it is d with probability p(d). This form draws exactly as plain
+     * sampling does (one uniform per emitted token), so a seeded request
+     * gives the same tokens with and without drafts. */
+    int32_t tok = smp_sample(s, logits);
+    *accepted = tok >= 0 && tok == draft;
+    return tok;
 }

@@ -65,6 +65,19 @@ smp_sampler *smp_new(const smp_params *p, int32_t n_vocab);
 /* Returns the next token for logits[0..n_vocab) (not modified), or -1 if no
  * token is allowed (every logit is -inf or NaN after the mask hook). */
 int32_t smp_sample(smp_sampler *s, const float *logits);
+/* Speculative verification of one drafted token: returns the token to emit
+ * at this position from logits (the same chain as smp_sample) and sets
+ * *accepted when it is the draft. At temp <= 0 that is the greedy token. At
+ * temp > 0, for a deterministic drafter (the draft is a point mass), the
+ * standard rejection rule (accept with probability p(draft), else draw from
+ * p with the draft removed, renormalised) has the same law as drawing from p
+ * and accepting when the draw is the draft, which is what this does: the
+ * token follows p exactly, the draft is accepted with probability p(draft),
+ * and the PRNG advances as in plain sampling, so a seeded request gives the
+ * same tokens with and without speculation. Returns -1 if no token is
+ * allowed. (A drafter with a real distribution q would need the general
+ * rule, min(1, p/q) and the residual max(0, p - q).) */
+int32_t smp_sample_draft(smp_sampler *s, const float *logits, int32_t draft, int *accepted);
 /* Records an accepted token in the penalty history (prompt tokens too, if
  * they should be penalised); ids outside [0, n_vocab) are ignored. */
 void smp_accept(smp_sampler *s, int32_t token);

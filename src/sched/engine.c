@@ -49,11 +49,15 @@
 #include "../core/clock.h"
 #include "../kv/kv.h"
 #include "../model/model.h"
+#include "../spec/ctl.h"
+#include "../spec/suffix.h"
 #include "../tokenizer/tokenizer.h"
 
 #define ENG_DEFAULT_STEP 64
 #define ENG_DEFAULT_RUNNING 16
 #define ENG_DEFAULT_IDLE_MS (5 * 60 * 1000)
+#define ENG_SPEC_MAX 64        /* most drafted tokens per request and step */
+#define ENG_SPEC_DEFAULT 16
 
 typedef struct ereq {
     eng_req_id id;
@@ -78,6 +82,14 @@ typedef struct ereq {
     int32_t ck_roll;             /* hybrids: block of its rolling reply checkpoint, or -1 */
     int32_t ck_at;               /* hybrids: also checkpoint at this position (the end of a chunk others wait for) */
     int32_t plan_end;            /* this step: the position its chunk ends at */
+    /* speculative decoding: the drafter over toks (NULL: not speculating),
+     * this step's draft (n_draft tokens after the decode token, their
+     * drafted probabilities, the match-length bucket) and the controller */
+    sfx_drafter *sfx;
+    int32_t n_draft, draft_bucket;
+    int32_t draft[ENG_SPEC_MAX];
+    float draft_p[ENG_SPEC_MAX];
+    spc_req ctl;
 } ereq;
 
 struct eng_engine {
@@ -113,6 +125,7 @@ struct eng_engine {
     int32_t cap_batch;
     int32_t *b_tok, *b_pos, *b_sid;
     bool *b_want;
+    bool *b_rowwise;         /* per batch sequence: a drafted block (its rows computed as decode rows) */
     kv_seq **b_seqs;
     ereq **b_req;            /* request of each batch sequence slot */
     const uint32_t **masks;  /* this step's allowed-token bitmask of each logits row (NULL: none) */
@@ -126,6 +139,11 @@ struct eng_engine {
     bool hybrid;
     int32_t *ck_src, *ck_dst;
     int32_t n_ck;
+    /* speculative decoding (spec: in effect; OFF for hybrids) */
+    int spec;
+    int32_t spec_max, spec_rows; /* per request; drafted rows per step (logits rows beyond max_running) */
+    spc_cost cost;
+    uint64_t spec_drafted, spec_accepted, spec_verify_steps;
 };
 
 eng_params eng_default_params(void) {
@@ -148,6 +166,20 @@ bool eng_kv_type_from_name(const char *name, int *out) {
 }
 
 const char *eng_kv_type_name(int t) { return t >= 0 && t < 4 ? kv_names[t] : "unknown"; }
+
+static const char *const spec_names[] = {"off", "auto", "suffix"};
+
+int eng_spec_from_name(const char *name, int *out) {
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, spec_names[i])) {
+            *out = i;
+            return 0;
+        }
+    if (!strcmp(name, "draft") || !strcmp(name, "mtp") || !strcmp(name, "dflash")) return 2;
+    return 1;
+}
+
+const char *eng_spec_name(int s) { return s >= 0 && s < 3 ? spec_names[s] : "unknown"; }
 
 const double eng_ttft_bounds_ms[ENG_HIST_N] = {10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, INFINITY};
 const double eng_itl_bounds_ms[ENG_HIST_N] = {1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, INFINITY};
@@ -190,6 +222,7 @@ static void finish_free(eng_engine *e, ereq *q, eng_finish fin, hn_status st, co
     eng_event ev = {.type = ENG_EV_DONE, .id = q->id, .finish = fin, .status = st, .error = msg, .stats = q->st};
     q->r.on_event(q->r.ctx, &ev);
     kv_seq_free(&q->seq, NULL);
+    sfx_free(q->sfx);
     smp_free(q->smp);
     hn_free(q->toks);
     hn_free(q);
@@ -380,6 +413,41 @@ static void preempt_one(eng_engine *e) {
     e->preemptions++;
 }
 
+/* Speculation: drafts tokens to verify after a decoding request's token
+ * this step (q->n_draft, q->draft), as many as the controller finds worth
+ * their rows (spec/ctl.h) within what is left of the step's drafted rows
+ * (spec_rows, beside the token budget: drafts never change how prefill
+ * is chunked), of the context and of max_tokens. rows and toks are
+ * the step's planned rows and expected tokens so far (updated). */
+static int32_t choose_draft(eng_engine *e, ereq *q, int32_t *rows_left, int32_t *rows, double *toks, int32_t ctx) {
+    q->n_draft = 0;
+    if (!q->sfx) return 0;
+    if (sfx_len(q->sfx) != q->n_toks) { /* cannot happen; never draft from a text that is not the request's */
+        sfx_free(q->sfx);
+        q->sfx = NULL;
+        return 0;
+    }
+    int32_t kmax = e->spec_max, L = q->seq.n_tokens;
+    if (kmax > *rows_left) kmax = *rows_left;
+    if (kmax > e->n_ctx - 1 - L) kmax = e->n_ctx - 1 - L;
+    if (q->max_gen > 0 && kmax > q->max_gen - q->n_gen - 1) kmax = q->max_gen - q->n_gen - 1;
+    if (kmax <= 0) return 0;
+    int32_t np = sfx_propose(q->sfx, 1, kmax, q->draft, q->draft_p);
+    if (np <= 0) return 0;
+    int b = spc_len_bucket(sfx_match_len(q->sfx));
+    double ex = 0;
+    int32_t k = spc_choose(&e->cost, &q->ctl, b, q->draft_p, np, ctx, *rows, *toks, e->spec == ENG_SPEC_SUFFIX, &ex);
+    if (k == 0 && ++q->ctl.idle >= SPC_PROBE_EVERY) /* switched off: a short probe now and then */
+        k = spc_choose(&e->cost, &q->ctl, b, q->draft_p, np, ctx, *rows, *toks, true, &ex);
+    if (k > 0) q->ctl.idle = 0;
+    q->n_draft = k;
+    q->draft_bucket = b;
+    *rows_left -= k;
+    *rows += k;
+    *toks += ex;
+    return k;
+}
+
 /* Plans the batch; returns its token count (0: nothing to run). Preempts
  * (and restarts planning) when the pool cannot hold a planned chunk. */
 static int32_t plan(eng_engine *e, int32_t *n_seqs_out) {
@@ -387,7 +455,19 @@ static int32_t plan(eng_engine *e, int32_t *n_seqs_out) {
 restart:;
     int32_t n = 0, n_seqs = 0, n_hash = 0, n_rows = 0;
     int32_t budget = e->p.step_tokens;
-    for (int32_t i = 0; i < e->n_running; i++) e->running[i]->logit_row = -1;
+    /* speculation: the step's decode rows and context, for the controller */
+    int32_t spec_left = e->spec_rows, spec_rows = 0, spec_ctx = 0;
+    double spec_toks = 0;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        ereq *q = e->running[i];
+        q->logit_row = -1;
+        q->n_draft = 0;
+        if (q->n_toks - q->seq.n_tokens == 1) {
+            spec_rows++;
+            if (q->n_toks > spec_ctx) spec_ctx = q->n_toks;
+        }
+    }
+    spec_toks = spec_rows;
     for (int pass = 0; pass < 2; pass++) {
         for (int32_t i = 0; i < e->n_running; i++) {
             ereq *q = e->running[i];
@@ -396,6 +476,8 @@ restart:;
             if (pass == 1) match_prefix(e, q);
             int32_t rem = q->n_toks - q->seq.n_tokens;
             int32_t chunk = 1;
+            if (pass == 0 && e->spec)
+                chunk += choose_draft(e, q, &spec_left, &spec_rows, &spec_toks, spec_ctx);
             if (pass == 1) {
                 if (budget <= 0) break;
                 uint64_t h = e->p.prefix_cache ? kv_seq_next_hash(e->kv, &q->seq, q->toks, q->n_toks - 1) : 0;
@@ -421,6 +503,13 @@ restart:;
                     chunk = ckpt_cut(e, q, q->seq.n_tokens, q->seq.n_tokens + chunk) - q->seq.n_tokens;
             }
             hn_status rst = kv_seq_reserve(e->kv, &q->seq, q->seq.n_tokens + chunk, &err);
+            if (rst != HN_OK && q->n_draft > 0) { /* no room for the draft: plain decoding, no preemption for it */
+                kv_seq_truncate(e->kv, &q->seq, q->seq.n_tokens);
+                spec_left += q->n_draft;
+                q->n_draft = 0;
+                chunk = 1;
+                rst = kv_seq_reserve(e->kv, &q->seq, q->seq.n_tokens + chunk, &err);
+            }
             if (rst == HN_ERR_RANGE) { /* cannot happen within n_ctx; end it rather than preempt others */
                 finish_running(e, i, ENG_FINISH_ERROR, rst, err.msg);
                 goto restart;
@@ -436,20 +525,25 @@ restart:;
             }
             q->plan_end = q->seq.n_tokens + chunk;
             for (int32_t t = 0; t < chunk; t++) {
-                e->b_tok[n + t] = q->toks[q->seq.n_tokens + t];
+                /* a drafted block: the decode token, then the draft, every row's logits wanted */
+                e->b_tok[n + t] = q->n_draft && t > 0 ? q->draft[t - 1] : q->toks[q->seq.n_tokens + t];
                 e->b_pos[n + t] = q->seq.n_tokens + t;
                 e->b_sid[n + t] = n_seqs;
-                e->b_want[n + t] = false;
+                e->b_want[n + t] = q->n_draft > 0;
             }
-            if (q->seq.n_tokens + chunk == q->n_toks) {
+            if (q->n_draft > 0) {
+                q->logit_row = n_rows;
+                n_rows += chunk;
+            } else if (q->seq.n_tokens + chunk == q->n_toks) {
                 e->b_want[n + chunk - 1] = true;
                 q->logit_row = n_rows++;
             }
             e->b_seqs[n_seqs] = &q->seq;
+            e->b_rowwise[n_seqs] = q->n_draft > 0;
             q->chunk = chunk;
             e->b_req[n_seqs++] = q;
             n += chunk;
-            budget -= chunk;
+            budget -= chunk - q->n_draft;
         }
     }
     *n_seqs_out = n_seqs;
@@ -458,9 +552,9 @@ restart:;
 
 /* Samples the next token of a request from its logits row; returns false if
  * the request finished (the caller removes it). */
-static bool take_token(eng_engine *e, ereq *q, float *row, eng_finish *fin, hn_status *st, const char **msg) {
-    /* a constraint's bitmask was applied to this row in the step (model_step's masks) */
-    int32_t tok = smp_sample(q->smp, row);
+/* Delivers a sampled token (the constraint's accept, the penalty history,
+ * the drafter, events, stop checks); returns false if the request finished. */
+static bool deliver(eng_engine *e, ereq *q, int32_t tok, eng_finish *fin, hn_status *st, const char **msg) {
     if (tok < 0) {
         *fin = ENG_FINISH_ERROR;
         *st = HN_ERR_INVALID;
@@ -483,6 +577,13 @@ static bool take_token(eng_engine *e, ereq *q, float *row, eng_finish *fin, hn_s
         return false;
     }
     q->toks[q->n_toks++] = tok;
+    if (q->sfx) {
+        hn_err err;
+        if (sfx_append(q->sfx, tok, &err)) { /* out of memory: this request stops drafting */
+            sfx_free(q->sfx);
+            q->sfx = NULL;
+        }
+    }
     q->n_gen++;
     q->st.n_generated = q->n_gen;
     e->generated_tokens++;
@@ -496,6 +597,51 @@ static bool take_token(eng_engine *e, ereq *q, float *row, eng_finish *fin, hn_s
         return false;
     }
     return true;
+}
+
+static bool take_token(eng_engine *e, ereq *q, float *row, eng_finish *fin, hn_status *st, const char **msg) {
+    /* a constraint's bitmask was applied to this row in the step (model_step's masks) */
+    return deliver(e, q, smp_sample(q->smp, row), fin, st, msg);
+}
+
+/* Verifies a drafted block: rows[0..n_draft] are the logits after the decode
+ * token and after each drafted token. Position by position, in order, the
+ * token is sampled as plain decoding would (the constraint's mask for the
+ * state reached so far applied on the host; row 0 had its mask on the
+ * backend), the draft accepted by smp_sample_draft's rule, and delivered;
+ * the first rejection's token (or, all accepted, the last row's) ends it.
+ * Then the K/V of the positions whose tokens were not kept are rolled back
+ * (the sequence truncated: emptied blocks go back to the pool). Returns
+ * false if the request finished. */
+static bool verify(eng_engine *e, ereq *q, float *rows, eng_finish *fin, hn_status *st, const char **msg) {
+    const int32_t k = q->n_draft, L = q->n_toks - 1, V = e->n_vocab;
+    int32_t acc_n = 0;
+    bool go = true;
+    for (int32_t j = 0; j <= k; j++) {
+        float *row = rows + (size_t)j * (size_t)V;
+        if (j > 0 && q->r.allowed) {
+            const uint32_t *m = q->r.allowed(q->r.mask_ctx);
+            if (m) smp_apply_allowed(row, m, V);
+        }
+        int acc = 0;
+        int32_t tok = j < k ? smp_sample_draft(q->smp, row, q->draft[j], &acc) : smp_sample(q->smp, row);
+        if (j < k) spc_observe(&e->cost, &q->ctl, q->draft_bucket, q->draft_p[j], acc != 0);
+        acc_n += acc;
+        go = deliver(e, q, tok, fin, st, msg);
+        /* a cancel from the callback (a stop string) takes no further tokens */
+        if (!go || !acc || atomic_load(&q->cancel)) break;
+    }
+    q->st.n_drafted += k;
+    q->st.n_accepted += acc_n;
+    e->spec_drafted += (uint64_t)k;
+    e->spec_accepted += (uint64_t)acc_n;
+    /* keep the positions whose K/V hold the request's tokens: the decode
+     * token's and the accepted drafts' (an EOG is accepted but not kept) */
+    int32_t keep = L + 1;
+    for (int32_t m = 0; m < k && keep < q->n_toks && q->toks[keep] == q->draft[m]; m++) keep++;
+    kv_seq_truncate(e->kv, &q->seq, keep);
+    q->n_draft = 0;
+    return go;
 }
 
 /* Hybrids, after a step: a request at a published block boundary takes a
@@ -551,19 +697,27 @@ static void step(eng_engine *e) {
                 e->b_req[s]->st.t_queued_ms = t - e->b_req[s]->t_submit;
             }
         step_batch b = {.n_tokens = n, .token = e->b_tok, .pos = e->b_pos, .seq_id = e->b_sid,
-                        .want_logits = e->b_want, .seqs = e->b_seqs, .n_seqs = n_seqs};
+                        .want_logits = e->b_want, .rowwise = e->b_rowwise, .seqs = e->b_seqs, .n_seqs = n_seqs};
         hn_err err;
         /* constraints: each wanted row's allowed-token bitmask, applied on the backend */
         bool any_mask = false;
+        bool any_draft = false;
         for (int32_t i = 0; i < e->n_running; i++) {
             ereq *q = e->running[i];
             if (q->logit_row < 0) continue;
             e->masks[q->logit_row] = q->r.allowed ? q->r.allowed(q->r.mask_ctx) : NULL;
             any_mask |= e->masks[q->logit_row] != NULL;
+            /* drafted rows: their masks depend on the tokens before them (applied on the host in verify) */
+            for (int32_t j = 1; j <= q->n_draft; j++) e->masks[q->logit_row + j] = NULL;
+            any_draft |= q->n_draft > 0;
         }
-        hn_status st = plan_build(&e->splan, e->kv, &b, e->n_vocab, e->p.max_running, &err);
+        double t0 = hn_now_ms();
+        hn_status st = plan_build(&e->splan, e->kv, &b, e->n_vocab, model_max_logits(e->m), &err);
         if (st == HN_OK) st = model_step(e->m, e->kv, &e->splan, any_mask ? e->masks : NULL, &err);
         if (st == HN_OK) plan_finish(&e->splan);
+        int32_t spec_ctx = 0; /* the controller's cost table: this step's rows and context */
+        for (int32_t s = 0; e->spec && st == HN_OK && s < e->splan.n_seqs; s++)
+            if (e->splan.seq_len[s] > spec_ctx) spec_ctx = e->splan.seq_len[s];
         const float *logits = model_logits(e->m);
         e->steps++;
         if (st != HN_OK) {
@@ -585,8 +739,8 @@ static void step(eng_engine *e) {
                 const char *msg = NULL;
                 bool go = true;
                 if (q->logit_row >= 0) {
-                    go = take_token(e, q, (float *)logits + (size_t)q->logit_row * (size_t)e->n_vocab, &fin, &fst,
-                                    &msg);
+                    float *row = (float *)logits + (size_t)q->logit_row * (size_t)e->n_vocab;
+                    go = q->n_draft > 0 ? verify(e, q, row, &fin, &fst, &msg) : take_token(e, q, row, &fin, &fst, &msg);
                     q->logit_row = -1;
                 }
                 if (!go) {
@@ -598,6 +752,10 @@ static void step(eng_engine *e) {
                 i++;
             }
             flush_ckpts(e);
+            if (e->spec) { /* the step's wall time, sampling and verification included */
+                spc_cost_record(&e->cost, spec_ctx, n, hn_now_ms() - t0);
+                e->spec_verify_steps += any_draft;
+            }
         }
     }
     if (e->p.debug_check) debug_check(e);
@@ -673,6 +831,10 @@ static void publish_stats(eng_engine *e) {
     s->ckpts = ks.ckpts;
     s->ckpt_max = ks.ckpt_max;
     s->ckpt_hits = ks.ckpt_hits;
+    s->spec = e->spec;
+    s->spec_drafted = e->spec_drafted;
+    s->spec_accepted = e->spec_accepted;
+    s->spec_verify_steps = e->spec_verify_steps;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -773,9 +935,18 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     pthread_cond_init(&e->trim_cv, NULL);
-    e->cap_batch = p.step_tokens + p.max_running;
+    if (p.spec < ENG_SPEC_OFF || p.spec > ENG_SPEC_SUFFIX || p.spec_max_draft < 0) {
+        eng_free(e);
+        return hn_errf(err, HN_ERR_INVALID, "engine: bad speculation parameters");
+    }
+    e->spec = p.spec;
+    e->spec_max = p.spec_max_draft > 0 ? p.spec_max_draft : ENG_SPEC_DEFAULT;
+    if (e->spec_max > ENG_SPEC_MAX) e->spec_max = ENG_SPEC_MAX;
+    /* drafted rows per step beyond one per running request: logits rows too */
+    e->spec_rows = !e->spec ? 0 : 64;
+    e->cap_batch = p.step_tokens + p.max_running + e->spec_rows;
     model_params mp = {.n_threads = p.n_threads, .max_batch = e->cap_batch, .max_seqs = p.max_running,
-                       .max_logits = p.max_running, .device = p.device};
+                       .max_logits = p.max_running + e->spec_rows, .device = p.device};
     const size_t bytes_m = hn_alloc_bytes();
     hn_status st = model_load(p.model_path, &mp, &e->m, err);
     if (st) goto fail;
@@ -803,6 +974,13 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     if (nb > (1u << 26)) nb = 1u << 26;
     kc.n_blocks = (int32_t)nb;
     e->hybrid = hp->hybrid;
+    if (e->hybrid && e->spec) {
+        /* not yet: verifying a draft advances the recurrent state past
+         * rejected tokens, and rolling it back (a state per drafted token, or
+         * a checkpoint and recomputation) is not built */
+        e->spec = ENG_SPEC_OFF;
+    }
+    if (e->spec && (st = spc_cost_init(&e->cost, e->cap_batch, err))) goto fail;
     if (e->hybrid) {
         /* live states (one per running sequence) plus checkpoints capped at
          * a tenth of the KV budget (at least 2), on top of the KV blocks */
@@ -819,14 +997,15 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     e->b_sid = hn_malloc(sizeof(int32_t) * (size_t)B);
     e->b_want = hn_malloc(sizeof(bool) * (size_t)B);
     e->b_seqs = hn_malloc(sizeof(kv_seq *) * (size_t)R);
+    e->b_rowwise = hn_calloc((size_t)R, sizeof(bool));
     e->b_req = hn_malloc(sizeof(ereq *) * (size_t)R);
     e->b_hash = hn_malloc(sizeof(uint64_t) * (size_t)R);
     e->b_hash_req = hn_malloc(sizeof(ereq *) * (size_t)R);
-    e->masks = hn_calloc((size_t)R, sizeof *e->masks);
+    e->masks = hn_calloc((size_t)model_max_logits(e->m), sizeof *e->masks);
     e->chk = hn_malloc(sizeof(kv_seq *) * (size_t)R);
     e->ck_src = hn_malloc(sizeof(int32_t) * (size_t)R);
     e->ck_dst = hn_malloc(sizeof(int32_t) * (size_t)R);
-    if (!e->ck_src || !e->ck_dst || !e->b_hash_req || !e->running || !e->b_tok || !e->b_pos || !e->b_sid || !e->b_want || !e->b_seqs || !e->b_req || !e->b_hash ||
+    if (!e->b_rowwise || !e->ck_src || !e->ck_dst || !e->b_hash_req || !e->running || !e->b_tok || !e->b_pos || !e->b_sid || !e->b_want || !e->b_seqs || !e->b_req || !e->b_hash ||
         !e->chk || !e->masks) {
         st = hn_errf(err, HN_ERR_NOMEM, "engine: out of memory");
         goto fail;
@@ -868,6 +1047,7 @@ void eng_free(eng_engine *e) {
     hn_free(e->b_sid);
     hn_free(e->b_want);
     hn_free(e->b_seqs);
+    hn_free(e->b_rowwise);
     hn_free(e->b_req);
     hn_free(e->b_hash);
     hn_free(e->b_hash_req);
@@ -876,6 +1056,7 @@ void eng_free(eng_engine *e) {
     hn_free(e->ck_src);
     hn_free(e->ck_dst);
     plan_free(&e->splan);
+    spc_cost_free(&e->cost);
     pthread_cond_destroy(&e->trim_cv);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
@@ -919,6 +1100,18 @@ hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err
         hn_free(q->seq.blocks);
         hn_free(q);
         return st;
+    }
+    if (e->spec) {
+        /* the drafter over the prompt (built here, off the engine thread); sized for the
+         * prompt and a first part of the reply; without memory the request just does not draft */
+        int32_t gen = q->max_gen > 0 && q->max_gen < 4096 ? q->max_gen : 4096;
+        q->sfx = sfx_new(r->n_prompt + gen + 1, 0);
+        hn_err serr;
+        if (q->sfx && sfx_append_n(q->sfx, r->prompt, r->n_prompt, &serr)) {
+            sfx_free(q->sfx);
+            q->sfx = NULL;
+        }
+        spc_req_init(&q->ctl);
     }
     for (int32_t i = 0; r->penalize_prompt && i < r->n_prompt; i++) smp_accept(q->smp, r->prompt[i]);
     memcpy(q->toks, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);

@@ -42,6 +42,8 @@ typedef struct eng_params {
     int kv_type;              /* eng_kv_type: 0 f32, 1 f16 (default), 2 q8_0, 3 q8_0 K + q4_1 V */
     int32_t cache_idle_ms;    /* drop cached prefixes (and their memory) after this long idle; 0: 5 min, <0: never */
     bool debug_check;         /* verify every KV cache invariant after each step (slow; for tests) */
+    int spec;                 /* eng_spec: speculative decoding (default off here; the CLI defaults to auto) */
+    int32_t spec_max_draft;   /* most drafted tokens per request and step; 0: default (16) */
     /* called once with the loaded model before the engine thread starts (e.g. to
      * apply tuned kernel parameters); an error fails eng_create. NULL: none */
     hn_status (*on_load)(void *ctx, struct model *m, hn_err *err);
@@ -53,6 +55,22 @@ typedef enum eng_kv_type { ENG_KV_F32 = 0, ENG_KV_F16, ENG_KV_Q8_0, ENG_KV_K8V4 
 /* Parses "f32", "f16", "q8_0", "k8v4" into *out; false if unknown. */
 bool eng_kv_type_from_name(const char *name, int *out);
 const char *eng_kv_type_name(int kv_type);
+
+/* Speculative decoding (DESIGN.md, "speculative decoding"): drafted tokens
+ * are verified as extra rows of the same step; output at temperature 0 is
+ * plain decoding's, token for token, and with sampling it keeps the
+ * sampler's distribution. OFF: none. AUTO: the best drafter available (the
+ * suffix drafter today) under the cost controller, which switches drafting
+ * off per request while its expected gain is below 1. SUFFIX: the suffix
+ * drafter, verifying whatever it proposes (lengths still adapted).
+ * Hybrid (recurrent) models do not speculate yet: their state would need
+ * rolling back. */
+typedef enum eng_spec { ENG_SPEC_OFF = 0, ENG_SPEC_AUTO, ENG_SPEC_SUFFIX } eng_spec;
+/* Parses "off", "auto", "suffix": returns 0 and sets *out; 1 for an unknown
+ * name; 2 for a drafter that is named by the design but not built yet
+ * ("draft", "mtp", "dflash"). */
+int eng_spec_from_name(const char *name, int *out);
+const char *eng_spec_name(int spec);
 
 /* Defaults for every field (model_path NULL). */
 eng_params eng_default_params(void);
@@ -73,6 +91,8 @@ typedef struct eng_req_stats {
     double t_queued_ms;    /* submit -> first step that worked on it */
     double t_first_ms;     /* submit -> first generated token (TTFT) */
     double t_total_ms;     /* submit -> done */
+    int32_t n_drafted;     /* speculative: tokens drafted and verified */
+    int32_t n_accepted;    /* of which accepted (each one a decode step saved) */
 } eng_req_stats;
 
 typedef enum eng_event_type { ENG_EV_TOKEN, ENG_EV_DONE } eng_event_type;
@@ -166,6 +186,10 @@ typedef struct eng_stats {
     size_t state_bytes, state_peak_bytes;
     int32_t ckpts, ckpt_max;   /* state checkpoints held, and their budget */
     uint64_t ckpt_hits;        /* prefixes resumed from a checkpoint */
+    /* speculative decoding: tokens drafted, accepted (= decode steps saved),
+     * and steps that verified a draft */
+    int32_t spec;              /* eng_spec in effect (OFF for a hybrid model) */
+    uint64_t spec_drafted, spec_accepted, spec_verify_steps;
 } eng_stats;
 
 /* Per request, as eng_get_sessions reports it. A request is a session's turn:

@@ -27,7 +27,8 @@ hn_status plan_init(step_plan *p, int32_t max_tokens, int32_t max_seqs, int32_t 
     p->block_table = hn_malloc(sizeof(int32_t) * S * (size_t)max_blocks);
     p->seqs = hn_malloc(sizeof(kv_seq *) * S);
     p->state_slot = hn_malloc(sizeof(int32_t) * S);
-    if (!p->state_slot || !p->token || !p->pos || !p->seq || !p->slot || !p->out_rows || !p->seq_len || !p->block_table || !p->seqs) {
+    p->rowwise = hn_malloc(S);
+    if (!p->rowwise || !p->state_slot || !p->token || !p->pos || !p->seq || !p->slot || !p->out_rows || !p->seq_len || !p->block_table || !p->seqs) {
         plan_free(p);
         return hn_errf(err, HN_ERR_NOMEM, "plan: out of memory");
     }
@@ -47,6 +48,7 @@ void plan_free(step_plan *p) {
     hn_free(p->block_table);
     hn_free(p->seqs);
     hn_free(p->state_slot);
+    hn_free(p->rowwise);
     memset(p, 0, sizeof *p);
 }
 
@@ -108,6 +110,7 @@ hn_status plan_build(step_plan *p, kv_cache *kv, const step_batch *b, int32_t n_
         for (int32_t j = nb; j < stride; j++) row[j] = -1;
         p->seqs[s] = b->seqs[s];
         p->state_slot[s] = q ? q->state : -1;
+        p->rowwise[s] = b->rowwise && b->rowwise[s];
     }
     n_out = 0;
     for (int32_t i = 0; i < b->n_tokens; i++) {

@@ -38,6 +38,10 @@ typedef struct step_batch {
     const int32_t *pos;
     const int32_t *seq_id;
     const bool *want_logits;
+    /* rowwise[s] (NULL: none): sequence s's tokens are the verification rows of a
+     * drafted block, each to be computed exactly (bit for bit) as a one-token
+     * decode step at its position would compute it */
+    const bool *rowwise;
     kv_seq *const *seqs;   /* block tables, indexed by seq_id */
     int32_t n_seqs;
 } step_batch;
@@ -57,6 +61,7 @@ typedef struct step_plan {
     int32_t *block_table;  /* [n_seqs][bt_stride] block ids, -1 past a sequence's blocks */
     int32_t *out_rows;     /* [n_out] token indices, ascending */
     int32_t *state_slot;   /* [n_seqs] recurrent-state slot of each sequence (kv_seq.state; -1: none) */
+    uint8_t *rowwise;      /* [n_seqs] 1: its tokens are independent decode rows (step_batch.rowwise) */
     kv_seq **seqs;         /* [n_seqs] the sequences (for plan_finish; backends do not read them) */
     /* capacity, fixed at plan_init */
     int32_t cap_tokens, cap_seqs, cap_blocks;

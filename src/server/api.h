@@ -69,6 +69,8 @@ typedef struct api_usage {
     int32_t cached_tokens;    /* of which served from the prefix cache */
     int32_t completion_tokens;
     int32_t reasoning_tokens; /* of the completion, inside reasoning */
+    int32_t drafted_tokens;   /* speculative decoding: drafted and verified (0: none; then not reported) */
+    int32_t accepted_tokens;  /* of which accepted (= decode steps saved) */
 } api_usage;
 
 /* Writes a random id "<prefix><n alphanumerics>" into out (cap bytes). */

@@ -100,6 +100,8 @@ void gen_end(gen_state *g, eng_finish fin, const char *errmsg, const eng_req_sta
         u.prompt_tokens = st->n_prompt;
         u.cached_tokens = st->n_cached;
         u.completion_tokens = st->n_generated;
+        u.drafted_tokens = st->n_drafted;
+        u.accepted_tokens = st->n_accepted;
     }
     if (fin == ENG_FINISH_ERROR) {
         api_error e;

@@ -29,8 +29,10 @@ static void usage(const api_usage *u, int32_t n_prompt_fallback, sbuf *out) {
     /* Anthropic counts input_tokens without the cached part */
     sb_addf(out,
             "{\"input_tokens\":%d,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":%d,"
-            "\"output_tokens\":%d}",
+            "\"output_tokens\":%d",
             prompt - cached, cached, u ? u->completion_tokens : 0);
+    wr_usage_spec(u, out);
+    sb_adds(out, "}");
 }
 
 static void close_block(wr_writer *w, sbuf *out) {

@@ -42,13 +42,15 @@ static void response_obj(wr_writer *w, sbuf *out, const char *status, const api_
     else
         sb_adds(out, ",\"incomplete_details\":null");
     sb_adds(out, ",\"usage\":");
-    if (u)
+    if (u) {
         sb_addf(out,
                 "{\"input_tokens\":%d,\"input_tokens_details\":{\"cached_tokens\":%d},\"output_tokens\":%d,"
-                "\"output_tokens_details\":{\"reasoning_tokens\":%d},\"total_tokens\":%d}",
+                "\"output_tokens_details\":{\"reasoning_tokens\":%d},\"total_tokens\":%d",
                 u->prompt_tokens, u->cached_tokens, u->completion_tokens, u->reasoning_tokens,
                 u->prompt_tokens + u->completion_tokens);
-    else
+        wr_usage_spec(u, out);
+        sb_adds(out, "}");
+    } else
         sb_adds(out, "null");
     sb_adds(out, "}");
 }

@@ -67,13 +67,21 @@ static void chat_delta(wr_writer *w, sbuf *out, const char *field, const char *s
     sb_adds(out, "},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
 }
 
+void wr_usage_spec(const api_usage *u, sbuf *out) {
+    if (!u || u->drafted_tokens <= 0) return;
+    sb_addf(out, ",\"speculative\":{\"drafted_tokens\":%d,\"accepted_tokens\":%d,\"steps_saved\":%d}",
+            u->drafted_tokens, u->accepted_tokens, u->accepted_tokens);
+}
+
 static void usage_json(const api_usage *u, sbuf *out) {
     sb_addf(out,
             "{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
             "\"prompt_tokens_details\":{\"cached_tokens\":%d},"
-            "\"completion_tokens_details\":{\"reasoning_tokens\":%d}}",
+            "\"completion_tokens_details\":{\"reasoning_tokens\":%d}",
             u->prompt_tokens, u->completion_tokens, u->prompt_tokens + u->completion_tokens,
             u->cached_tokens, u->reasoning_tokens);
+    wr_usage_spec(u, out);
+    sb_adds(out, "}");
 }
 
 static const char *chat_finish(const wr_writer *w, api_finish f) {

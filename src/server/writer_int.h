@@ -44,6 +44,10 @@ struct wr_writer {
 
 wr_call *wr_call_at(wr_writer *w, int index);
 
+/* Appends ,"speculative":{...} (drafted, accepted, steps saved) inside a usage
+ * object when the request drafted anything; nothing otherwise. */
+void wr_usage_spec(const api_usage *u, sbuf *out);
+
 void wr_anth_begin(wr_writer *w, sbuf *out);
 void wr_anth_text(wr_writer *w, sbuf *out, const char *s, size_t n, bool thinking);
 void wr_anth_call_start(wr_writer *w, sbuf *out, wr_call *c);

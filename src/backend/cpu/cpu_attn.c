@@ -634,7 +634,8 @@ static void attn_range(cpu_be *cb, const cpu_attn_args *a, int t0, int n) {
     int n_tiles = 0;
     for (int t = t0; t < t0 + n;) {
         int e = t + 1;
-        while (e < t0 + n && e - t < tmax && a->seq[e] == a->seq[t] && a->pos[e] == a->pos[e - 1] + 1) e++;
+        const bool rw = a->rowwise && a->rowwise[a->seq[t]];
+        while (!rw && e < t0 + n && e - t < tmax && a->seq[e] == a->seq[t] && a->pos[e] == a->pos[e - 1] + 1) e++;
         attn_tile *tl = &w->tiles[n_tiles++];
         tl->t0 = t;
         tl->nt = e - t;
@@ -651,7 +652,11 @@ static void attn_range(cpu_be *cb, const cpu_attn_args *a, int t0, int n) {
     for (int i = 0; i < n_tiles; i++) {
         attn_tile *tl = &w->tiles[i];
         int32_t b0 = tl->lo / bs, b1 = tl->hi / bs, nblk = b1 - b0 + 1;
-        int nseg = per_tile < nblk / SEG_MIN_BLOCKS ? per_tile : nblk / SEG_MIN_BLOCKS;
+        /* a one-token tile (a decode row) is split as a lone decode token is,
+         * whatever else is in the step, so its result does not depend on the
+         * batch (cpu_attention sized the range so that its parts fit) */
+        int pt = tl->nt == 1 ? want : per_tile;
+        int nseg = pt < nblk / SEG_MIN_BLOCKS ? pt : nblk / SEG_MIN_BLOCKS;
         size_t need = (size_t)tl->nt * slot;
         if (nseg > 1 && (size_t)nseg * need > cb->attn_part_cap - part_used) nseg = (int)((cb->attn_part_cap - part_used) / need);
         if (nseg > w->item_cap - n_items - (n_tiles - i - 1)) nseg = w->item_cap - n_items - (n_tiles - i - 1);
@@ -679,10 +684,41 @@ static void attn_range(cpu_be *cb, const cpu_attn_args *a, int t0, int n) {
         if (w->tiles[i].nitems > 1) merge_tile(cb, a, &w->tiles[i], &w->items[w->tiles[i].item0]);
 }
 
+/* The most one-token tiles (decode rows) a range may hold so that each can
+ * have the segments a lone decode token gets (their partial results must fit
+ * the slots): CPU_ATTN_SLOTS / the most segments a row of this call can have. */
+static int decode_rows_per_range(const cpu_be *cb, const cpu_attn_args *a) {
+    const int bs = a->kv->cfg.block_size;
+    int32_t maxpos = 0;
+    for (int t = 0; t < a->n_tokens; t++)
+        if (a->pos[t] > maxpos) maxpos = a->pos[t];
+    int want = cb->nth > 1 ? 4 * cb->nth : 1, seg = (int)((maxpos / bs + 1) / SEG_MIN_BLOCKS);
+    if (seg > want) seg = want;
+    if (seg < 1) seg = 1;
+    int r = CPU_ATTN_SLOTS / seg;
+    return r < 1 ? 1 : r;
+}
+
 void cpu_attention(cpu_be *cb, const cpu_attn_args *a) {
     const attn_work *w = cb->attn_work;
-    for (int t = 0; t < a->n_tokens; t += w->tile_cap)
-        attn_range(cb, a, t, a->n_tokens - t < w->tile_cap ? a->n_tokens - t : w->tile_cap);
+    int cap = w->tile_cap, dr = decode_rows_per_range(cb, a);
+    /* ranges: at most tile_cap tokens and (so that decode rows are split the
+     * same whatever the batch) at most dr tokens that will be one-token tiles
+     * (a token alone in its sequence, or a rowwise one); a prefill tile is
+     * never cut by this, its tokens count as one */
+    for (int t = 0; t < a->n_tokens;) {
+        int e = t, nd = 0;
+        while (e < a->n_tokens && e - t < cap) {
+            int s = a->seq[e];
+            bool one = (a->rowwise && a->rowwise[s]) || ((e == 0 || a->seq[e - 1] != s) &&
+                                                        (e + 1 == a->n_tokens || a->seq[e + 1] != s));
+            if (one && nd == dr) break;
+            nd += one;
+            e++;
+        }
+        attn_range(cb, a, t, e - t);
+        t = e;
+    }
 }
 
 void cpu_op_attention(be_backend *b, const be_attn_args *ba) {
@@ -693,7 +729,7 @@ void cpu_op_attention(be_backend *b, const be_attn_args *ba) {
         .q = ba->q->data, .out = ba->out->data, .n_tokens = ba->n_tokens, .n_head = ba->n_head,
         .n_head_kv = ba->n_head_kv, .head_dim = ba->head_dim, .scale = ba->scale, .window = ba->window,
         .kv = ba->kv, .layer = ba->layer, .pos = p->pos, .seq = p->seq, .bt = p->block_table,
-        .bt_stride = p->bt_stride,
+        .bt_stride = p->bt_stride, .rowwise = p->rowwise,
     };
     cpu_attention(cb, &a);
 }

@@ -1,0 +1,74 @@
+/* test_spec_ctl: the speculation controller (spec/ctl.h): the cost table
+ * (means, clipping, interpolation, the prior), the choice of a draft length
+ * (long drafts when verification is cheap and the drafter is right; none
+ * when the drafter is mostly wrong or when a verify step costs several
+ * decode steps, as in the 16K-context failure the field reported), the
+ * probe, and calibration from observed acceptance. */
+#include <math.h>
+
+#include "../src/spec/ctl.h"
+#include "test.h"
+
+int main(void) {
+    spc_cost c;
+    hn_err err;
+    CHECK(spc_cost_init(&c, 64, &err) == HN_OK);
+    CHECK(spc_ctx_bucket(0) == 0 && spc_ctx_bucket(1023) == 0 && spc_ctx_bucket(1024) == 1 &&
+          spc_ctx_bucket(5000) == 3 && spc_ctx_bucket(1 << 30) == SPC_CTX_B - 1);
+    CHECK(spc_len_bucket(1) == 0 && spc_len_bucket(3) == 1 && spc_len_bucket(15) == 2 && spc_len_bucket(16) == 3);
+    /* nothing measured: the prior (ratios only) */
+    CHECK(fabs(spc_cost_est(&c, 100, 1) - 1.0) < 1e-9 && fabs(spc_cost_est(&c, 100, 11) - 1.5) < 1e-9);
+    /* a mean of the first samples, clipped outliers */
+    for (int i = 0; i < 3; i++) spc_cost_record(&c, 100, 1, 10.0);
+    spc_cost_record(&c, 100, 1, 1000.0); /* a descheduled step: counts as 20 */
+    CHECK(fabs(spc_cost_est(&c, 100, 1) - 12.5) < 1e-9);
+    for (int i = 0; i < 4; i++) spc_cost_record(&c, 100, 9, 14.0);
+    CHECK(fabs(spc_cost_est(&c, 100, 5) - (12.5 + 1.5 * 4 / 8)) < 1e-9); /* interpolated */
+    CHECK(spc_cost_est(&c, 100, 20) > 14.0);                            /* extrapolated with the prior slope */
+    CHECK(fabs(spc_cost_est(&c, 5000, 1) - 1.0) < 1e-9);                /* another context bucket: its own */
+
+    spc_req r;
+    spc_req_init(&r);
+    float hi[16], lo[16];
+    for (int i = 0; i < 16; i++) {
+        hi[i] = 1.0f;
+        lo[i] = 0.01f;
+    }
+    double ex;
+    /* cheap verification, a drafter that is right: a long draft */
+    int32_t k = spc_choose(&c, &r, 3, hi, 16, 100, 1, 1, false, &ex);
+    CHECKF(k >= 8 && ex > 5, "cheap and right: k %d, E %.2f", (int)k, ex);
+    /* mostly wrong: nothing, unless forced (a probe of SPC_PROBE_LEN) */
+    CHECK(spc_choose(&c, &r, 0, lo, 16, 100, 1, 1, false, &ex) == 0);
+    CHECK(spc_choose(&c, &r, 0, lo, 16, 100, 1, 1, true, &ex) == SPC_PROBE_LEN && ex < 0.1);
+    /* the long-context failure: a verify step costs 5 decode steps; even a perfect drafter of 4 loses */
+    for (int i = 0; i < 4; i++) {
+        spc_cost_record(&c, 20000, 1, 10.0);
+        for (int n = 2; n <= 64; n++) spc_cost_record(&c, 20000, n, 52.0);
+    }
+    CHECK(spc_choose(&c, &r, 3, hi, 4, 20000, 1, 1, false, &ex) == 0);
+    /* but 16 right tokens for the price of 5 steps still pay */
+    CHECK(spc_choose(&c, &r, 3, hi, 16, 20000, 1, 1, false, &ex) > 4);
+    /* other sessions in the step: a draft must pay for slowing their tokens too */
+    for (int i = 0; i < 4; i++)
+        for (int n = 1; n <= 64; n++) spc_cost_record(&c, 3000, n, 10.0 * (1 + 0.2 * (n - 1)));
+    float mid[4] = {0.6f, 0.6f, 0.6f, 0.6f};
+    CHECK(spc_choose(&c, &r, 2, mid, 4, 3000, 1, 1, false, &ex) >= 1);  /* alone: 1.6 tokens for 1.2x */
+    CHECK(spc_choose(&c, &r, 2, mid, 4, 3000, 8, 8, false, &ex) == 0);  /* with 7 others: not worth slowing 8 */
+    /* calibration: a drafter that claims p = 1 but is right a fifth of the time */
+    for (int i = 0; i < 200; i++) spc_observe(&c, &r, 3, 1.0f, i % 5 == 0);
+    k = spc_choose(&c, &r, 3, hi, 16, 100, 1, 1, false, &ex);
+    CHECKF(k <= 3 && ex < 0.3, "calibrated to 0.2: k %d, E %.2f", (int)k, ex);
+    /* a fresh request starts from the engine-wide calibration, and learns its own */
+    spc_req r2;
+    spc_req_init(&r2);
+    k = spc_choose(&c, &r2, 3, hi, 16, 100, 1, 1, false, &ex);
+    CHECK(k <= 3 && ex < 0.3);
+    for (int i = 0; i < 100; i++) spc_observe(&c, &r2, 3, 1.0f, true);
+    CHECK(spc_choose(&c, &r2, 3, hi, 16, 100, 1, 1, false, &ex) >= 8);
+    /* limits: no proposal, no room */
+    CHECK(spc_choose(&c, &r2, 3, hi, 0, 100, 1, 1, false, &ex) == 0);
+    CHECK(spc_choose(&c, &r2, 3, hi, 16, 100, 64, 1, false, &ex) == 0);
+    spc_cost_free(&c);
+    TEST_DONE();
+}
