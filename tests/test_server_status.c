@@ -238,6 +238,12 @@ int main(void) {
     CHECKF(used > 0 && metric(buf, "hone_kv_blocks{state=\"cached\"}") >= 0 && metric(buf, "hone_kv_bytes") >= used * bb,
            "KV blocks used %g", used);
     CHECK(metric(buf, "hone_engine_bytes") > 0 && metric(buf, "hone_model_file_bytes") > 0);
+    /* speculation (the serve default, auto): its mode and counters, consistent with each other */
+    double drafted = metric(buf, "hone_spec_drafted_tokens_total"), accepted = metric(buf, "hone_spec_accepted_tokens_total");
+    CHECK(metric(buf, "hone_spec_mode{mode=\"auto\"}") == 1);
+    CHECKF(drafted >= accepted && accepted >= 0 && metric(buf, "hone_spec_verify_steps_total") >= 0 &&
+               metric(buf, "hone_spec_verify_steps_total") <= metric(buf, "hone_steps_total"),
+           "speculative counters: drafted %g accepted %g", drafted, accepted);
     /* the one live request holds every used block, alone */
     const char *own = strstr(buf, "hone_session_kv_bytes{id=\"4\",kind=\"own\"} ");
     const char *shr = strstr(buf, "hone_session_kv_bytes{id=\"4\",kind=\"shared\"} ");

@@ -98,6 +98,15 @@ void srv_metrics_text(srv_server *s, sbuf *o) {
     metric(o, "hone_preemptions_total", "counter", "Requests pushed out of the batch for memory.",
            (double)st.preemptions);
     metric(o, "hone_steps_total", "counter", "Engine steps run.", (double)st.steps);
+    sb_adds(o, "# HELP hone_spec_mode Speculative decoding in effect (1 for the mode named).\n"
+               "# TYPE hone_spec_mode gauge\n");
+    sb_addf(o, "hone_spec_mode{mode=\"%s\"} 1\n", eng_spec_name(st.spec));
+    metric(o, "hone_spec_drafted_tokens_total", "counter", "Tokens drafted and verified (speculative decoding).",
+           (double)st.spec_drafted);
+    metric(o, "hone_spec_accepted_tokens_total", "counter", "Drafted tokens accepted: decode steps saved.",
+           (double)st.spec_accepted);
+    metric(o, "hone_spec_verify_steps_total", "counter", "Engine steps that verified a drafted block.",
+           (double)st.spec_verify_steps);
     metric(o, "hone_engine_bytes", "gauge", "The engine's fixed cost: everything but the KV pool.",
            (double)st.engine_bytes);
     metric(o, "hone_model_bytes", "gauge", "Of it, what loading the model allocated (repacked weights, activations).",
