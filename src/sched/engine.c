@@ -920,6 +920,7 @@ hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err
         hn_free(q);
         return st;
     }
+    q->seq.ns = r->cache_ns; /* prefix-cache namespace (kv.h) */
     for (int32_t i = 0; r->penalize_prompt && i < r->n_prompt; i++) smp_accept(q->smp, r->prompt[i]);
     memcpy(q->toks, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
     q->n_toks = r->n_prompt;
