@@ -546,6 +546,14 @@ static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const cha
     return MHD_YES;
 }
 
+/* Adds a query argument's bytes (MHD hands the handler the URL without its
+ * query string) to the request line's count. */
+static enum MHD_Result scan_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    ((hdr_scan *)cls)->bytes += strlen(key) + (value ? strlen(value) : 0) + 2;
+    return MHD_YES;
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
                                const char *version, const char *upload_data, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -578,6 +586,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
          * before libmicrohttpd's own (HTML) ones at twice the limit */
         hdr_scan hs = {.bytes = strlen(url) + strlen(method) + 12};
         MHD_get_connection_values(mc, MHD_HEADER_KIND, scan_header, &hs);
+        MHD_get_connection_values(mc, MHD_GET_ARGUMENT_KIND, scan_arg, &hs);
         if (hs.cl_conflict || (hs.te && hs.n_cl))
             return srv_send_error(c, c->api, api_seterr(&e, APIE_INVALID, NULL, "conflicting Content-Length / Transfer-Encoding headers"));
         if (hs.bytes > s->cfg.max_header)
