@@ -1,7 +1,7 @@
 /* cmd_serve.c: `hone serve` — the OpenAI-, Responses- and Anthropic-
  * compatible HTTP server (src/server/) on one model.
  *
- *   hone serve -m FILE [--host 127.0.0.1] [--port 8080] [--api-key KEY]
+ *   hone serve -m FILE [--host 127.0.0.1] [--port 8080] [--api-key KEY]... [--cache-isolation auto|on|off]
  *              [--alias NAME] [--ctx N] [--max-tokens N] [-t THREADS]
  *              [--kv-bytes SIZE] [--verbose] [--test-engine]
  *
