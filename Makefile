@@ -167,6 +167,7 @@ $(BUILD)/bench/bench_cuda_gemv: bench/bench_cuda_gemv.c $(BUILD)/libhone.a $(CUD
 # headers and sources some tests include besides test.h
 $(BUILD)/tests/test_server_limits $(BUILD)/tests/test_server_http: tests/srv_client.h
 $(BUILD)/tests/test_fuzz_replay: tests/fuzz/fuzz_api.c
+$(BUILD)/tests/test_fuzz_corpora: tests/fuzz/fuzz_common.h tests/fuzz/fuzz_gguf.c tests/fuzz/fuzz_tokenizer.c tests/fuzz/fuzz_template.c tests/fuzz/fuzz_grammar.c
 
 tests: $(BIN_TST)
 
@@ -186,23 +187,33 @@ asan-test:
 # tests/fuzz/corpus/ (new inputs go to build-fuzz/corpus/, not the repository).
 FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_APIS    = chat completions responses messages
+FUZZ_ONE     = gguf tokenizer template grammar
 FUZZ_SECONDS ?= 20
-# the harnesses need no kernels: the library parts they reach, only
-FUZZ_LIB_SRC := $(sort $(shell find src/core src/gguf src/tokenizer src/template src/sample src/server -name '*.c'))
-FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=build-fuzz/%.o)
+# extra seed directories read in place (not copied into the repository)
+FUZZ_SEEDS_template = ../shared/data/templates/templates
+# the whole library (CPU only), instrumented: the server objects the API
+# harnesses reach also call into the engine (clang, unlike gcc, warns on an
+# unused static inline function)
+FUZZ_LIB     = build-fuzz/libhone.a
 fuzz:
-	$(MAKE) BUILD=build-fuzz CC=clang CFLAGS="-O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link" build-fuzz/libhone_fuzz.a
-	$(MAKE) BUILD=build-fuzz fuzz-bins
+	$(MAKE) BUILD=build-fuzz CUDA=0 CC=clang CFLAGS="-O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link" \
+	  WARN="$(WARN) -Wno-unused-function" $(FUZZ_LIB)
+	$(MAKE) BUILD=build-fuzz CUDA=0 fuzz-bins
 
-build-fuzz/libhone_fuzz.a: $(FUZZ_LIB_OBJ)
-	@rm -f $@
-	ar rcs $@ $^
+fuzz-bins: $(FUZZ_APIS:%=build-fuzz/fuzz/api_%) $(FUZZ_ONE:%=build-fuzz/fuzz/%) build-fuzz/gguf_seeds
 
-fuzz-bins: $(FUZZ_APIS:%=build-fuzz/fuzz/api_%)
-
-build-fuzz/fuzz/api_%: tests/fuzz/fuzz_api.c build-fuzz/libhone_fuzz.a
+build-fuzz/fuzz/api_%: tests/fuzz/fuzz_api.c $(FUZZ_LIB)
 	@mkdir -p $(dir $@)
-	clang -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer $(WARN) $(DEFS) -Isrc -DFUZZ_API='"$*"' -o $@ $< build-fuzz/libhone_fuzz.a $(LIBS)
+	clang -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer $(WARN) $(DEFS) -Isrc -DFUZZ_API='"$*"' -o $@ $< -Wl,--start-group $(FUZZ_LIB) -Wl,--end-group $(LIBS)
+
+# one harness per part: fuzz_<name>.c (gguf, tokenizer, template, grammar)
+$(FUZZ_ONE:%=build-fuzz/fuzz/%): build-fuzz/fuzz/%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_LIB)
+	@mkdir -p $(dir $@)
+	clang -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer $(WARN) $(DEFS) -Isrc -o $@ $< -Wl,--start-group $(FUZZ_LIB) -Wl,--end-group $(LIBS)
+
+# remakes tests/fuzz/corpus/gguf's seeds (build-fuzz/gguf_seeds DIR)
+build-fuzz/gguf_seeds: tests/fuzz/gguf_seeds.c $(FUZZ_LIB)
+	clang -O1 -g $(FUZZ_SAN) $(WARN) $(DEFS) -Isrc -o $@ $< -Wl,--start-group $(FUZZ_LIB) -Wl,--end-group $(LIBS)
 
 fuzz-run: fuzz
 	@for a in $(FUZZ_APIS); do \
@@ -212,6 +223,15 @@ fuzz-run: fuzz
 	    build-fuzz/corpus/api_$$a tests/fuzz/corpus/api_$$a > build-fuzz/api_$$a.log 2>&1; rc=$$?; \
 	  echo "fuzz api_$$a ($(FUZZ_SECONDS) s): exit $$rc, $$(grep -o 'number_of_executed_units: *[0-9]*' build-fuzz/api_$$a.log)"; \
 	  if [ $$rc -ne 0 ]; then tail -40 build-fuzz/api_$$a.log; exit 1; fi; \
+	done
+	@for h in $(FUZZ_ONE); do \
+	  mkdir -p build-fuzz/corpus/$$h build-fuzz/artifacts; \
+	  extra=""; case $$h in template) extra="$(FUZZ_SEEDS_template)";; esac; \
+	  build-fuzz/fuzz/$$h -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=20 -rss_limit_mb=2048 \
+	    -artifact_prefix=build-fuzz/artifacts/$$h- -print_final_stats=1 \
+	    build-fuzz/corpus/$$h tests/fuzz/corpus/$$h $$extra > build-fuzz/$$h.log 2>&1; rc=$$?; \
+	  echo "fuzz $$h ($(FUZZ_SECONDS) s): exit $$rc, $$(grep -o 'number_of_executed_units: *[0-9]*' build-fuzz/$$h.log)"; \
+	  if [ $$rc -ne 0 ]; then tail -40 build-fuzz/$$h.log; exit 1; fi; \
 	done
 
 # The ARM kernels, cross-built and run under user-mode emulation: only the

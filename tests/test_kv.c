@@ -329,6 +329,67 @@ static void test_prefix(void) {
  * blocks, then reports the pool full; nothing is left half done. Blocks are
  * one mapping granule each (1 KiB per layer), so a new slab needs new
  * memory (smaller slabs would share a granule with the mapped one). */
+/* Namespaces (kv_seq.ns): a sequence of another namespace never matches a
+ * block published under this one, even for identical tokens (no shared KV,
+ * no cached_tokens to time), while the same namespace still does; each
+ * namespace publishes its own copy; namespace 0 is the shared default. */
+static void test_prefix_ns(void) {
+    kv_config c = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4, .n_blocks = 16, .type = QT_F32,
+                   .slab_blocks = 4};
+    kv_cache *kv;
+    CHECK(kv_create(&c, &kv, &e) == HN_OK);
+    int32_t t[16];
+    fill_tokens(t, 16, 3);
+    kv_seq a, b, a2, z, z2;
+    kv_seq_init(&a, kv, 16, &e);
+    kv_seq_init(&b, kv, 16, &e);
+    kv_seq_init(&a2, kv, 16, &e);
+    kv_seq_init(&z, kv, 16, &e);
+    kv_seq_init(&z2, kv, 16, &e);
+    CHECK(a.ns == 0); /* kv_seq_init: the shared namespace */
+    a.ns = a2.ns = 1;
+    b.ns = 2;
+    CHECK(kv_seq_reserve(kv, &a, 12, &e) == HN_OK);
+    a.n_tokens = 12;
+    kv_seq_commit(kv, &a, t, 12);
+    CHECK(a.n_hashed == 3);
+    CHECK(kv_seq_match(kv, &b, t, 16) == 0);  /* another namespace: nothing */
+    CHECK(kv_seq_match(kv, &z, t, 16) == 0);  /* nor the shared one */
+    CHECK(kv_seq_next_hash(kv, &b, t, 16) != kv_seq_next_hash(kv, &a2, t, 16));
+    CHECK(kv_seq_match(kv, &a2, t, 16) == 12); /* the same namespace: all of it */
+    CHECK(a2.blocks[0] == a.blocks[0]);
+    /* b computes and publishes its own copy; both stay findable, each in its namespace */
+    CHECK(kv_seq_reserve(kv, &b, 12, &e) == HN_OK);
+    b.n_tokens = 12;
+    kv_seq_commit(kv, &b, t, 12);
+    CHECK(b.n_hashed == 3 && b.blocks[0] != a.blocks[0]);
+    kv_seq_truncate(kv, &a, 0);
+    kv_seq_truncate(kv, &a2, 0);
+    kv_seq_truncate(kv, &b, 0);
+    kv_stats ks;
+    kv_get_stats(kv, &ks);
+    CHECK(ks.blocks_cached == 6);
+    kv_seq b2;
+    kv_seq_init(&b2, kv, 16, &e);
+    b2.ns = 2;
+    CHECK(kv_seq_match(kv, &b2, t, 16) == 12 && b2.blocks[0] != a.blocks[0]);
+    CHECK(kv_seq_match(kv, &z, t, 16) == 0);
+    /* namespace 0 shares among itself as before */
+    CHECK(kv_seq_reserve(kv, &z, 8, &e) == HN_OK);
+    z.n_tokens = 8;
+    kv_seq_commit(kv, &z, t, 8);
+    CHECK(kv_seq_match(kv, &z2, t, 16) == 8 && z2.blocks[1] == z.blocks[1]);
+    const kv_seq *all[3] = {&b2, &z, &z2};
+    CHECK(check(kv, all, 3));
+    kv_seq_free(&a, kv);
+    kv_seq_free(&a2, kv);
+    kv_seq_free(&b, kv);
+    kv_seq_free(&b2, kv);
+    kv_seq_free(&z, kv);
+    kv_seq_free(&z2, kv);
+    kv_free(kv);
+}
+
 static void test_map_failure(void) {
     size_t gran = kv_host_storage()->granule;
     kv_config c = {.n_layer = gran > 1024 ? (int)(gran / 1024) : 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4,
@@ -515,6 +576,7 @@ int main(void) {
     test_types();
     test_slab_shrink();
     test_prefix();
+    test_prefix_ns();
     test_map_failure();
     test_stress();
     TEST_DONE();

@@ -1,7 +1,7 @@
 /* cmd_serve.c: `hone serve` — the OpenAI-, Responses- and Anthropic-
  * compatible HTTP server (src/server/) on one model.
  *
- *   hone serve -m FILE [--host 127.0.0.1] [--port 8080] [--api-key KEY]
+ *   hone serve -m FILE [--host 127.0.0.1] [--port 8080] [--api-key KEY]... [--cache-isolation auto|on|off]
  *              [--alias NAME] [--ctx N] [--max-tokens N] [-t THREADS]
  *              [--kv-bytes SIZE] [--verbose] [--test-engine]
  *
@@ -51,7 +51,12 @@ static void usage(FILE *f) {
             "  --host ADDR          address to bind (default 127.0.0.1; 0.0.0.0 exposes it to the network)\n"
             "  --port N             port (default 8080; 0 picks a free one)\n"
             "  --api-key KEY        require this key (Authorization: Bearer KEY or x-api-key: KEY);\n"
-            "                       also read from HONE_API_KEY\n"
+            "                       also read from HONE_API_KEY. Give it again for more keys (up to 64,\n"
+            "                       e.g. one per tenant): any of them is accepted\n"
+            "  --cache-isolation auto|on|off  a prefix cache per API key: a request never reuses KV\n"
+            "                       computed for another key's prompt, so cached_tokens and timing tell a\n"
+            "                       client nothing about other keys' prompts (auto, the default: on when\n"
+            "                       there is more than one key)\n"
             "  --alias NAME         model name reported to clients (default: the file's general.name)\n"
             "  --ctx N              context length per sequence (default: the model's)\n"
             "  --max-tokens N       most tokens one request may generate (default: no cap)\n"
@@ -63,9 +68,10 @@ static void usage(FILE *f) {
             "  --block-size N       KV positions per block (default 16)\n"
             "  --spec MODE          speculative decoding: " CLI_SPEC_HELP "\n"
             "  --no-prefix-cache    compute every prompt from scratch (no reuse across requests). The cache\n"
-            "                       is shared: a response's cached_tokens (and its speed) show whether\n"
-            "                       another client's prompt began the same way; on a server shared by\n"
-            "                       clients that must not learn about each other, turn it off\n"
+            "                       is shared by all requests of one API key (of all requests without\n"
+            "                       keys or with --cache-isolation off): a response's cached_tokens (and\n"
+            "                       its speed) show whether another client's prompt began the same way;\n"
+            "                       give clients that must not learn about each other keys of their own\n"
             "  --cache-idle S       drop cached prefixes and their memory after S seconds idle\n"
             "                       (default 300; 0: never)\n"
             "  --no-tune            built-in kernel parameters: neither tune nor use the tuning cache\n"
@@ -124,6 +130,9 @@ static bool parse_int(const char *s, long lo, long hi, long *out) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *alias = NULL, *api_key = getenv("HONE_API_KEY");
+    enum { MAX_KEYS = 64 };
+    const char *keys[MAX_KEYS];
+    int n_keys = 0;
     srv_config cfg = srv_default_config();
     long ctx = 0, max_tokens = 0, threads = 0;
     size_t kv_bytes = 0;
@@ -159,7 +168,9 @@ int cmd_serve(int argc, char **argv) {
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--host")) cfg.host = v;
         else if (!strcmp(a, "--port") && parse_int(v, 0, 65535, &n)) cfg.port = (int)n;
-        else if (!strcmp(a, "--api-key")) api_key = v;
+        else if (!strcmp(a, "--api-key") && *v && n_keys < MAX_KEYS) keys[n_keys++] = v;
+        else if (!strcmp(a, "--cache-isolation") && (!strcmp(v, "auto") || !strcmp(v, "on") || !strcmp(v, "off")))
+            cfg.cache_isolation = !strcmp(v, "auto") ? -1 : !strcmp(v, "on");
         else if (!strcmp(a, "--alias")) alias = v;
         else if (!strcmp(a, "--cors-origins")) cfg.cors_origins = v;
         else if (!strcmp(a, "--allowed-hosts")) cfg.allowed_hosts = v;
@@ -273,7 +284,14 @@ int cmd_serve(int argc, char **argv) {
         }
         const char *name = alias ? alias : gguf_get_str(meta, "general.name");
         cfg.model_name = name && *name ? name : "hone";
-        cfg.api_key = api_key;
+        if (n_keys) { /* --api-key given: those keys (HONE_API_KEY is the default of one) */
+            cfg.api_key = keys[0];
+            cfg.api_keys = keys + 1;
+            cfg.n_api_keys = n_keys - 1;
+            api_key = keys[0];
+        } else {
+            cfg.api_key = api_key;
+        }
         cfg.n_ctx = n_ctx;
         cfg.kv_tokens = kv_tokens;
         cfg.max_tokens = (int32_t)max_tokens;
@@ -284,8 +302,11 @@ int cmd_serve(int argc, char **argv) {
             goto out;
         }
         bool v6 = strchr(cfg.host, ':') != NULL;
-        fprintf(stderr, "hone serve: %s on http://%s%s%s:%d (context %d%s%s; tool calls: %s)\n", cfg.model_name,
-                v6 ? "[" : "", cfg.host, v6 ? "]" : "", srv_port(srv), n_ctx, api_key && *api_key ? ", API key required" : "",
+        bool isolated = cfg.cache_isolation < 0 ? n_keys > 1 : cfg.cache_isolation > 0;
+        fprintf(stderr, "hone serve: %s on http://%s%s%s:%d (context %d%s%s%s; tool calls: %s)\n", cfg.model_name,
+                v6 ? "[" : "", cfg.host, v6 ? "]" : "", srv_port(srv), n_ctx,
+                n_keys > 1 ? ", API keys required" : api_key && *api_key ? ", API key required" : "",
+                prefix_cache && isolated && api_key && *api_key ? ", prefix cache per key" : "",
                 test_engine ? ", TEST ENGINE" : "", tc_format_name(pm.det.format));
         bool local = !strcmp(cfg.host, "localhost") || !strncmp(cfg.host, "127.", 4) || !strcmp(cfg.host, "::1");
         if (!local && !(api_key && *api_key))

@@ -525,8 +525,13 @@ int32_t kv_seq_match_ckpt(kv_cache *kv, kv_seq *s, const int32_t *tokens, int32_
 
 /* ---- prefix cache ---- */
 
+/* The parent of block 0: the root seed, salted by a non-zero namespace. */
+static uint64_t seq_root(const kv_seq *s) {
+    return s->ns ? XXH3_64bits_withSeed(&s->ns, sizeof s->ns, KV_ROOT_SEED) : KV_ROOT_SEED;
+}
+
 static uint64_t seq_parent(const kv_cache *kv, const kv_seq *s) {
-    return s->n_hashed ? kv->hash[s->blocks[s->n_hashed - 1]] : KV_ROOT_SEED;
+    return s->n_hashed ? kv->hash[s->blocks[s->n_hashed - 1]] : seq_root(s);
 }
 
 int32_t kv_seq_match(kv_cache *kv, kv_seq *s, const int32_t *tokens, int32_t n_max) {

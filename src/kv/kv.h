@@ -21,7 +21,9 @@
  *
  * Prefix cache. A full block can be published under a chained hash:
  *   hash(block i) = XXH3_64(tokens of block i, seed = hash(block i-1))
- * so a hash names the block's tokens AND everything before them. Published
+ * so a hash names the block's tokens AND everything before them (and the
+ * sequence's namespace, kv_seq.ns, which salts the parent of block 0: blocks
+ * of one namespace are never found from another). Published
  * blocks are refcounted and shared by every sequence whose tokens start the
  * same way, without copies (a sequence never writes into a full block, so a
  * shared block is read-only by construction). A block whose last reference
@@ -175,6 +177,11 @@ typedef struct kv_seq {
      * equal to n_tokens; a forward must continue there or restart at 0) */
     int32_t state;
     int32_t state_len;
+    /* prefix-cache namespace: 0 (kv_seq_init's) shares blocks with every
+     * other sequence of namespace 0; any other value salts the chain's root,
+     * so the sequence matches and publishes only blocks of its own namespace
+     * (per-tenant isolation). Set it before the first kv_seq_match/commit. */
+    uint64_t ns;
 } kv_seq;
 
 /* Creates a cache; maps nothing until blocks are taken. Fails with

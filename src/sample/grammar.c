@@ -718,8 +718,14 @@ int64_t gr_state_completion(gr_state *s, char *out, size_t cap) {
     if (s->finished) return 0;
     maybe_flush(s);
     if (s->cfgs[s->cur].accepting) return 0;
-    /* breadth-first over (configuration, byte) transitions */
-    enum { LIMIT = 1 << 15 };
+    /* breadth-first over (configuration, byte) transitions, bounded: at most
+     * LIMIT configurations queued, STEPS transitions tried and NEW
+     * configurations interned on the way (a transition that makes a new one
+     * is the expensive kind), so that a hostile grammar cannot make one
+     * search take seconds (it runs on the engine thread, every step near
+     * the end of a constrained request's budget) */
+    enum { LIMIT = 1 << 15, STEPS = 1 << 21, NEW = GR_COMPLETION_NEW_CFGS };
+    int64_t steps = 0, cfgs0 = s->n_cfgs;
     int32_t *cfg = hn_malloc(LIMIT * sizeof *cfg), *parent = hn_malloc(LIMIT * sizeof *parent);
     uint8_t *by = hn_malloc(LIMIT);
     uint8_t *seen = NULL;
@@ -731,6 +737,7 @@ int64_t gr_state_completion(gr_state *s, char *out, size_t cap) {
     while (head < tail && found < 0) {
         int32_t q = head++;
         for (unsigned b = 0; b < 256 && found < 0; b++) {
+            if (++steps > STEPS || s->n_cfgs - cfgs0 > NEW) goto done;
             int32_t nx = trans(s, cfg[q], b, 0);
             if (nx < 0) continue;
             if (nx >= seen_cap) {

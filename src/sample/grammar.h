@@ -146,7 +146,10 @@ hn_status gr_state_accept_bytes(gr_state *s, const char *text, size_t len, hn_er
 /* Finds the shortest text that completes the grammar from here (e.g. to
  * close a call when max_tokens is near: tokenize it or pick tokens along it).
  * Writes up to cap bytes into out and returns the full length; -1 when none
- * is found within the search limits. Allocates scratch memory. */
+ * is found within the search limits (2M transitions tried, 4096 new
+ * configurations interned: GR_COMPLETION_NEW_CFGS, so that one search stays
+ * short whatever the grammar). Allocates scratch memory. */
+#define GR_COMPLETION_NEW_CFGS 4096
 int64_t gr_state_completion(gr_state *s, char *out, size_t cap);
 /* Returns whether the text so far is a complete sentence of the grammar. */
 bool gr_state_done(const gr_state *s);

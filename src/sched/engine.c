@@ -1101,6 +1101,7 @@ hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err
         hn_free(q);
         return st;
     }
+    q->seq.ns = r->cache_ns; /* prefix-cache namespace (kv.h) */
     if (e->spec) {
         /* the drafter over the prompt (built here, off the engine thread); sized for the
          * prompt and a first part of the reply; without memory the request just does not draft */

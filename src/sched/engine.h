@@ -130,6 +130,9 @@ typedef struct eng_request {
     void *mask_ctx;
     eng_event_fn on_event;     /* required */
     void *ctx;
+    uint64_t cache_ns;         /* prefix-cache namespace (kv_seq.ns): 0 shares cached prefixes with every
+                                  request of namespace 0; requests of different namespaces never reuse
+                                  each other's blocks (the server gives each API key its own) */
 } eng_request;
 
 /* Loads the model, creates the KV pool and starts the engine thread. */

@@ -31,6 +31,7 @@ srv_config srv_default_config(void) {
     c.max_header = 64u << 10;
     c.max_connections = 1024;
     c.max_conn_per_ip = -1;
+    c.cache_isolation = -1;
     c.idle_timeout_s = 15;
     c.header_timeout_s = 10;
     c.http_threads = 4;
@@ -378,19 +379,35 @@ static int route_of(const char *url, const char *method, api_kind *api, bool *kn
     return R_NONE;
 }
 
+/* The index of the accepted key equal to t, or -1: every key is compared
+ * (each in constant time), so the time does not tell which one matched. */
+static int key_index(const srv_server *s, const char *t) {
+    int found = -1;
+    size_t n = strlen(t);
+    for (int i = 0; i < s->n_keys; i++)
+        if (srv_key_equal(t, n, s->keys[i]) && found < 0) found = i;
+    return found;
+}
+
+/* Checks the request's key and sets its prefix-cache namespace: key i's is
+ * i + 1 when keys are isolated, else 0 (shared). */
 static bool authorized(srv_conn *c) {
-    const char *key = c->s->api_key;
-    if (!key || !*key) return true;
+    srv_server *s = c->s;
+    c->cache_ns = 0;
+    if (!s->n_keys) return true;
     if (c->route == R_ROOT || c->route == R_HEALTH) return true;
+    int k = -1;
     const char *auth = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Authorization");
     if (auth && !strncasecmp(auth, "Bearer ", 7)) {
         const char *t = auth + 7;
         while (*t == ' ') t++;
-        if (srv_key_equal(t, strlen(t), key)) return true;
+        k = key_index(s, t);
     }
     const char *x = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "x-api-key");
-    if (x && srv_key_equal(x, strlen(x), key)) return true;
-    return false;
+    if (k < 0 && x) k = key_index(s, x);
+    if (k < 0) return false;
+    if (s->isolate) c->cache_ns = (uint64_t)k + 1;
+    return true;
 }
 
 static json_t *model_obj(srv_server *s) {
@@ -529,6 +546,14 @@ static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const cha
     return MHD_YES;
 }
 
+/* Adds a query argument's bytes (MHD hands the handler the URL without its
+ * query string) to the request line's count. */
+static enum MHD_Result scan_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    ((hdr_scan *)cls)->bytes += strlen(key) + (value ? strlen(value) : 0) + 2;
+    return MHD_YES;
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
                                const char *version, const char *upload_data, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -561,6 +586,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
          * before libmicrohttpd's own (HTML) ones at twice the limit */
         hdr_scan hs = {.bytes = strlen(url) + strlen(method) + 12};
         MHD_get_connection_values(mc, MHD_HEADER_KIND, scan_header, &hs);
+        MHD_get_connection_values(mc, MHD_GET_ARGUMENT_KIND, scan_arg, &hs);
         if (hs.cl_conflict || (hs.te && hs.n_cl))
             return srv_send_error(c, c->api, api_seterr(&e, APIE_INVALID, NULL, "conflicting Content-Length / Transfer-Encoding headers"));
         if (hs.bytes > s->cfg.max_header)
@@ -709,14 +735,24 @@ hn_status srv_start(const srv_config *cfg, const srv_engine *eng, const prm_mode
     pthread_mutex_init(&s->park_mu, NULL);
     pthread_mutex_init(&s->sock_mu, NULL);
     s->host = hn_strdup(cfg->host && *cfg->host ? cfg->host : "127.0.0.1");
-    s->api_key = cfg->api_key && *cfg->api_key ? hn_strdup(cfg->api_key) : NULL;
+    bool keys_ok = true;
+    int n_keys = (cfg->api_key && *cfg->api_key) + (cfg->n_api_keys > 0 ? cfg->n_api_keys : 0);
+    s->keys = n_keys ? hn_calloc((size_t)n_keys, sizeof *s->keys) : NULL;
+    if (n_keys && !s->keys) keys_ok = false;
+    for (int i = -1; keys_ok && i < cfg->n_api_keys; i++) {
+        const char *k = i < 0 ? cfg->api_key : cfg->api_keys[i];
+        if (!k || !*k) continue;
+        if (!(s->keys[s->n_keys] = hn_strdup(k))) keys_ok = false;
+        else s->n_keys++;
+    }
+    s->isolate = cfg->cache_isolation < 0 ? s->n_keys > 1 : cfg->cache_isolation > 0;
     s->model_name = hn_strdup(cfg->model_name && *cfg->model_name ? cfg->model_name : "hone");
     s->cors_origins = cfg->cors_origins && *cfg->cors_origins ? hn_strdup(cfg->cors_origins) : NULL;
     s->allowed_hosts = cfg->allowed_hosts && *cfg->allowed_hosts ? hn_strdup(cfg->allowed_hosts) : NULL;
     s->eng = *eng;
     s->pm = pm;
     s->cst = cst_shared_new(pm);
-    if (!s->cst || !s->host || !s->model_name || (cfg->api_key && *cfg->api_key && !s->api_key) ||
+    if (!s->cst || !s->host || !s->model_name || !keys_ok ||
         (cfg->cors_origins && *cfg->cors_origins && !s->cors_origins) ||
         (cfg->allowed_hosts && *cfg->allowed_hosts && !s->allowed_hosts)) {
         srv_stop(s);
@@ -833,7 +869,8 @@ void srv_stop(srv_server *s) {
     for (int i = 0; i < 3000 && atomic_load(&s->n_jobs) > 0; i++) usleep(10000);
     if (atomic_load(&s->n_jobs) == 0) cst_shared_free(s->cst); /* else leak rather than free in use */
     hn_free(s->host);
-    hn_free(s->api_key);
+    for (int i = 0; i < s->n_keys; i++) hn_free(s->keys[i]);
+    hn_free(s->keys);
     hn_free(s->model_name);
     hn_free(s->cors_origins);
     hn_free(s->allowed_hosts);

@@ -80,7 +80,12 @@ typedef struct srv_engine {
 typedef struct srv_config {
     const char *host;        /* default "127.0.0.1" */
     int port;                /* 0: any free port (see srv_port) */
-    const char *api_key;     /* NULL or "": no authentication */
+    const char *api_key;     /* NULL or "" (and no api_keys): no authentication */
+    const char *const *api_keys; /* more accepted keys, n_api_keys of them (e.g. one per tenant) */
+    int n_api_keys;
+    int cache_isolation;     /* prefix cache per API key (a key's requests never reuse KV computed for
+                                another key's prompt): -1 (default) when more than one key is
+                                accepted, 0 shared by all, 1 per key */
     const char *model_name;  /* the name reported to clients (any requested name maps to it) */
     int32_t n_ctx;           /* context length: longer prompts are refused */
     int32_t kv_tokens;       /* positions the whole KV cache can hold (0: unknown): a prompt that

@@ -290,7 +290,8 @@ enum MHD_Result srv_generate(srv_conn *c, json_t *body, bool count_only, bool re
                       .sampling = sampling_of(&s->cfg, &c->req),
                       .max_tokens = mt,
                       .on_event = on_event,
-                      .ctx = j};
+                      .ctx = j,
+                      .cache_ns = c->cache_ns};
     if (!cst_attach(s->cst, &c->req, &c->prompt, &er, &j->cst, &e)) {
         j->refs = 1;
         srv_job_release(j);

@@ -23,7 +23,10 @@ typedef struct srv_sock {
 
 struct srv_server {
     srv_config cfg;
-    char *host, *api_key, *model_name, *cors_origins, *allowed_hosts;
+    char *host, *model_name, *cors_origins, *allowed_hosts;
+    char **keys;        /* the accepted API keys (none: no authentication) */
+    int n_keys;
+    bool isolate;       /* each key its own prefix-cache namespace (cfg.cache_isolation) */
     srv_engine eng;
     const prm_model *pm;
     cst_shared *cst;
@@ -86,6 +89,7 @@ typedef struct srv_conn {
     bool overloaded;      /* the body would exceed max_inflight */
     size_t held;          /* bytes counted in s->inflight */
     double t_start;
+    uint64_t cache_ns;    /* the request's prefix-cache namespace (eng_request.cache_ns) */
 
     /* generation */
     creq req;
