@@ -431,13 +431,6 @@ static __global__ void __launch_bounds__(WARPS * 32) mmv_q(wview w, xview x, flo
     warp_store<NA, RPW>(acc, row0, w.n, y);
 }
 
-/* x rounded to bf16, to nearest even (quant.c's qt_f32_to_bf16; NaN stays NaN) */
-static __device__ __forceinline__ float bfr(float v) {
-    const unsigned u = __float_as_uint(v);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return v;
-    return __uint_as_float((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
-}
-
 /* f16/bf16: unit = 8 weights (16 bytes); k % 8 == 0 */
 static __device__ __forceinline__ void f8(int4 q, bool bf, float (&f)[8]) {
     const unsigned v[4] = {(unsigned)q.x, (unsigned)q.y, (unsigned)q.z, (unsigned)q.w};
@@ -490,8 +483,8 @@ static __global__ void __launch_bounds__(WARPS * 32) mmv_f(wview w, const float 
                 const float4 *xp = (const float4 *)(x + r * w.k + 8 * (int64_t)u);
                 float4 a = __ldg(xp), b = __ldg(xp + 1);
                 if (BF) { /* the CPU rounds x to bf16 for bf16 weights */
-                    a = make_float4(bfr(a.x), bfr(a.y), bfr(a.z), bfr(a.w));
-                    b = make_float4(bfr(b.x), bfr(b.y), bfr(b.z), bfr(b.w));
+                    a = make_float4(act_bf16(a.x), act_bf16(a.y), act_bf16(a.z), act_bf16(a.w));
+                    b = make_float4(act_bf16(b.x), act_bf16(b.y), act_bf16(b.z), act_bf16(b.w));
                 }
 #pragma unroll
                 for (int rr = 0; rr < RPW; rr++)
@@ -512,11 +505,6 @@ static __global__ void __launch_bounds__(WARPS * 32) mmv_f(wview w, const float 
  * per 256 values, -127 / max with max the value of largest magnitude), kept
  * here as eight 32-blocks of the same scale. s = d * sum(codes) of each
  * 32-block. Explicitly rounded operations: nothing is contracted. */
-static __device__ __forceinline__ int clamp_q(float v) {
-    const int r = __float2int_rn(v);
-    return r > 127 ? 127 : r < -127 ? -127 : r;
-}
-
 /* one warp a 32-block */
 static __global__ void quant_x32(const float *__restrict__ x, int64_t k, int8_t *__restrict__ q, float *__restrict__ d,
                                  float *__restrict__ s) {
@@ -524,12 +512,10 @@ static __global__ void quant_x32(const float *__restrict__ x, int64_t k, int8_t 
     const int r = blockIdx.y, lane = threadIdx.x & 31;
     if (b >= nb) return;
     const float v = x[r * k + b * 32 + lane];
-    float amax = fabsf(v);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float amax = act_warp_amax(v);
     const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
     const float dd = __half2float(__float2half_rn(__fdiv_rn(amax, 127.0f)));
-    const int c = clamp_q(__fmul_rn(v, id));
+    const int c = act_q8(__fmul_rn(v, id));
     int sum = c;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -547,27 +533,12 @@ static __global__ void quant_x256(const float *__restrict__ x, int64_t k, int8_t
     const int64_t nb = k / 32, B = blockIdx.x;
     const int r = blockIdx.y, t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const float v = x[r * k + B * 256 + t];
-    /* the value of largest magnitude (which of equal magnitudes is taken does
-     * not matter: the opposite sign negates codes and scale alike) */
-    float m = v;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float u = __shfl_xor_sync(0xffffffffu, m, o);
-        if (fabsf(u) > fabsf(m) || (fabsf(u) == fabsf(m) && u > m)) m = u;
-    }
-    if (lane == 0) s_max[warp] = m;
-    __syncthreads();
-    m = s_max[0];
-#pragma unroll
-    for (int i = 1; i < 8; i++) {
-        const float u = s_max[i];
-        if (fabsf(u) > fabsf(m) || (fabsf(u) == fabsf(m) && u > m)) m = u;
-    }
+    const float m = act_block256_max(v, s_max);
     int c = 0;
     float dd = 0.0f;
     if (m != 0.0f) {
         const float iscale = __fdiv_rn(-127.0f, m);
-        c = clamp_q(__fmul_rn(iscale, v));
+        c = act_q8(__fmul_rn(iscale, v));
         dd = __fdiv_rn(1.0f, iscale);
     }
     int sum = c;
@@ -590,7 +561,7 @@ static __global__ void mmv_ref(wview w, const float *__restrict__ x, float *__re
     double acc = 0;
     for (int64_t e = 0; e < w.k; e++) {
         const float xv = x[r * w.k + e];
-        acc += (double)wref<T>(w, row, e) * (double)(BFX ? bfr(xv) : xv);
+        acc += (double)wref<T>(w, row, e) * (double)(BFX ? act_bf16(xv) : xv);
     }
     y[r * w.n + row] = (float)acc;
 }

@@ -301,11 +301,6 @@ cudaError_t cm_matmul_slots(cudaStream_t s, const cm_w *w, const float *x, bool 
 /* ---- the CPU's activation rounding (cuda_gemv.cu's quant_x32 / quant_x256
  * give the same codes and scales) ---- */
 
-static __device__ __forceinline__ int clamp_q8(float v) {
-    const int r = __float2int_rn(v);
-    return r > 127 ? 127 : r < -127 ? -127 : r;
-}
-
 /* Q8_0 (and Q8_1's values): one warp a 32-block */
 static __global__ void k_round32(const float *__restrict__ x, int64_t k, float *__restrict__ out) {
     const int64_t nb = k / 32, b = (int64_t)blockIdx.x * 4 + threadIdx.x / 32;
@@ -313,46 +308,30 @@ static __global__ void k_round32(const float *__restrict__ x, int64_t k, float *
     const int lane = threadIdx.x & 31;
     if (b >= nb) return;
     const float v = x[r * k + b * 32 + lane];
-    float amax = fabsf(v);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float amax = act_warp_amax(v);
     const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
     const float d = __half2float(__float2half_rn(__fdiv_rn(amax, 127.0f)));
-    out[r * k + b * 32 + lane] = __fmul_rn((float)clamp_q8(__fmul_rn(v, id)), d);
+    out[r * k + b * 32 + lane] = __fmul_rn((float)act_q8(__fmul_rn(v, id)), d);
 }
 
 /* Q8_K: one block of 256 threads a 256-block */
 static __global__ void k_round256(const float *__restrict__ x, int64_t k, float *__restrict__ out) {
     __shared__ float s_max[8];
     const int64_t B = blockIdx.x, r = blockIdx.y;
-    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int t = threadIdx.x;
     const float v = x[r * k + B * 256 + t];
-    float m = v;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float u = __shfl_xor_sync(0xffffffffu, m, o);
-        if (fabsf(u) > fabsf(m) || (fabsf(u) == fabsf(m) && u > m)) m = u;
-    }
-    if (lane == 0) s_max[warp] = m;
-    __syncthreads();
-    m = s_max[0];
-#pragma unroll
-    for (int i = 1; i < 8; i++) {
-        const float u = s_max[i];
-        if (fabsf(u) > fabsf(m) || (fabsf(u) == fabsf(m) && u > m)) m = u;
-    }
+    const float m = act_block256_max(v, s_max);
     float o = 0.0f;
     if (m != 0.0f) {
         const float iscale = __fdiv_rn(-127.0f, m);
-        o = __fmul_rn((float)clamp_q8(__fmul_rn(iscale, v)), __fdiv_rn(1.0f, iscale));
+        o = __fmul_rn((float)act_q8(__fmul_rn(iscale, v)), __fdiv_rn(1.0f, iscale));
     }
     out[r * k + B * 256 + t] = o;
 }
 
 static __global__ void k_round_bf16(const float *__restrict__ x, int64_t n, float *__restrict__ out) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const unsigned u = __float_as_uint(x[i]);
-        out[i] = (u & 0x7fffffffu) > 0x7f800000u ? x[i] : __uint_as_float((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+        out[i] = act_bf16(x[i]);
     }
 }
 

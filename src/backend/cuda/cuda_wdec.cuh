@@ -82,4 +82,50 @@ static __device__ float wref(const wview &w, int64_t row, int64_t e) {
     return h2f(*(const unsigned short *)h) * (float)(ls - 32) * (float)c_iq4[jj < 16 ? q & 15 : q >> 4];
 }
 
+/* ---- the CPU's activation rounding, shared by cuda_gemv.cu's quant_x* and
+ * cuda_mm.cu's k_round* (dot.c's converters' arithmetic) ---- */
+
+/* an 8-bit code: round half to even, clamped to +-127 */
+static __device__ __forceinline__ int act_q8(float v) {
+    const int r = __float2int_rn(v);
+    return r > 127 ? 127 : r < -127 ? -127 : r;
+}
+
+/* x rounded to bf16, to nearest even (quant.c's qt_f32_to_bf16; NaN stays NaN) */
+static __device__ __forceinline__ float act_bf16(float v) {
+    const unsigned u = __float_as_uint(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return v;
+    return __uint_as_float((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+
+/* the largest |v| of a warp's 32 values, in every lane */
+static __device__ __forceinline__ float act_warp_amax(float v) {
+    float a = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    return a;
+}
+
+/* Q8_K's scale value: of a 256-thread block's values, the one of largest
+ * magnitude, in every thread (which of equal magnitudes is taken does not
+ * matter: the opposite sign negates codes and scale alike); s_max: 8 floats of
+ * shared memory */
+static __device__ __forceinline__ float act_block256_max(float v, float *s_max) {
+    float m = v;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float u = __shfl_xor_sync(0xffffffffu, m, o);
+        if (fabsf(u) > fabsf(m) || (fabsf(u) == fabsf(m) && u > m)) m = u;
+    }
+    if ((threadIdx.x & 31) == 0) s_max[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = s_max[0];
+#pragma unroll
+    for (int i = 1; i < 8; i++) {
+        const float u = s_max[i];
+        if (fabsf(u) > fabsf(m) || (fabsf(u) == fabsf(m) && u > m)) m = u;
+    }
+    return m;
+}
+
 #endif
