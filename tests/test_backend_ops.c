@@ -266,14 +266,24 @@ static void test_same_as_cpu(rig *r, qt_type t) {
 }
 
 /* matmul_multi equals separate matmuls (weights sharing an act type, and not) */
+/* matmul_multi over weights of these types (nq <= 8) equals separate matmuls, bit for bit */
+static void test_multi_of(rig *r, int n, int nq, const qt_type *ts, const int *N);
 static void test_multi(rig *r, int n) {
     static const qt_type ts[4] = {QT_Q4_K, QT_Q6_K, QT_Q8_0, QT_F16};
+    static const int N[4] = {40, 24, 64, 8};
+    test_multi_of(r, n, 4, ts, N);
+    /* runs of one type (a backend may launch them together): q/k/v-like and gate/up-like */
+    static const qt_type t2[7] = {QT_Q4_K, QT_Q4_K, QT_Q4_K, QT_Q4_K, QT_Q6_K, QT_Q8_0, QT_Q8_0};
+    static const int N2[7] = {72, 20, 20, 9, 33, 100, 36};
+    test_multi_of(r, n, 7, t2, N2);
+}
+
+static void test_multi_of(rig *r, int n, int nq, const qt_type *ts, const int *N) {
     const int K = 256;
-    int N[4] = {40, 24, 64, 8};
-    be_tensor *W[4], *Y[4], *YS[4];
+    be_tensor *W[8], *Y[8], *YS[8];
     float *x = malloc(sizeof(float) * (size_t)K * (size_t)n);
-    unsigned char *w[4];
-    for (int q = 0; q < 4; q++) {
+    unsigned char *w[8];
+    for (int q = 0; q < nq; q++) {
         size_t rb = qt_row_size(ts[q], K);
         w[q] = malloc(rb * (size_t)N[q]);
         float *wf = malloc(sizeof(float) * (size_t)K * (size_t)N[q]);
@@ -285,9 +295,9 @@ static void test_multi(rig *r, int n) {
     }
     for (int i = 0; i < K * n; i++) x[i] = frand();
     be_tensor *X = act(r, QT_F32, K, n, x);
-    r->b->ops->matmul_multi(r->b, 4, (const be_tensor *const *)W, X, n, Y);
+    r->b->ops->matmul_multi(r->b, nq, (const be_tensor *const *)W, X, n, Y);
     int ok = 1;
-    for (int q = 0; q < 4; q++) {
+    for (int q = 0; q < nq; q++) {
         r->b->ops->matmul(r->b, W[q], 0, X, n, YS[q]);
         float *a = malloc(sizeof(float) * (size_t)N[q] * (size_t)n);
         memcpy(a, back(r, Y[q], n), sizeof(float) * (size_t)N[q] * (size_t)n);
@@ -295,7 +305,8 @@ static void test_multi(rig *r, int n) {
         free(a);
         free(w[q]);
     }
-    CHECKF(ok, "%s: matmul_multi equals separate matmuls (n=%d)", r->name, n);
+    CHECKF(ok, "%s: matmul_multi of %d weights (%s first) equals separate matmuls (n=%d)", r->name, nq,
+           qt_name(ts[0]), n);
     free(x);
 }
 
@@ -380,6 +391,122 @@ static void test_attention(rig *r, int window, qt_type kt, qt_type vt) {
         }
     CHECKF(err < 1e-4, "%s%s: attention K %s V %s window %d: max error %g", r->name, r->ref ? " ref" : "", qt_name(kt),
            qt_name(vt), window, err);
+    free(qv);
+    free(kh);
+    free(vh);
+    free(kr);
+    free(vr);
+    kv_seq_free(&s[0], kv);
+    kv_seq_free(&s[1], kv);
+    kv_free(kv);
+}
+
+/* Long contexts: sequence 0 grows to 300 positions in three steps (so the
+ * last step's rows span several 128-position chunks of the split form),
+ * sequence 1 (40 positions) rides along in the last step; then sequence 1's
+ * rows run again alone (the same K/V re-stored). Checked: the last step
+ * against double precision, and sequence 1's rows bit for bit the same in
+ * both steps (a token's result does not depend on its batch). */
+static void test_attention_long(rig *r, qt_type kt, qt_type vt) {
+    hn_err e;
+    const int HKV = 2, G = 4, H = HKV * G, HD = 64, BS = 16, NKV = HKV * HD, L0 = 300, L1 = 40;
+    kv_config c = {.n_layer = 1, .n_head_kv = HKV, .head_dim = HD, .block_size = BS, .n_blocks = 64, .type = kt,
+                   .v_type = vt, .storage = r->b->ops->kv_storage(r->b)};
+    kv_cache *kv;
+    CHECK(kv_create(&c, &kv, &e) == HN_OK);
+    kv_seq s[2];
+    for (int q = 0; q < 2; q++) kv_seq_init(&s[q], kv, 512, &e);
+    kv_seq *sp[2] = {&s[0], &s[1]};
+    /* every position's K/V (host), and their values as stored */
+    float *kh = malloc(sizeof(float) * (size_t)(L0 + L1) * NKV), *vh = malloc(sizeof(float) * (size_t)(L0 + L1) * NKV);
+    float *kr = malloc(sizeof(float) * (size_t)(L0 + L1) * NKV), *vr = malloc(sizeof(float) * (size_t)(L0 + L1) * NKV);
+    float *qv = malloc(sizeof(float) * (size_t)(L0 + L1) * H * HD);
+    unsigned char tmp[4 * NKV * 4];
+    for (int i = 0; i < (L0 + L1) * NKV; i++) {
+        kh[i] = frand() * 3;
+        vh[i] = frand();
+    }
+    for (int i = 0; i < (L0 + L1) * H * HD; i++) qv[i] = frand() * 2;
+    for (int t = 0; t < L0 + L1; t++) {
+        qt_traits(kt)->from_float(kh + (size_t)t * NKV, tmp, NKV);
+        qt_traits(kt)->to_float(tmp, kr + (size_t)t * NKV, NKV);
+        qt_traits(vt)->from_float(vh + (size_t)t * NKV, tmp, NKV);
+        qt_traits(vt)->to_float(tmp, vr + (size_t)t * NKV, NKV);
+    }
+    /* host row of (sequence q, position p) */
+    #define ROW(q, p) ((q) ? L0 + (p) : (p))
+    float *first = malloc(sizeof(float) * (size_t)L1 * H * HD);
+    int32_t pos[128], sid[128], tok[128] = {0};
+    float *kb = malloc(sizeof(float) * 128 * NKV), *vb = malloc(sizeof(float) * 128 * NKV),
+          *qb = malloc(sizeof(float) * 128 * H * HD);
+    double err = 0;
+    bool same = true;
+    for (int step = 0; step < 4; step++) {
+        int n = 0;
+        if (step < 2)
+            for (int p = 128 * step; p < 128 * (step + 1); p++) pos[n] = p, sid[n++] = 0;
+        else if (step == 2) {
+            for (int p = 256; p < L0; p++) pos[n] = p, sid[n++] = 0;
+            for (int p = 0; p < L1; p++) pos[n] = p, sid[n++] = 1;
+        } else
+            for (int p = 0; p < L1; p++) pos[n] = p, sid[n++] = 1;
+        for (int t = 0; t < n; t++) {
+            const int row = ROW(sid[t], pos[t]);
+            memcpy(kb + (size_t)t * NKV, kh + (size_t)row * NKV, sizeof(float) * NKV);
+            memcpy(vb + (size_t)t * NKV, vh + (size_t)row * NKV, sizeof(float) * NKV);
+            memcpy(qb + (size_t)t * H * HD, qv + (size_t)row * H * HD, sizeof(float) * H * HD);
+        }
+        step_batch sb = {.n_tokens = n, .token = tok, .pos = pos, .seq_id = sid, .seqs = sp, .n_seqs = 2};
+        CHECK(plan_build(&r->plan, kv, &sb, 1, 64, &e) == HN_OK);
+        r->b->ops->plan_set(r->b, &r->plan);
+        be_tensor *K = act(r, QT_F32, NKV, n, kb), *V = act(r, QT_F32, NKV, n, vb);
+        r->b->ops->kv_store(r->b, kv, 0, K, V, n);
+        be_tensor *Q = act(r, QT_F32, H * HD, n, qb), *O = act(r, QT_F32, H * HD, n, NULL);
+        be_attn_args a = {.q = Q, .out = O, .n_tokens = n, .n_head = H, .n_head_kv = HKV, .head_dim = HD,
+                          .scale = 1.0f / sqrtf((float)HD), .window = 0, .kv = kv, .layer = 0};
+        r->b->ops->attention(r->b, &a);
+        const float *out = back(r, O, n);
+        plan_finish(&r->plan);
+        if (step < 2) continue;
+        for (int t = 0; t < n; t++) {
+            const float *o = out + (size_t)t * H * HD;
+            if (sid[t] == 1) {
+                float *f = first + (size_t)pos[t] * H * HD;
+                if (step == 2) memcpy(f, o, sizeof(float) * H * HD);
+                else if (memcmp(f, o, sizeof(float) * H * HD)) same = false;
+            }
+            if (step == 3) continue;
+            for (int h = 0; h < H; h++) {
+                const float *qh = qb + ((size_t)t * H + h) * HD;
+                const int kvh = h / G;
+                double sc[512], mx = -1e300, sum = 0;
+                for (int p = 0; p <= pos[t]; p++) {
+                    const float *k = kr + (size_t)ROW(sid[t], p) * NKV + kvh * HD;
+                    double d = 0;
+                    for (int i = 0; i < HD; i++) d += (double)qh[i] * k[i];
+                    sc[p] = d / sqrt((double)HD);
+                    if (sc[p] > mx) mx = sc[p];
+                }
+                for (int p = 0; p <= pos[t]; p++) sum += exp(sc[p] - mx);
+                for (int i = 0; i < HD; i++) {
+                    double acc = 0;
+                    for (int p = 0; p <= pos[t]; p++)
+                        acc += exp(sc[p] - mx) / sum * vr[(size_t)ROW(sid[t], p) * NKV + kvh * HD + i];
+                    const double d = fabs(acc - o[h * HD + i]);
+                    if (!(d <= err)) err = d;
+                }
+            }
+        }
+    }
+    #undef ROW
+    CHECKF(err < 1e-4, "%s%s: attention over 300 positions, K %s V %s: max error %g", r->name, r->ref ? " ref" : "",
+           qt_name(kt), qt_name(vt), err);
+    CHECKF(same, "%s%s: attention K %s V %s: a row's result depends on its batch", r->name, r->ref ? " ref" : "",
+           qt_name(kt), qt_name(vt));
+    free(first);
+    free(kb);
+    free(vb);
+    free(qb);
     free(qv);
     free(kh);
     free(vh);
@@ -924,12 +1051,15 @@ static bool run_backend(const char *name, int nth, bool ref) {
     }
     test_multi(&r, 1);
     test_multi(&r, 3);
+    test_multi(&r, 8);
     static const qt_type kts[] = {QT_F32, QT_F16, QT_Q8_0}, vts[] = {QT_F32, QT_F16, QT_Q8_0, QT_Q4_0, QT_Q4_1};
     for (int w = 0; w < 3; w++) {
         int window = w == 0 ? 0 : w == 1 ? 5 : 3;
         for (size_t a = 0; a < 3; a++)
             for (size_t b = 0; b < 5; b++) test_attention(&r, window, kts[a], vts[b]);
     }
+    test_attention_long(&r, QT_F16, QT_F16);
+    test_attention_long(&r, QT_Q8_0, QT_Q4_0);
     test_rope(&r, 9);
     test_rope(&r, 128);
     test_elementwise(&r, 3);
@@ -971,6 +1101,11 @@ int main(void) {
         bool ran = true;
         for (int nth = 1; nth <= nth_max; nth++) {
             ran = run_backend(names[i], nth, false) && run_backend(names[i], nth, true) && ran;
+        }
+        if (!strcmp(names[i], "cuda")) { /* the one-block-per-head attention too */
+            setenv("HONE_CUDA_ATTN_SPLIT", "0", 1);
+            ran = run_backend(names[i], 1, false) && ran;
+            unsetenv("HONE_CUDA_ATTN_SPLIT");
         }
         printf("backend %s: %s\n", names[i], ran ? "tested" : "could not be created (see above)");
     }

@@ -147,6 +147,13 @@ typedef struct hc_gemv_params {
  * 1..8, k over the scratch) or a launch error. */
 hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_scratch *s,
                   const hc_gemv_params *p, void *stream, hn_err *err);
+/* n_w (1..3) weights sharing x in one launch (q/k/v, gate/up): the same
+ * kernel and rows per warp as hc_gemv for each, so each y[i] has hc_gemv's
+ * bits. hc_gemv_multi_ok: whether they can (one integer type, one row
+ * length, the same built-in rows per warp). reuse_x as in hc_gemv_params. */
+int hc_gemv_multi_ok(int n_w, const hc_weight *const *w, int na);
+hn_status hc_gemv_multi(int n_w, const hc_weight *const *w, const float *x, int na, float *const *y,
+                        hc_gemv_scratch *s, int reuse_x, void *stream, hn_err *err);
 /* The scalar reference: same contract, one thread per output, no scratch. */
 hn_status hc_gemv_ref(const hc_weight *w, const float *x, int na, float *y, void *stream, hn_err *err);
 

@@ -889,6 +889,43 @@ static void op_matmul_multi(be_backend *b, int n_w, const be_tensor *const *ws, 
     /* weights sharing x convert it once: the scratch holds x quantized for row length qk */
     int64_t qk = 0;
     hc_act qa = HC_ACT_F32;
+    if (!cb->ref && n >= 1 && n <= HC_GEMV_MAX_ROWS) {
+        /* decode: runs of weights of one integer type and row length in one launch each */
+        for (int i = 0; i < n_w;) {
+            const hc_weight *hw[BE_MULTI_MAX];
+            float *yy[BE_MULTI_MAX];
+            int j = i;
+            for (; j < n_w && j - i < 3; j++) {
+                if (!gemv_path(cb, ws[j], n) || ws[j]->ne[2] != 1) break;
+                hw[j - i] = &((const cu_tensor *)ws[j])->hw;
+                yy[j - i] = F(ys[j]);
+                if (!hc_gemv_multi_ok(j - i + 1, hw, n)) break;
+            }
+            if (j - i < 2) { /* alone */
+                const be_tensor *w = ws[i];
+                const hc_act a = hc_gemv_act(w->type);
+                const bool quantizes = gemv_path(cb, w, n) && (a == HC_ACT_Q8_0 || a == HC_ACT_Q8_K);
+                matmul1(cb, w, 0, x, n, ys[i], quantizes && qk == w->ne[0] && qa == a);
+                if (quantizes) {
+                    qk = w->ne[0];
+                    qa = a;
+                }
+                i++;
+                continue;
+            }
+            const hc_act a = hc_gemv_act(ws[i]->type);
+            hn_err e;
+            hn_status st = hc_gemv_multi(j - i, hw, F(x), n, yy, &cb->gs, qk == ws[i]->ne[0] && qa == a, cb->stream, &e);
+            if (st) {
+                cu_hn(cb, st, &e, "matmul_multi");
+                return;
+            }
+            qk = ws[i]->ne[0];
+            qa = a;
+            i = j;
+        }
+        return;
+    }
     for (int i = 0; i < n_w; i++) {
         const be_tensor *w = ws[i];
         const hc_act a = hc_gemv_act(w->type);
@@ -1475,8 +1512,8 @@ hn_status be_cuda_create(int device, be_backend **out, hn_err *err) {
     cb->fetch_fresh = true;
     const char *gv = getenv("HONE_CUDA_GRAPHS"), *av = getenv("HONE_CUDA_ATTN_SPLIT");
     cb->graphs = !(gv && !strcmp(gv, "0"));
-    /* the split (flash-decoding) attention: opt-in until it is faster at short contexts too (bench/README.md) */
-    cb->att_split = av && !strcmp(av, "1");
+    /* the split (flash-decoding) attention unless HONE_CUDA_ATTN_SPLIT=0 (the one-block-per-head form) */
+    cb->att_split = !(av && !strcmp(av, "0"));
     cb->gcache = (cu_graph *)calloc(GRAPH_CACHE, sizeof(cu_graph));
     if (!cb->gcache) {
         free(cb);

@@ -106,7 +106,7 @@ cudaError_t ck_gather_out(cudaStream_t s, const float *x, int dim, int n_out, co
 cudaError_t ck_mask_logits(cudaStream_t s, float *l, const uint32_t *allowed, int64_t n_vocab);
 cudaError_t ck_kv_store(cudaStream_t s, const ck_kv *g, int layer, const float *k, const float *v, int n,
                         const int32_t *slot);
-/* attention over the paged cache (head_dim <= 512): the split form (flash decoding: chunks of 256
+/* attention over the paged cache (head_dim <= 512): the split form (flash decoding: chunks of 128
  * positions per block, the kv head's query heads together, then a combine) when the heads allow
  * and `part` (part_cap floats of device scratch) holds a token's partials; else one block per
  * (token, head), an online softmax over the positions in chunks of 128 */

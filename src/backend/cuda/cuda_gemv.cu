@@ -386,12 +386,27 @@ static __device__ __forceinline__ void warp_store(float (&acc)[RPW][NA], int64_t
         }
 }
 
+/* up to GEMV_MULTI weights of one type and row length, sharing x, in one
+ * launch: blocks [b0[i], b0[i + 1]) compute weight i (b0[0] = 0) */
+#define GEMV_MULTI 3
+struct mwview {
+    wview w[GEMV_MULTI];
+    float *y[GEMV_MULTI];
+    unsigned b0[GEMV_MULTI];
+    int nw;
+};
+
 template <int T, int NA, int RPW>
-static __global__ void __launch_bounds__(WARPS * 32) mmv_q(wview w, xview x, float *__restrict__ y) {
+static __global__ void __launch_bounds__(WARPS * 32) mmv_q(mwview mw, xview x) {
     typedef TT<T> U;
     constexpr int UN = 4 / RPW;
     const int lane = threadIdx.x & 31;
-    const int64_t row0 = ((int64_t)blockIdx.x * WARPS + threadIdx.x / 32) * RPW;
+    /* this block's weight, by selects (no indexing into the parameters) */
+    const int wi = mw.nw > 2 && blockIdx.x >= mw.b0[2] ? 2 : mw.nw > 1 && blockIdx.x >= mw.b0[1] ? 1 : 0;
+    const wview w = wi == 2 ? mw.w[2] : wi == 1 ? mw.w[1] : mw.w[0];
+    float *__restrict__ y = wi == 2 ? mw.y[2] : wi == 1 ? mw.y[1] : mw.y[0];
+    const unsigned blk = blockIdx.x - (wi == 2 ? mw.b0[2] : wi == 1 ? mw.b0[1] : 0u);
+    const int64_t row0 = ((int64_t)blk * WARPS + threadIdx.x / 32) * RPW;
     if (row0 >= w.n) return;
     const int units = (int)(w.k / 32);
     int64_t rows[RPW];
@@ -584,7 +599,7 @@ static __global__ void repack(const uint8_t *__restrict__ src, int64_t nblocks, 
 
 /* ---- dispatch ---- */
 
-typedef void (*qkern)(wview, xview, float *);
+typedef void (*qkern)(mwview, xview);
 typedef void (*fkern)(wview, const float *, float *);
 typedef void (*rkern)(wview, const float *, float *);
 
@@ -786,7 +801,60 @@ hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_
         HC_LAUNCHED(err, "activation quantization kernel");
     }
     xview xv = {s->xq, s->xd, s->xs, w->k, nb};
-    qkernel(w->type, na, rpw)<<<grid, WARPS * 32, 0, cs>>>(view_of(w), xv, y);
+    mwview mw;
+    memset(&mw, 0, sizeof mw);
+    mw.w[0] = view_of(w);
+    mw.y[0] = y;
+    mw.nw = 1;
+    qkernel(w->type, na, rpw)<<<grid, WARPS * 32, 0, cs>>>(mw, xv);
+    HC_LAUNCHED(err, "gemv kernel");
+    return HN_OK;
+}
+
+int hc_gemv_multi_ok(int n_w, const hc_weight *const *w, int na) {
+    if (n_w < 1 || n_w > GEMV_MULTI || na < 1 || na > HC_GEMV_MAX_ROWS) return 0;
+    for (int i = 0; i < n_w; i++) {
+        if (!w[i] || !w[i]->mem || is_float_type(w[i]->type) || !hc_gemv_supports(w[i]->type)) return 0;
+        if (w[i]->type != w[0]->type || w[i]->k != w[0]->k ||
+            default_rpw(w[i]->type, na, w[i]->n) != default_rpw(w[0]->type, na, w[0]->n))
+            return 0;
+    }
+    return 1;
+}
+
+hn_status hc_gemv_multi(int n_w, const hc_weight *const *w, const float *x, int na, float *const *y,
+                        hc_gemv_scratch *s, int reuse_x, void *stream, hn_err *err) {
+    if (!hc_gemv_multi_ok(n_w, w, na))
+        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv_multi: weights that cannot share one launch");
+    for (int i = 0; i < n_w; i++) {
+        hn_status st = check_args(w[i], x, na, y[i], err);
+        if (st) return st;
+    }
+    if (!s || !s->xq || w[0]->k > s->max_k)
+        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv: row length %lld over the scratch's %lld", (long long)w[0]->k,
+                       (long long)(s ? s->max_k : 0));
+    cudaStream_t cs = (cudaStream_t)stream;
+    const int rpw = default_rpw(w[0]->type, na, w[0]->n);
+    const int64_t nb = w[0]->k / 32;
+    if (!reuse_x) {
+        if (hc_gemv_act(w[0]->type) == HC_ACT_Q8_K)
+            quant_x256<<<dim3((unsigned)(w[0]->k / 256), (unsigned)na), 256, 0, cs>>>(x, w[0]->k, s->xq, s->xd, s->xs);
+        else
+            quant_x32<<<dim3((unsigned)((nb + 3) / 4), (unsigned)na), 128, 0, cs>>>(x, w[0]->k, s->xq, s->xd, s->xs);
+        HC_LAUNCHED(err, "activation quantization kernel");
+    }
+    mwview mw;
+    memset(&mw, 0, sizeof mw);
+    unsigned grid = 0;
+    for (int i = 0; i < n_w; i++) {
+        mw.w[i] = view_of(w[i]);
+        mw.y[i] = y[i];
+        mw.b0[i] = grid;
+        grid += (unsigned)((w[i]->n + WARPS * rpw - 1) / (WARPS * rpw));
+    }
+    mw.nw = n_w;
+    xview xv = {s->xq, s->xd, s->xs, w[0]->k, nb};
+    qkernel(w[0]->type, na, rpw)<<<grid, WARPS * 32, 0, cs>>>(mw, xv);
     HC_LAUNCHED(err, "gemv kernel");
     return HN_OK;
 }
