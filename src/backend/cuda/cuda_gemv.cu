@@ -20,7 +20,10 @@
  * once (the x registers serve all of them) and keeps 4 units of loads in
  * flight per lane (UN = 4 / RPW units of RPW rows) before it computes; 4
  * warps a block; the warp's lanes then sum by shuffles. f16/bf16: the same shape with 8 weights a unit and
- * f32 x read directly. */
+ * f32 x read directly.
+ *
+ * Prefill (hc_mmq): the same units on the tensor cores, many activation rows
+ * a block, every output bit-identical to mmv_q's ("matrix-matrix" below). */
 #include <stdint.h>
 #include <string.h>
 
