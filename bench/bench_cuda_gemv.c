@@ -12,11 +12,11 @@
  * usage: bench_cuda_gemv [type ...]   (default: every supported type)
  *
  * bench_cuda_gemv mmq [type ...] times the prefill kernel hc_mmq instead
- * (default types q4_0 q8_0 q4_K q5_K q6_K) at 64, 512 and 2048 rows on the
+ * (default types q4_0 q8_0 q4_K q5_K q6_K) at 16 to 2048 rows on the
  * three layer shapes: us per product with x quantized in the call and with
  * x already quantized (reuse_x), TOPS = 2 N K rows / time (1e12), GB/s of
- * weight bytes, and (512 rows) hc_gemv 8 rows at a time, what prefill ran
- * before. */
+ * weight bytes, and (up to 512 rows) hc_gemv 8 rows at a time, what prefill
+ * ran before: where mmq starts to pay is HC_MMQ_MIN_ROWS. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,7 +122,7 @@ static int bench_mmq(int argc, char **argv) {
         nt = (int)(sizeof def / sizeof *def);
         memcpy(types, def, sizeof def);
     }
-    static const int rows[] = {64, 512, 2048};
+    static const int rows[] = {16, 32, 64, 512, 2048};
     const int maxr = 2048;
     hc_timer tm;
     if (hc_timer_init(&tm, &err)) die(&err);
@@ -163,7 +163,7 @@ static int bench_mmq(int argc, char **argv) {
                 c.reuse = 1;
                 const double msr = time_ms(&tm, 5, run_mmq, &c);
                 c.reuse = 0;
-                const double ms8 = rows[ri] == 512 ? time_ms(&tm, 2, run_gemv8, &c) : 0;
+                const double ms8 = rows[ri] <= 512 ? time_ms(&tm, 2, run_gemv8, &c) : 0;
                 const double tops = 2.0 * (double)n * (double)k * rows[ri] / (msr * 1e-3) / 1e12;
                 printf("%-7s %-24s %5d %10.1f %10.1f %7.1f %7.0f", tr->name, shapes[si].what, rows[ri], ms * 1e3,
                        msr * 1e3, tops, (double)bytes / (msr * 1e-3) / 1e9);
