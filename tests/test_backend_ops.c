@@ -209,7 +209,7 @@ static void test_same_as_cpu(rig *r, qt_type t) {
         CHECKF(0, "cpu backend for the comparison");
         return;
     }
-    const int K = 512, N = 64, NMAX = 40;
+    const int K = 512, N = 64, NMAX = 100;
     size_t rb = qt_row_size(t, K);
     unsigned char *w = malloc(rb * (size_t)N);
     float *wf = malloc(sizeof(float) * (size_t)K * (size_t)N), *x = malloc(sizeof(float) * (size_t)K * NMAX);
@@ -229,7 +229,7 @@ static void test_same_as_cpu(rig *r, qt_type t) {
     be_tensor *Wc = weight(&c, t, K, N, 1, w, BE_W_MATMUL), *Wb = weight(r, t, K, N, 1, w, BE_W_MATMUL);
     be_tensor *Xc = act(&c, QT_F32, K, NMAX, x), *Xb = act(r, QT_F32, K, NMAX, x);
     be_tensor *Yc = act(&c, QT_F32, N, NMAX, NULL), *Yb = act(r, QT_F32, N, NMAX, NULL);
-    static const int ns[] = {1, 3, 8, 9, NMAX};
+    static const int ns[] = {1, 3, 8, 9, 16, 40, NMAX};
     float *batch = malloc(sizeof(float) * (size_t)N * NMAX);
     for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
         const int n = ns[ni];
@@ -244,18 +244,24 @@ static void test_same_as_cpu(rig *r, qt_type t) {
                scale);
         if (n == NMAX) memcpy(batch, yb, sizeof(float) * (size_t)N * NMAX);
     }
-    /* the rows of a 40-row product equal one-row products (decode vs prefill kernels) */
+    /* the rows of a 100-row product (prefill's kernels) equal one-row products
+     * (decode's), bit for bit: a row's result does not depend on its batch */
     double err = 0;
+    int differ = 0;
     be_tensor *X1 = act(r, QT_F32, K, 1, NULL);
     for (int q = 0; q < NMAX; q += 7) {
         r->b->ops->upload(r->b, X1, 0, x + (size_t)q * K, sizeof(float) * (size_t)K);
         r->b->ops->matmul(r->b, Wb, 0, X1, 1, Yb);
         const float *y1 = back(r, Yb, 1);
-        for (int j = 0; j < N; j++)
+        for (int j = 0; j < N; j++) {
             if (!(fabs((double)y1[j] - batch[(size_t)q * N + j]) <= err)) err = fabs((double)y1[j] - batch[(size_t)q * N + j]);
+            differ += memcmp(&y1[j], &batch[(size_t)q * N + j], sizeof(float)) != 0;
+        }
     }
     CHECKF(err <= tol, "%s: %s: a row of a batch differs from the row alone by %g (scale %g)", r->name, qt_name(t), err,
            scale);
+    CHECKF(differ == 0, "%s: %s: %d outputs of rows of a %d-row batch are not bit-identical to the row alone (largest difference %g)",
+           r->name, qt_name(t), differ, NMAX, err);
     rig_close(&c);
     free(batch);
     free(w);
@@ -1052,6 +1058,7 @@ static bool run_backend(const char *name, int nth, bool ref) {
     test_multi(&r, 1);
     test_multi(&r, 3);
     test_multi(&r, 8);
+    test_multi(&r, 40); /* prefill's kernels, x quantized once for q4_K and q6_K */
     static const qt_type kts[] = {QT_F32, QT_F16, QT_Q8_0}, vts[] = {QT_F32, QT_F16, QT_Q8_0, QT_Q4_0, QT_Q4_1};
     for (int w = 0; w < 3; w++) {
         int window = w == 0 ? 0 : w == 1 ? 5 : 3;

@@ -1,7 +1,8 @@
 /* cuda_backend.cu: the cuda backend's be_ops (backend.h is the contract,
  * cuda_backend.h the entry points): device memory for tensors, the KV pool's
  * storage, the step's plan on the device, the copies, the single error point,
- * and the compute ops over the kernels of cuda_gemv.cu (decode matmuls),
+ * and the compute ops over the kernels of cuda_gemv.cu (decode matmuls, and
+ * prefill's hc_mmq from HC_MMQ_MIN_ROWS rows: the same bits per row),
  * cuda_mm.cu (dequantizing matmuls, get_rows) and cuda_kern.cu (the rest).
  *
  * Everything is queued on one stream; sync waits for it. A CUDA error never
@@ -816,10 +817,15 @@ static bool gemv_path(const cu_be *cb, const be_tensor *w, int n) {
     const cu_tensor *t = (const cu_tensor *)w;
     if (!t->has_hw || w->ne[2] != 1 || n < 1) return false;
     if (cb->ref) return true; /* hc_gemv_ref, 8 rows at a time */
-    /* more rows: 8 at a time too, so that a row's result does not depend on
-     * the batch it came in (decode and prefill give the same bits; a faster
-     * prefill kernel must keep that or say what it gives up) */
+    /* more rows: hc_mmq (uses_mmq), or 8 at a time, so that a row's result
+     * does not depend on the batch it came in (decode and prefill give the
+     * same bits: hc_mmq's outputs are hc_gemv's) */
     return w->type == QT_F16 || w->type == QT_BF16 || w->ne[0] <= cb->gs.max_k;
+}
+
+/* whether a gemv-path matmul of n rows takes hc_mmq (all n rows in one call) */
+static bool uses_mmq(const cu_be *cb, const be_tensor *w, int n) {
+    return !cb->ref && n >= HC_MMQ_MIN_ROWS && n <= cb->gs.max_rows && hc_mmq_supports(w->type);
 }
 
 static void matmul1(cu_be *cb, const be_tensor *w, int mat, const be_tensor *x, int n, be_tensor *y, int reuse_x) {
@@ -841,6 +847,12 @@ static void matmul1(cu_be *cb, const be_tensor *w, int mat, const be_tensor *x, 
                     return;
                 }
             }
+            return;
+        }
+        if (uses_mmq(cb, w, n)) {
+            hc_gemv_params p = {0, reuse_x};
+            hn_status st = hc_mmq(&t->hw, F(x), n, F(y), &cb->gs, &p, cb->stream, &e);
+            if (st) cu_hn(cb, st, &e, "matmul");
             return;
         }
         for (int r = 0; r < n; r += HC_GEMV_MAX_ROWS) {
@@ -886,7 +898,8 @@ static void op_matmul_multi(be_backend *b, int n_w, const be_tensor *const *ws, 
         cu_errf(cb, HN_ERR_RANGE, "cuda backend: matmul_multi of %d weights", n_w);
         return;
     }
-    /* weights sharing x convert it once: the scratch holds x quantized for row length qk */
+    /* weights sharing x convert it once: the scratch holds all n rows of x
+     * quantized for row length qk (qk 0: it does not) */
     int64_t qk = 0;
     hc_act qa = HC_ACT_F32;
     if (!cb->ref && n >= 1 && n <= HC_GEMV_MAX_ROWS) {
@@ -930,9 +943,11 @@ static void op_matmul_multi(be_backend *b, int n_w, const be_tensor *const *ws, 
         const be_tensor *w = ws[i];
         const hc_act a = hc_gemv_act(w->type);
         const bool quantizes = !cb->ref && gemv_path(cb, w, n) && (a == HC_ACT_Q8_0 || a == HC_ACT_Q8_K);
-        matmul1(cb, w, 0, x, n, ys[i], quantizes && qk == w->ne[0] && qa == a);
+        /* hc_gemv 8 rows at a time leaves only the last 8 in the scratch */
+        const bool holds_all = quantizes && (n <= HC_GEMV_MAX_ROWS || uses_mmq(cb, w, n));
+        matmul1(cb, w, 0, x, n, ys[i], holds_all && qk == w->ne[0] && qa == a);
         if (quantizes) {
-            qk = w->ne[0];
+            qk = holds_all ? w->ne[0] : 0;
             qa = a;
         }
     }
@@ -1347,9 +1362,13 @@ static hn_status op_reserve(be_backend *b, const be_limits *lim, hn_err *err) {
         return hn_errf(err, HN_ERR_RANGE, "cuda backend: limits out of range (head_dim <= 512, experts <= 4096)");
     cb->lim = *lim;
     const int64_t k32 = (lim->max_k + 31) / 32 * 32;
-    if (k32 > cb->gs.max_k) {
+    /* x quantized for hc_gemv (8 rows) and hc_mmq (a matmul's rows) */
+    const int grows = lim->max_rows < HC_GEMV_MAX_ROWS ? HC_GEMV_MAX_ROWS : lim->max_rows > 65535 ? 65535 : lim->max_rows;
+    if ((k32 > cb->gs.max_k || grows > cb->gs.max_rows) && (k32 > 0 || cb->gs.max_k > 0)) {
+        const int64_t kk = k32 > cb->gs.max_k ? k32 : cb->gs.max_k;
+        const int rr = grows > cb->gs.max_rows ? grows : cb->gs.max_rows;
         hc_gemv_scratch_free(&cb->gs);
-        hn_status st = hc_gemv_scratch_init(&cb->gs, k32, err);
+        hn_status st = hc_gemv_scratch_init_rows(&cb->gs, kk, rr, err);
         if (st) return st;
     }
     if (!cb->att_part && cb->att_split && lim->max_head_dim > 0) {
