@@ -417,7 +417,10 @@ struct mwview {
 };
 
 template <int T, int NA, int RPW>
-static __global__ void __launch_bounds__(WARPS * 32) mmv_q(mwview mw, xview x) {
+#ifndef HC_GEMV_MINB
+#define HC_GEMV_MINB 1 /* blocks per SM the register budget must allow (a build-time experiment) */
+#endif
+static __global__ void __launch_bounds__(WARPS * 32, HC_GEMV_MINB) mmv_q(mwview mw, xview x) {
     typedef TT<T> U;
     constexpr int UN = 4 / RPW;
     const int lane = threadIdx.x & 31;

@@ -37,7 +37,7 @@ static __device__ A block_reduce(A v, A *sh) {
 /* one block a row, RN_VPT values a thread kept in registers between the
  * sum and the scaling (so x is read once, all loads issued together); rows
  * wider than RN_VPT * 1024 loop */
-#define RN_VPT 16
+#define RN_VPT 4
 static __global__ void k_rms_norm(const float *x, const float *w, int dim, float eps, float *y) {
     __shared__ double sh[32];
     const float *xr = x + (int64_t)blockIdx.x * dim;
@@ -53,7 +53,22 @@ static __global__ void k_rms_norm(const float *x, const float *w, int dim, float
 #pragma unroll
     for (int j = 0; j < RN_VPT; j++) ss += (double)__fmul_rn(v[j], v[j]);
     for (int i = threadIdx.x + RN_VPT * nt; i < dim; i += nt) ss += (double)__fmul_rn(xr[i], xr[i]);
-    ss = block_reduce<double, false>(ss, sh);
+    /* the sum over the block: warp sums, then warp 0 sums those by shuffles (no serial loop over 32 entries) */
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+    if (nt > 32) {
+        if (lane == 0) sh[warp] = ss;
+        __syncthreads();
+        if (warp == 0) {
+            ss = lane < nt / 32 ? sh[lane] : 0.0;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            if (lane == 0) sh[0] = ss;
+        }
+        __syncthreads();
+        ss = sh[0];
+    }
     const float mean = (float)(ss / dim);
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
 #pragma unroll
