@@ -16,7 +16,8 @@
  * (version 5): copy_cols, sigmoid_mul, l2_norm, rope_multi (sections),
  * ssm_conv and delta_net over recurrent-state slots (two interleaved
  * sequences, the state carried across steps and restarted at position 0),
- * state_copy. */
+ * state_copy; and (version 6) the state snapshots of ssm_conv and delta_net
+ * (plan->state_snap), restored and continued. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -109,6 +110,7 @@ static void plan_positions(rig *r, int n, const int32_t *pos, const int32_t *tok
         p->token[i] = tok ? tok[i] : 0;
         p->seq[i] = 0;
         p->slot[i] = -1;
+        p->state_snap[i] = -1;
     }
     r->b->ops->plan_set(r->b, p);
 }
@@ -964,6 +966,137 @@ static void test_recurrent(rig *r, bool big) {
     kv_free(kv);
 }
 
+/* State snapshots (plan->state_snap, version 6): a step writes the state
+ * after chosen tokens into spare slots, which speculation rolls back to.
+ * Sequences A and B get the same inputs. Step 1: A's positions 0..8 (no
+ * snapshots) interleaved with B's 0..5, B's state after each of its tokens
+ * into a snapshot slot (the last one too). Then, for m = 0, 2, 5, B's state
+ * is restored from snapshot m and its positions m+1..8 computed: conv and
+ * delta-rule outputs equal A's, bit for bit (to rounding where the CPU's
+ * chunked form runs A's long run); and a snapshot changes nothing about a
+ * step's outputs. A snapshot slot out of range fails at sync. */
+static void test_snapshots(rig *r, bool exact) {
+    hn_err e;
+    enum { NK = 2, NV = 2, S = 16, K = 4, C = 2 * NK * S + NV * S, T = 9, NSNAP = 6 };
+    const size_t conv_bytes = sizeof(float) * (K - 1) * C, delta_bytes = sizeof(float) * NV * S * S;
+    kv_config c = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4, .n_blocks = 32,
+                   .storage = r->b->ops->kv_storage(r->b), .state_bytes = conv_bytes + delta_bytes,
+                   .n_state_slots = 2 + NSNAP};
+    kv_cache *kv;
+    CHECK(kv_create(&c, &kv, &e) == HN_OK);
+    kv_seq sq[2];
+    for (int q = 0; q < 2; q++) {
+        kv_seq_init(&sq[q], kv, 16, &e);
+        CHECK(kv_seq_state_acquire(kv, &sq[q], &e) == HN_OK);
+    }
+    int32_t sn[NSNAP];
+    for (int i = 0; i < NSNAP; i++) CHECK((sn[i] = kv_state_alloc(kv)) >= 0);
+    static float u[T][C], al[T][NV], bt[T][NV], w[C][K], dtb[NV], A[NV];
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < C; i++) u[t][i] = frand() * 2;
+        for (int j = 0; j < NV; j++) {
+            al[t][j] = frand() * 4;
+            bt[t][j] = frand() * 4;
+        }
+    }
+    for (int i = 0; i < C; i++)
+        for (int j = 0; j < K; j++) w[i][j] = frand();
+    for (int j = 0; j < NV; j++) {
+        dtb[j] = frand();
+        A[j] = -expf(frand());
+    }
+    be_tensor *U = act(r, QT_F32, C, 16, NULL), *Wt = weight(r, QT_F32, K, C, 1, w, 0);
+    be_tensor *Q = act(r, QT_F32, NK * S, 16, NULL), *Kt = act(r, QT_F32, NK * S, 16, NULL);
+    be_tensor *V = act(r, QT_F32, NV * S, 16, NULL), *O = act(r, QT_F32, NV * S, 16, NULL);
+    be_tensor *AL = act(r, QT_F32, NV, 16, NULL), *BT = act(r, QT_F32, NV, 16, NULL);
+    be_tensor *DT = weight(r, QT_F32, NV, 1, 1, dtb, 0), *AA = weight(r, QT_F32, NV, 1, 1, A, 0);
+    kv_seq *sp[2] = {&sq[0], &sq[1]};
+    static float cu_a[T][C], o_a[T][NV * S]; /* A's outputs per position */
+    double worst = 0;
+    bool bits = true;
+    for (int st = 0; st < 4; st++) {
+        /* st 0: A 0..8 and B 0..5 with snapshots; st 1..3: B from snapshot m = 0, 2, 5 */
+        int32_t tok[16] = {0}, pos[16], sid[16], snap[16];
+        int n = 0, m = st == 1 ? 0 : st == 2 ? 2 : 5;
+        if (st == 0) {
+            for (int p = 0; p < T; p++)
+                for (int q = 0; q < 2; q++)
+                    if (q == 0 || p < NSNAP) {
+                        pos[n] = p;
+                        sid[n] = q;
+                        snap[n++] = q == 1 ? sn[p] : -1;
+                    }
+        } else {
+            r->b->ops->state_copy(r->b, kv, 1, &sn[m], &sq[1].state);
+            kv_seq_truncate(kv, &sq[1], m + 1);
+            sq[1].state_len = m + 1;
+            for (int p = m + 1; p < T; p++) {
+                pos[n] = p;
+                sid[n] = 1;
+                snap[n++] = -1;
+            }
+        }
+        step_batch sb = {.n_tokens = n, .token = tok, .pos = pos, .seq_id = sid, .state_snap = snap, .seqs = sp,
+                         .n_seqs = 2};
+        CHECK(plan_build(&r->plan, kv, &sb, 1, 64, &e) == HN_OK);
+        r->b->ops->plan_set(r->b, &r->plan);
+        for (int i = 0; i < n; i++) {
+            r->b->ops->upload(r->b, U, sizeof(float) * (size_t)i * C, u[pos[i]], sizeof(float) * C);
+            r->b->ops->upload(r->b, AL, sizeof(float) * (size_t)i * NV, al[pos[i]], sizeof(float) * NV);
+            r->b->ops->upload(r->b, BT, sizeof(float) * (size_t)i * NV, bt[pos[i]], sizeof(float) * NV);
+        }
+        r->b->ops->ssm_conv(r->b, U, Wt, n, C, K, kv, 0, U);
+        r->b->ops->copy_cols(r->b, U, C, 0, n, NK * S, Q, NK * S, 0);
+        r->b->ops->copy_cols(r->b, U, C, NK * S, n, NK * S, Kt, NK * S, 0);
+        r->b->ops->copy_cols(r->b, U, C, 2 * NK * S, n, NV * S, V, NV * S, 0);
+        r->b->ops->l2_norm(r->b, Q, n * NK, S, 1e-6f, Q);
+        r->b->ops->l2_norm(r->b, Kt, n * NK, S, 1e-6f, Kt);
+        be_delta_args da = {.q = Q, .k = Kt, .v = V, .alpha = AL, .beta = BT, .dt_bias = DT, .a = AA, .out = O,
+                            .n_tokens = n, .n_k_heads = NK, .n_v_heads = NV, .head_dim = S, .kv = kv,
+                            .state_off = conv_bytes};
+        r->b->ops->delta_net(r->b, &da);
+        const void *hu = NULL, *ho = NULL;
+        r->b->ops->fetch(r->b, U, n, &hu);
+        r->b->ops->fetch(r->b, O, n, &ho);
+        CHECKF(r->b->ops->sync(r->b, &e) == HN_OK, "%s: snapshots: sync: %s", r->name, e.msg);
+        const float *cu = hu, *o = ho;
+        for (int i = 0; st == 0 && i < n; i++)
+            if (sid[i] == 0) {
+                memcpy(cu_a[pos[i]], cu + (size_t)i * C, sizeof(float) * C);
+                memcpy(o_a[pos[i]], o + (size_t)i * NV * S, sizeof(float) * NV * S);
+            }
+        for (int i = 0; i < n; i++) {
+            if (sid[i] != 1) continue;
+            const float *cb = cu + (size_t)i * C, *ob = o + (size_t)i * NV * S;
+            bits &= !memcmp(cb, cu_a[pos[i]], sizeof(float) * C) && !memcmp(ob, o_a[pos[i]], sizeof(float) * NV * S);
+            for (int j = 0; j < C; j++) worst = fmax(worst, fabs(cb[j] - cu_a[pos[i]][j]));
+            for (int j = 0; j < NV * S; j++) worst = fmax(worst, fabs(ob[j] - o_a[pos[i]][j]));
+        }
+        plan_finish(&r->plan);
+    }
+    CHECKF(worst < 1e-4 && (bits || !exact), "%s: snapshots: restored states continue as the unbroken run (%s, error %g)",
+           r->name, bits ? "same bits" : "different bits", worst);
+    /* a snapshot slot that is not a slot of the cache */
+    {
+        int32_t tok[1] = {0}, pos[1] = {sq[0].n_tokens}, sid[1] = {0}, snap[1] = {2 + NSNAP + 5};
+        step_batch sb = {.n_tokens = 1, .token = tok, .pos = pos, .seq_id = sid, .state_snap = snap, .seqs = sp,
+                         .n_seqs = 2};
+        CHECK(plan_build(&r->plan, kv, &sb, 1, 64, &e) == HN_OK);
+        r->b->ops->plan_set(r->b, &r->plan);
+        r->b->ops->ssm_conv(r->b, U, Wt, 1, C, K, kv, 0, U);
+        CHECKF(r->b->ops->sync(r->b, &e) == HN_ERR_INVALID, "%s: ssm_conv: a bad snapshot slot fails", r->name);
+        be_delta_args da = {.q = Q, .k = Kt, .v = V, .alpha = AL, .beta = BT, .dt_bias = DT, .a = AA, .out = O,
+                            .n_tokens = 1, .n_k_heads = NK, .n_v_heads = NV, .head_dim = S, .kv = kv,
+                            .state_off = conv_bytes};
+        r->b->ops->plan_set(r->b, &r->plan);
+        r->b->ops->delta_net(r->b, &da);
+        CHECKF(r->b->ops->sync(r->b, &e) == HN_ERR_INVALID, "%s: delta_net: a bad snapshot slot fails", r->name);
+    }
+    for (int i = 0; i < NSNAP; i++) kv_state_free(kv, sn[i]);
+    for (int q = 0; q < 2; q++) kv_seq_free(&sq[q], kv);
+    kv_free(kv);
+}
+
 /* The delta rule's fast token step (the CPU: AVX2) gives the same bits as
  * the scalar form (reference mode), outputs and state, at head dims 64 and
  * 128 over a few tokens of one sequence. */
@@ -1081,6 +1214,7 @@ static bool run_backend(const char *name, int nth, bool ref) {
         test_hybrid_small(&r);
         test_recurrent(&r, false);
         test_recurrent(&r, true);
+        test_snapshots(&r, true);
     }
     if (!strcmp(name, "cpu") && !ref) {
         test_delta_bits(&r);
@@ -1088,6 +1222,7 @@ static bool run_backend(const char *name, int nth, bool ref) {
         cpu_delta_chunk(r.b, 2);
         test_recurrent(&r, false);
         test_recurrent(&r, true);
+        test_snapshots(&r, false); /* sequences with snapshots take the token step; A's run is chunked */
         cpu_delta_chunk(r.b, 0);
     }
     rig_close(&r);

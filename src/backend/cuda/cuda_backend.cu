@@ -103,8 +103,9 @@ typedef struct cu_be {
     int32_t n_rows, n_tokens, n_seqs, n_out, bt_stride;
     int32_t *d_plan, *h_plan;
     size_t plan_cap; /* int32 words */
-    const int32_t *d_token, *d_pos, *d_seq, *d_slot, *d_seq_len, *d_bt, *d_out_rows, *d_state_slot;
+    const int32_t *d_token, *d_pos, *d_seq, *d_slot, *d_seq_len, *d_bt, *d_out_rows, *d_state_slot, *d_state_snap;
     int32_t *h_state_slot; /* [n_seqs] the plan's state slots on the host, to check them (plan_cap words) */
+    int32_t *h_state_snap; /* [n_rows] the plan's snapshot slots on the host, to check them (plan_cap words) */
     cudaEvent_t plan_ev; /* the last staging copy */
     bool plan_ev_live;
     /* fetch: pinned host memory */
@@ -480,7 +481,7 @@ typedef struct cu_rec {
     union {
         struct {
             int32_t n_rows, n_tokens, n_seqs, n_out, bt_stride;
-            const int32_t *d[8];
+            const int32_t *d[9];
         } hdr;
         struct {
             const be_tensor *w, *x, *y, *w2, *y2;
@@ -651,7 +652,7 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
         cu_errf(cb, HN_ERR_INVALID, "cuda backend: plan_set: a malformed plan");
         return;
     }
-    const size_t need = 4 * (size_t)rows + (size_t)p->n_seqs * (2 + (size_t)p->bt_stride) + (size_t)p->n_out;
+    const size_t need = 5 * (size_t)rows + (size_t)p->n_seqs * (2 + (size_t)p->bt_stride) + (size_t)p->n_out;
     /* the staging buffer may still be read by the previous plan's copy */
     if (cb->plan_ev_live) {
         cu_cuda(cb, cudaEventSynchronize(cb->plan_ev), "plan_set");
@@ -662,12 +663,14 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
         cudaFree(cb->d_plan);
         cudaFreeHost(cb->h_plan);
         free(cb->h_state_slot);
-        cb->d_plan = cb->h_plan = cb->h_state_slot = NULL;
+        free(cb->h_state_snap);
+        cb->d_plan = cb->h_plan = cb->h_state_slot = cb->h_state_snap = NULL;
         cb->plan_cap = 0;
         size_t cap = need < 4096 ? 4096 : need;
         cudaError_t e = cudaMalloc((void **)&cb->d_plan, cap * 4);
         if (e == cudaSuccess) e = cudaMallocHost((void **)&cb->h_plan, cap * 4);
         if (e == cudaSuccess && !(cb->h_state_slot = (int32_t *)malloc(cap * 4))) e = cudaErrorMemoryAllocation;
+        if (e == cudaSuccess && !(cb->h_state_snap = (int32_t *)malloc(cap * 4))) e = cudaErrorMemoryAllocation;
         if (e != cudaSuccess) {
             cudaFree(cb->d_plan);
             cb->d_plan = NULL;
@@ -695,6 +698,9 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
     /* hybrids: each sequence's recurrent-state slot (-1 where the plan has none) */
     for (int32_t i = 0; i < p->n_seqs; i++) cb->h_state_slot[i] = p->state_slot ? p->state_slot[i] : -1;
     PUT(d_state_slot, cb->h_state_slot, p->n_seqs);
+    /* and each row's snapshot slot (-1: none; padding rows have none) */
+    for (int32_t i = 0; i < rows; i++) cb->h_state_snap[i] = p->state_snap && i < p->n_tokens ? p->state_snap[i] : -1;
+    PUT(d_state_snap, cb->h_state_snap, rows);
 #undef PUT
     cudaError_t e = cudaMemcpyAsync(d, h, o * 4, cudaMemcpyHostToDevice, cb->stream);
     if (e == cudaSuccess) e = cudaEventRecord(cb->plan_ev, cb->stream);
@@ -715,8 +721,8 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
         if (cu_rec *r = rec_push(cb, R_HEADER)) {
             r->u.hdr.n_rows = cb->n_rows, r->u.hdr.n_tokens = cb->n_tokens, r->u.hdr.n_seqs = cb->n_seqs;
             r->u.hdr.n_out = cb->n_out, r->u.hdr.bt_stride = cb->bt_stride;
-            const int32_t *d[8] = {cb->d_token, cb->d_pos, cb->d_seq, cb->d_slot, cb->d_seq_len, cb->d_bt, cb->d_out_rows,
-                                   cb->d_state_slot};
+            const int32_t *d[9] = {cb->d_token, cb->d_pos, cb->d_seq, cb->d_slot, cb->d_seq_len, cb->d_bt, cb->d_out_rows,
+                                   cb->d_state_slot, cb->d_state_snap};
             memcpy(r->u.hdr.d, d, sizeof d);
         }
     }
@@ -1253,6 +1259,11 @@ static bool state_geo(cu_be *cb, const kv_cache *kv, size_t off, size_t bytes, c
             cu_errf(cb, HN_ERR_INVALID, "cuda backend: %s: a sequence has no recurrent-state slot", op);
             return false;
         }
+    for (int32_t t = 0; t < cb->n_rows; t++)
+        if (cb->h_state_snap[t] < -1 || cb->h_state_snap[t] >= kv->n_state_slots) {
+            cu_errf(cb, HN_ERR_INVALID, "cuda backend: %s: a state snapshot slot out of range", op);
+            return false;
+        }
     st->base = (unsigned char *)kv->state_base;
     st->slot_bytes = kv->state_slot_bytes;
     st->off = off;
@@ -1275,7 +1286,7 @@ static void op_ssm_conv(be_backend *b, const be_tensor *x, const be_tensor *w, i
     ck_state st;
     if (!state_geo(cb, kv, state_off, sizeof(float) * (size_t)(kernel - 1) * (size_t)channels, "ssm_conv", &st)) return;
     cu_cuda(cb, ck_ssm_conv(cb->stream, F(x), F(w), n, channels, kernel, &st, cb->d_pos, cb->d_seq, cb->d_slot,
-                            cb->d_state_slot, F(y)),
+                            cb->d_state_slot, cb->d_state_snap, F(y)),
             "ssm_conv");
 }
 
@@ -1303,7 +1314,8 @@ static void op_delta_net(be_backend *b, const be_delta_args *a) {
     if (!state_geo(cb, a->kv, a->state_off, need, "delta_net", &st)) return;
     ck_delta d = {F(a->q), F(a->k), F(a->v), F(a->alpha), F(a->beta), F(a->dt_bias), F(a->a), F(a->out),
                   a->n_tokens, a->n_k_heads, a->n_v_heads, a->head_dim};
-    cu_cuda(cb, ck_delta_net(cb->stream, &d, &st, cb->n_seqs, cb->d_pos, cb->d_seq, cb->d_slot, cb->d_state_slot),
+    cu_cuda(cb, ck_delta_net(cb->stream, &d, &st, cb->n_seqs, cb->d_pos, cb->d_seq, cb->d_slot, cb->d_state_slot,
+                             cb->d_state_snap),
             "delta_net");
 }
 
@@ -1344,6 +1356,7 @@ static void op_free(be_backend *b) {
     cudaFree(cb->d_plan);
     if (cb->h_plan) cudaFreeHost(cb->h_plan);
     free(cb->h_state_slot);
+    free(cb->h_state_snap);
     if (cb->h_fetch) cudaFreeHost(cb->h_fetch);
     cudaFree(cb->d_mask);
     for (int i = 0; i < KV_RANGES; i++)
