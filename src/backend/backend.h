@@ -40,8 +40,9 @@
  * ops of versions 1-3; append-only from here. Version 5: the hybrid
  * (Gated DeltaNet) ops, copy_cols .. state_copy. Version 6: ssm_conv and
  * delta_net also write the state after a token into the plan's snapshot
- * slot for it (plan->state_snap), which speculation rolls back to. */
-#define BE_OPS_VERSION 6
+ * slot for it (plan->state_snap), which speculation rolls back to. Version
+ * 7: mem_info, the device memory a model must fit in. */
+#define BE_OPS_VERSION 7
 
 /* most weights in one matmul_multi call */
 #define BE_MULTI_MAX 8
@@ -277,6 +278,13 @@ typedef struct be_ops {
     /* Copies whole state slots: slot dst[i] = slot src[i] for i < n (the
      * arrays are copied at the call). Checkpoints and their restore. */
     void (*state_copy)(be_backend *b, const kv_cache *kv, int n, const int32_t *src, const int32_t *dst);
+
+    /* ---- version 7 ---- */
+    /* Whether the backend keeps tensors in memory of its own (a GPU's), and
+     * if so its free and total bytes now (after reserve's allocations):
+     * model_load refuses a model whose weights do not fit. false (host
+     * memory, nothing to check) leaves *free_b and *total_b untouched. */
+    bool (*mem_info)(be_backend *b, size_t *free_b, size_t *total_b);
 } be_ops;
 
 struct be_backend {

@@ -399,6 +399,28 @@ static int scratch_parts(model *m, scratch_part *parts) {
 
 /* ---- load / free ---- */
 
+/* A backend with memory of its own (a GPU) must hold every weight: refuse
+ * the model before uploading anything when the tensors' bytes and a margin
+ * for the KV cache's first blocks and the kernels' scratch do not fit in
+ * what is free after reserve (the activations are allocated by then). */
+#define FIT_MARGIN ((size_t)256 << 20)
+static hn_status check_fit(const model *m, hn_err *err) {
+    size_t free_b = 0, total_b = 0;
+    if (m->be->ops->version < 7 || !m->be->ops->mem_info || !m->be->ops->mem_info(m->be, &free_b, &total_b))
+        return HN_OK;
+    size_t weights = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(m->g); i++) weights += gguf_tensor_at(m->g, i)->nbytes;
+    const gguf_tensor *te = gguf_find_tensor(m->g, "token_embd.weight");
+    if (m->hp.tied_output && te) weights += te->nbytes; /* held twice: rows for get_rows, a matmul weight */
+    if (weights + FIT_MARGIN <= free_b) return HN_OK;
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    return hn_errf(err, HN_ERR_NOMEM,
+                   "model: does not fit in %s memory: it needs %.2f GiB (weights %.2f GiB + %.2f GiB for the KV "
+                   "cache and scratch), %.2f GiB of %.2f GiB are free (--device cpu runs it on the CPU)",
+                   m->be->ops->name, (double)(weights + FIT_MARGIN) / gib, (double)weights / gib,
+                   (double)FIT_MARGIN / gib, (double)free_b / gib, (double)total_b / gib);
+}
+
 static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file_backed, model **out, hn_err *err) {
     *out = NULL;
     model *m = hn_calloc(1, sizeof *m);
@@ -451,6 +473,7 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
         .arena_bytes = arena,
     };
     if ((st = m->be->ops->reserve(m->be, &lim, err))) goto fail;
+    if ((st = check_fit(m, err))) goto fail;
     for (int i = 0; i < n_parts; i++)
         if ((st = m->be->ops->tensor_new(m->be, parts[i].type, parts[i].ne0, parts[i].ne1, parts[i].t, err))) goto fail;
     /* weights: the embedding table for get_rows, and the output matrix (a

@@ -404,6 +404,12 @@ static hn_status op_reserve(be_backend *b, const be_limits *lim, hn_err *err) {
     return HN_OK;
 }
 
+/* host memory: nothing for model_load to check */
+static bool cpu_op_mem_info(be_backend *b, size_t *free_b, size_t *total_b) {
+    (void)b, (void)free_b, (void)total_b;
+    return false;
+}
+
 static const be_ops cpu_ops = {
     .version = BE_OPS_VERSION,
     .name = "cpu",
@@ -445,6 +451,7 @@ static const be_ops cpu_ops = {
     .ssm_conv = cpu_op_ssm_conv,
     .delta_net = cpu_op_delta_net,
     .state_copy = cpu_op_state_copy,
+    .mem_info = cpu_op_mem_info,
 };
 
 hn_status be_cpu_create(pool *p, be_backend **out, hn_err *err) {

@@ -1477,6 +1477,18 @@ static void rec_exec(cu_be *cb, const cu_rec *r) {
 }
 
 /* version 5: every op, the hybrid family's included */
+static bool op_mem_info(be_backend *b, size_t *free_b, size_t *total_b) {
+    (void)b;
+    size_t f = 0, t = 0;
+    if (cudaMemGetInfo(&f, &t) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    *free_b = f;
+    *total_b = t;
+    return true;
+}
+
 static const be_ops cuda_ops = {
     .version = BE_OPS_VERSION,
     .name = "cuda",
@@ -1518,6 +1530,7 @@ static const be_ops cuda_ops = {
     .ssm_conv = op_ssm_conv,
     .delta_net = op_delta_net,
     .state_copy = op_state_copy,
+    .mem_info = op_mem_info,
 };
 
 extern "C" {
