@@ -254,6 +254,11 @@ static void test_cli_load(void) {
              path);
     CHECK(run_cmd(cmd, out, sizeof out) == 0);
     CHECKF(strstr(out, "hone bench: kernel parameters from the tuning cache (19 shapes") != NULL, "%s", out);
+    /* the table names the device each row ran on */
+    snprintf(cmd, sizeof cmd, "HONE_NO_TUNE=1 '%s' bench -m '%s' -p 16 -n 2 -r 1 -t 2 --device cpu 2>/dev/null", bin,
+             path);
+    CHECK(run_cmd(cmd, out, sizeof out) == 0);
+    CHECKF(strstr(out, "| device |") && strstr(out, "| cpu | 2 | pp16 |") && strstr(out, "| cpu | 2 | tg2 |"), "%s", out);
     /* a changed kernel version: its entries are tuned again */
     CHECK(rewrite_version(dir, tn_gemv_version(32), "prefill-old") == 12);
     snprintf(cmd, sizeof cmd, fmt, dir, bin, path);

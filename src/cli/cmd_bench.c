@@ -144,6 +144,7 @@ static void agents_usage(FILE *f) {
             "  -G N                tokens generated each turn (default 16)\n"
             "  --no-prefix-cache   compute every prompt from scratch\n"
             "  -t, --threads N     compute threads (default: all cores)\n"
+            "  --device NAME       backend: auto (default: the best available), cpu, cuda\n"
             "  --block-size N      KV positions per block (default: the engine's)\n"
             "  --kv-type T         f16 (default), f32, q8_0, k8v4\n"
             "  --spec MODE         speculative decoding: " CLI_SPEC_HELP "\n"
@@ -154,7 +155,7 @@ static void agents_usage(FILE *f) {
 }
 
 static int bench_agents(int argc, char **argv) {
-    const char *model = NULL;
+    const char *model = NULL, *device = NULL;
     long S = 4, P = 1024, T = 3, U = 48, G = 16, threads = 0, bsz = 0, step = 0, ctx = 0, seed = 1;
     int kv_type = ENG_KV_F16, spec = ENG_SPEC_AUTO;
     size_t kv_bytes = 0;
@@ -173,6 +174,7 @@ static int bench_agents(int argc, char **argv) {
         if (ok) {
             i++;
             if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+            else if (!strcmp(a, "--device")) device = v;
             else if (!strcmp(a, "-S")) ok = parse_long(v, 1, 256, &S);
             else if (!strcmp(a, "-P")) ok = parse_long(v, 0, 1 << 22, &P);
             else if (!strcmp(a, "-T")) ok = parse_long(v, 1, 10000, &T);
@@ -210,6 +212,7 @@ static int bench_agents(int argc, char **argv) {
 
     eng_params ep = eng_default_params();
     ep.model_path = model;
+    ep.device = device;
     ep.n_threads = (int)threads;
     ep.n_ctx = (int32_t)ctx;
     ep.block_size = (int)bsz;
@@ -376,6 +379,7 @@ static int bench_agents(int argc, char **argv) {
     printf("hone bench agents: %ld sessions, %ld turns, prefix %ld, +%ld/turn, gen %ld, prefix cache %s, kv %s, "
            "block %d\n",
            S, T, P, U, G, prefix ? "on" : "off", eng_kv_type_name(kv_type), (int)es.block_size);
+    printf("  device              %s\n", eng_device(e));
     printf("  total time          %.2f s\n", total_ms / 1e3);
     printf("  TTFT p50 / p95      %.0f / %.0f ms (turns 2+: p50 %.0f ms)\n", p50, p95, l50);
     printf("  prompt tokens       %llu sent, %llu computed, %llu from cache: hit rate %.1f%%\n", (unsigned long long)sent,

@@ -238,8 +238,8 @@ int cmd_bench_model(int argc, char **argv) {
     }
     const char *type = main_type(model_gguf(c.m));
     if (!csv) {
-        printf("| model | type | threads | test | t/s (median) | min | max |\n");
-        printf("| --- | --- | ---: | --- | ---: | ---: | ---: |\n");
+        printf("| model | type | device | threads | test | t/s (median) | min | max |\n");
+        printf("| --- | --- | --- | ---: | --- | ---: | ---: | ---: |\n");
     }
     for (int test = 0; test < 2; test++) {
         long n = test == 0 ? n_prompt : n_gen;
@@ -261,7 +261,8 @@ int cmd_bench_model(int argc, char **argv) {
             printf("%s%ld,%ld,%d,%.2f,%.2f,%.2f\n", test == 0 ? "pp" : "tg", n, depth, model_n_threads(c.m), med,
                    rates[0], rates[reps - 1]);
         else
-            printf("| %s | %s | %d | %s | %.2f | %.2f | %.2f |\n", base_name(path), type, model_n_threads(c.m), name,
+            printf("| %s | %s | %s | %d | %s | %.2f | %.2f | %.2f |\n", base_name(path), type,
+                   model_backend(c.m)->ops->name, model_n_threads(c.m), name,
                    med, rates[0], rates[reps - 1]);
         fflush(stdout);
     }

@@ -1273,3 +1273,4 @@ void eng_trim(eng_engine *e) {
 const struct tok_vocab *eng_vocab(const eng_engine *e) { return e->vocab; }
 const struct gguf_ctx *eng_gguf(const eng_engine *e) { return model_gguf(e->m); }
 int32_t eng_n_ctx(const eng_engine *e) { return e->n_ctx; }
+const char *eng_device(const eng_engine *e) { return model_backend(e->m)->ops->name; }

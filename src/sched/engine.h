@@ -236,5 +236,7 @@ struct gguf_ctx;
 const struct tok_vocab *eng_vocab(const eng_engine *e);
 const struct gguf_ctx *eng_gguf(const eng_engine *e);
 int32_t eng_n_ctx(const eng_engine *e);
+/* The name of the backend the engine computes on ("cpu", "cuda"). */
+const char *eng_device(const eng_engine *e);
 
 #endif
