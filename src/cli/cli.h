@@ -21,6 +21,9 @@ int cmd_bench_model(int argc, char **argv);
 #include <stdbool.h>
 #include <stdio.h>
 
+#include <string.h>
+
+#include "../backend/registry.h"
 #include "../sched/engine.h"
 
 #define CLI_SPEC_HELP "auto (default: on where it pays, measured), off, suffix (always draft); draft, mtp, dflash: not built yet"
@@ -32,6 +35,19 @@ static inline bool cli_spec_parse(const char *cmd, const char *v, int *out) {
     if (r == 2) fprintf(stderr, "hone %s: --spec %s is not implemented yet (auto, off, suffix are)\n", cmd, v);
     else if (r) fprintf(stderr, "hone %s: unknown --spec '%s' (auto, off, suffix)\n", cmd, v);
     return r == 0;
+}
+
+/* With --device auto (requested NULL or "auto"), one line on stderr saying
+ * where the model runs: on the GPU, or on the CPU and why there is no GPU. */
+static inline void cli_device_note(const char *cmd, const char *requested, const char *chosen) {
+    if (requested && strcmp(requested, "auto")) return;
+    if (strcmp(chosen, "cpu")) {
+        fprintf(stderr, "hone %s: running on the GPU (the %s backend)\n", cmd, chosen);
+        return;
+    }
+    const char *why = NULL;
+    if (!be_available("cuda", &why))
+        fprintf(stderr, "hone %s: running on the CPU; no GPU: %s\n", cmd, why ? why : "none found");
 }
 
 #endif

@@ -228,6 +228,7 @@ static int bench_agents(int argc, char **argv) {
         fprintf(stderr, "hone bench agents: %s: %s\n", model, err.msg);
         return 1;
     }
+    cli_device_note("bench agents", device, eng_device(e));
     int32_t n_vocab = tok_n_vocab(eng_vocab(e));
     /* warm-up: one token through the model pages its weights in, so the
      * starting memory is the model's and every later change is the KV's */

@@ -214,6 +214,7 @@ int cmd_bench_model(int argc, char **argv) {
         fprintf(stderr, "hone bench: %s: %s\n", path, err.msg);
         goto done;
     }
+    cli_device_note("bench", device, model_backend(c.m)->ops->name);
     if (!no_tune && tn_load_tune(model_backend(c.m), model_gguf(c.m), model_n_threads(c.m), "hone bench", &err) != HN_OK)
         fprintf(stderr, "hone bench: kernel tuning skipped: %s\n", err.msg);
     const model_hparams *hp = model_hp(c.m);

@@ -293,6 +293,7 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "hone run: %s: %s\n", path, err.msg);
         goto done;
     }
+    cli_device_note("run", device, eng_device(e));
     const tok_vocab *voc = eng_vocab(e);
     int64_t n_prompt;
     if (tokens) {

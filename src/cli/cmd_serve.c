@@ -63,6 +63,7 @@ static void usage(FILE *f) {
             "  --default-max-tokens N  tokens to generate when a request names no limit (default 8192;\n"
             "                       0: until the context is full)\n"
             "  -t, --threads N      compute threads (default: all cores)\n"
+            "  --device NAME        backend: auto (default: the best available), cpu, cuda\n"
             "  --kv-bytes SIZE      cap on KV cache memory, e.g. 4G or 512M\n"
             "  --kv-type T          KV cache elements: f16 (default), f32, q8_0, k8v4 (8-bit K, 4-bit V)\n"
             "  --block-size N       KV positions per block (default 16)\n"
@@ -129,7 +130,7 @@ static bool parse_int(const char *s, long lo, long hi, long *out) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *model = NULL, *alias = NULL, *api_key = getenv("HONE_API_KEY");
+    const char *model = NULL, *alias = NULL, *api_key = getenv("HONE_API_KEY"), *device = NULL;
     enum { MAX_KEYS = 64 };
     const char *keys[MAX_KEYS];
     int n_keys = 0;
@@ -172,6 +173,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--cache-isolation") && (!strcmp(v, "auto") || !strcmp(v, "on") || !strcmp(v, "off")))
             cfg.cache_isolation = !strcmp(v, "auto") ? -1 : !strcmp(v, "on");
         else if (!strcmp(a, "--alias")) alias = v;
+        else if (!strcmp(a, "--device")) device = v;
         else if (!strcmp(a, "--cors-origins")) cfg.cors_origins = v;
         else if (!strcmp(a, "--allowed-hosts")) cfg.allowed_hosts = v;
         else if (!strcmp(a, "--ctx") && parse_int(v, 16, 1L << 24, &ctx)) {}
@@ -237,6 +239,7 @@ int cmd_serve(int argc, char **argv) {
             fprintf(stderr, "hone serve: %s: %s\n", model, err.msg);
             goto out;
         }
+        cli_device_note("serve", device, eng_device(eng));
         int64_t trained = 0;
         char key[128];
         const char *arch = gguf_get_str(g, "general.architecture");
@@ -254,6 +257,7 @@ int cmd_serve(int argc, char **argv) {
         eng_params ep = eng_default_params();
         ep.model_path = model;
         ep.n_threads = (int)threads;
+        ep.device = device;
         ep.n_ctx = (int32_t)ctx;
         ep.kv_max_bytes = kv_bytes;
         ep.kv_type = kv_type;
@@ -266,6 +270,7 @@ int cmd_serve(int argc, char **argv) {
             fprintf(stderr, "hone serve: %s: %s\n", model, err.msg);
             goto out;
         }
+        cli_device_note("serve", device, eng_device(eng));
         se = (srv_engine){.ctx = eng, .submit = real_submit, .cancel = real_cancel, .stats = real_stats,
                           .sessions = real_sessions};
         meta = eng_gguf(eng);
