@@ -228,7 +228,7 @@ int main(void) {
     CHECKF(strstr(out, "tok/s") && strstr(out, "prompt 5 tokens"), "stderr: %s", out);
     /* --device auto (the default) says where it runs, in one line; an explicit device does not */
     const char *note = strstr(out, "hone run: running on the ");
-    CHECKF(note && !strstr(note + 1, "running on the "), "stderr: %s", out);
+    CHECKF(note && !strstr(note + strlen("hone run: running on the "), "running on the "), "stderr: %s", out);
     snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -p 'Hello' -n 2 --device cpu 2>&1 >/dev/null", bin, real);
     CHECK(run(cmd, out, sizeof out) == 0);
     CHECKF(!strstr(out, "running on the"), "stderr: %s", out);
