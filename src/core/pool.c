@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -47,6 +48,9 @@ struct pool {
     _Atomic int done;         /* workers that finished the current job */
     _Atomic int stop;
     _Atomic int sleepers;     /* threads sleeping (or about to) on gen or done */
+    int hook;                 /* pool_test_slow was called: threads count their chunks */
+    int slow_ith, slow_us;
+    _Atomic long *chunks;     /* [n] chunks taken per thread while hooked */
 #ifndef __linux__
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -57,6 +61,42 @@ typedef struct worker_arg {
     pool *p;
     int ith;
 } worker_arg;
+
+_Thread_local int pool_tl_hooked;
+static _Thread_local _Atomic long *tl_count;
+static _Thread_local int tl_delay_us;
+
+/* The test hook's per-chunk work: count, and busy-wait when slowed. */
+void pool_hook_chunk(void) {
+    atomic_fetch_add_explicit(tl_count, 1, memory_order_relaxed);
+    if (tl_delay_us <= 0) return;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        cpu_relax();
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 < tl_delay_us);
+}
+
+/* Arms (or disarms) the calling thread's hook for a job of p run as ith. */
+static void hook_enter(pool *p, int ith) {
+    pool_tl_hooked = p->hook;
+    if (!p->hook) return;
+    tl_count = &p->chunks[ith];
+    tl_delay_us = ith == p->slow_ith ? p->slow_us : 0;
+}
+
+void pool_test_slow(pool *p, int ith, int delay_us) {
+    if (!p) return;
+    p->hook = 1;
+    p->slow_ith = delay_us > 0 ? ith : -1;
+    p->slow_us = delay_us;
+    for (int i = 0; i < p->n; i++) atomic_store(&p->chunks[i], 0);
+}
+
+long pool_test_chunks(const pool *p, int ith) {
+    return p && ith >= 0 && ith < p->n ? atomic_load(&p->chunks[ith]) : 0;
+}
 
 /* Sleeps while *addr == val (spurious wake-ups are fine: callers loop). */
 static void wait_on(pool *p, _Atomic int *addr, int val) {
@@ -113,6 +153,7 @@ static void *worker_main(void *arg) {
             }
         }
         if (!joined) continue;
+        hook_enter(p, a.ith);
         p->fn(p->ctx, a.ith, p->n);
         atomic_fetch_add(&p->done, 1);
         if (atomic_load(&p->sleepers) > 0) wake_all(p, &p->done);
@@ -127,6 +168,11 @@ hn_status pool_create(int n_threads, pool **out, hn_err *err) {
     pool *p = hn_calloc(1, sizeof *p);
     if (!p) return hn_errf(err, HN_ERR_NOMEM, "pool: out of memory");
     p->n = n_threads;
+    p->chunks = hn_calloc((size_t)n_threads, sizeof *p->chunks);
+    if (!p->chunks) {
+        hn_free(p);
+        return hn_errf(err, HN_ERR_NOMEM, "pool: out of memory");
+    }
 #ifndef __linux__
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
@@ -139,6 +185,7 @@ hn_status pool_create(int n_threads, pool **out, hn_err *err) {
         if (!p->threads || !p->args) {
             hn_free(p->threads);
             hn_free(p->args);
+            hn_free(p->chunks);
             hn_free(p);
             return hn_errf(err, HN_ERR_NOMEM, "pool: out of memory");
         }
@@ -169,6 +216,7 @@ void pool_free(pool *p) {
 #endif
     hn_free(p->threads);
     hn_free(p->args);
+    hn_free(p->chunks);
     hn_free(p);
 }
 
@@ -176,7 +224,9 @@ int pool_n_threads(const pool *p) { return p ? p->n : 1; }
 
 static void run(pool *p, pool_fn fn, void *ctx, bool shared) {
     if (!p || p->n == 1) {
+        if (p) hook_enter(p, 0);
         fn(ctx, 0, 1);
+        pool_tl_hooked = 0;
         return;
     }
     p->fn = fn;
@@ -186,7 +236,9 @@ static void run(pool *p, pool_fn fn, void *ctx, bool shared) {
     atomic_store(&p->ticket, (uint64_t)(uint32_t)g << 32);
     atomic_store(&p->gen, g); /* seq_cst: pairs with the sleepers count */
     if (atomic_load(&p->sleepers) > 0) wake_all(p, &p->gen);
+    hook_enter(p, 0);
     fn(ctx, 0, p->n);
+    pool_tl_hooked = 0;
     int want = p->n - 1;
     if (shared) want = (int)(atomic_fetch_or(&p->ticket, TICKET_CLOSED) & 0x7fffffffu);
     for (;;) {

@@ -11,6 +11,8 @@
 #ifndef HN_POOL_H
 #define HN_POOL_H
 
+#include <stdatomic.h>
+
 #include "status.h"
 
 typedef struct pool pool;
@@ -30,6 +32,25 @@ void pool_run(pool *p, pool_fn fn, void *ctx);
  * that any subset of threads finishes it; ith is still unique per call. On a
  * busy machine this avoids waiting for a worker the OS has not scheduled. */
 void pool_run_shared(pool *p, pool_fn fn, void *ctx);
+/* Takes the next piece of a work-sharing job: atomic_fetch_add(next, step),
+ * relaxed; end is the job's size (a value >= end takes nothing). Kernels take
+ * their chunks through it so that the test hook below sees each chunk. */
+extern _Thread_local int pool_tl_hooked;
+void pool_hook_chunk(void);
+static inline int pool_take(_Atomic int *next, int step, int end) {
+    int c = atomic_fetch_add_explicit(next, step, memory_order_relaxed);
+    if (__builtin_expect(pool_tl_hooked, 0) && c < end) pool_hook_chunk();
+    return c;
+}
+/* Test hook (tests only; nothing in the engine calls it): from the next run
+ * on, thread ith busy-waits delay_us microseconds for each chunk it takes
+ * through pool_take (a slow core: an E core, or one shared with another
+ * process; ith < 0 or delay_us 0: none slowed), and every thread counts the
+ * chunks it takes. Call it between runs. */
+void pool_test_slow(pool *p, int ith, int delay_us);
+/* Chunks thread ith (0 = the caller) took through pool_take in runs since the
+ * last pool_test_slow. */
+long pool_test_chunks(const pool *p, int ith);
 /* Number of CPUs this process may run on (at least 1). */
 int pool_cpu_count(void);
 

@@ -591,7 +591,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
     attn_call *c = ctx;
     float *scr = c->cb->attn + (size_t)ith * c->cb->attn_stride;
     for (;;) {
-        int i = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed);
+        int i = pool_take(&c->next, 1, c->n_items);
         if (i >= c->n_items) break;
         run_item(c, &c->items[i], scr);
     }

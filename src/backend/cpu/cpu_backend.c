@@ -29,7 +29,7 @@ static void rows_worker(void *ctx, int ith, int nth) {
     (void)nth;
     rows_task *t = ctx;
     for (;;) {
-        int r0 = atomic_fetch_add_explicit(&t->next, t->chunk, memory_order_relaxed);
+        int r0 = pool_take(&t->next, t->chunk, t->n);
         if (r0 >= t->n) break;
         t->fn(t->ctx, r0, r0 + t->chunk < t->n ? r0 + t->chunk : t->n);
     }

@@ -128,7 +128,7 @@ static void mm_convert(void *ctx, int ith, int nth) {
     mm_task *t = ctx;
     int64_t k = t->k;
     for (;;) {
-        int r = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+        int r = pool_take(&t->next, 1, t->n_x);
         if (r >= t->n_x) break;
         unsigned char *row = (unsigned char *)t->act + (size_t)r * t->act_row;
         t->kern->act(t->x + (size_t)r * (size_t)k, row, k);
@@ -174,7 +174,7 @@ static void mm_dots(void *ctx, int ith, int nth) {
     float *deq = t->cb->deq + (size_t)ith * (size_t)k;
     int g = 0;
     for (;;) {
-        int c = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+        int c = pool_take(&t->next, 1, t->total_chunks);
         if (c >= t->total_chunks) break;
         while (g + 1 < t->n_groups && t->groups[g + 1].first_chunk <= c) g++;
         while (g > 0 && t->groups[g].first_chunk > c) g--;
