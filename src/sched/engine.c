@@ -59,6 +59,7 @@
 #define ENG_DEFAULT_IDLE_MS (5 * 60 * 1000)
 #define ENG_SPEC_MAX 64        /* most drafted tokens per request and step */
 #define ENG_SPEC_DEFAULT 16
+#define DRAFT_PROBE_LEN 2      /* a switched-off draft model's probe (each token a drafter step) */
 
 typedef struct ereq {
     eng_req_id id;
@@ -508,7 +509,7 @@ static void model_drafts(eng_engine *e) {
     }
     if (!nd) return;
     const double dcost = drf_token_cost(e->drf, &e->cost, ctx, nd, e->draft_ratio);
-    const double floor = spc_draft_floor(&e->cost, ctx, nd, nd, dcost);
+    const double floor = spc_draft_floor(&e->cost, ctx, nd, nd, dcost), c1 = spc_cost_est(&e->cost, ctx, 1);
     int32_t per = e->spec_rows / nd > 0 ? e->spec_rows / nd : 1;
     for (int32_t i = 0; i < e->n_running; i++) {
         ereq *q = e->running[i];
@@ -527,8 +528,10 @@ static void model_drafts(eng_engine *e) {
         for (int32_t j = 0; j < kmax; j++) qa[j] = a;
         bool force = e->spec == ENG_SPEC_DRAFT;
         int32_t k = spc_choose_q(&e->cost, qa, kmax, ctx, nd, nd, dcost, force, &ex);
-        if (k == 0 && ++q->dctl.idle >= SPC_PROBE_EVERY) { /* switched off: a short probe now and then */
-            k = kmax < SPC_PROBE_LEN ? kmax : SPC_PROBE_LEN;
+        /* switched off: a short probe now and then, rarer as the drafter's steps cost more than
+         * a target step, so that probing costs at most about 1/SPC_PROBE_EVERY of the time */
+        if (k == 0 && ++q->dctl.idle >= SPC_PROBE_EVERY * (1 + (int32_t)(DRAFT_PROBE_LEN * dcost / c1))) {
+            k = kmax < DRAFT_PROBE_LEN ? kmax : DRAFT_PROBE_LEN;
             force = true;
         }
         if (k == 0) continue;
@@ -536,7 +539,7 @@ static void model_drafts(eng_engine *e) {
         q->draft_force = force;
         drf_job *j = &e->djobs[nj++];
         *j = (drf_job){.seq = q->dseq, .toks = q->toks, .n_toks = q->n_toks, .k = kmax,
-                       .min_k = force ? (k < SPC_PROBE_LEN ? k : SPC_PROBE_LEN) : 1, .min_run = (float)floor,
+                       .min_k = force ? (k < DRAFT_PROBE_LEN ? k : DRAFT_PROBE_LEN) : 1, .min_run = (float)floor,
                        .out = q->draft, .p = q->draft_p};
         for (int b = 0; b < SPC_LEN_B; b++) j->cal[b] = spc_calib(&e->dcal, &q->dctl, b);
         q->draft_model = true;
@@ -1107,7 +1110,8 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     if (e->spec && (e->spec == ENG_SPEC_DRAFT || e->spec == ENG_SPEC_AUTO) && p.draft_path) {
         /* the draft model: on a backend of the target's kind, its own KV pool
          * with as many blocks as the target's (one drafter block per target block) */
-        drf_params dp = {.path = p.draft_path, .device = model_backend(e->m)->ops->name, .n_threads = p.n_threads,
+        drf_params dp = {.path = p.draft_path, .device = model_backend(e->m)->ops->name, .target = model_backend(e->m),
+                         .n_threads = p.n_threads,
                          .n_ctx = e->n_ctx, .max_seqs = p.max_running, .max_draft = e->spec_max,
                          .n_blocks = (int32_t)nb, .block_size = p.block_size, .k_type = kc.type, .v_type = kc.v_type,
                          .prefix_cache = p.prefix_cache, .vocab = e->vocab};

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../backend/cpu/cpu.h"
 #include "../core/alloc.h"
 #include "../core/clock.h"
 #include "../kv/kv.h"
@@ -26,6 +27,7 @@ struct drf_seq {
 struct drf_drafter {
     drf_params p;
     model *m;
+    be_backend *be;   /* owned when it borrows the target's CPU pool (NULL: the model owns its backend) */
     kv_cache *kv;
     int32_t n_vocab;  /* drafted ids stay below: the drafter's logits rows and the shared tokens */
     int32_t cap_batch, max_seqs;
@@ -69,6 +71,10 @@ hn_status drf_new(const drf_params *pin, drf_drafter **out, hn_err *err) {
     const size_t b0 = hn_alloc_bytes();
     model_params mp = {.n_threads = d->p.n_threads, .max_batch = d->cap_batch, .max_seqs = d->max_seqs,
                        .max_logits = d->max_seqs, .device = d->p.device};
+    if (d->p.target && !strcmp(d->p.target->ops->name, "cpu")) {
+        if ((st = be_cpu_create(be_cpu_pool(d->p.target), &d->be, err))) goto fail;
+        mp.backend = d->be;
+    }
     if ((st = model_load(d->p.path, &mp, &d->m, err))) goto fail;
     d->st.model_bytes = hn_alloc_bytes() - b0;
     for (int64_t i = 0; i < gguf_n_tensors(model_gguf(d->m)); i++)
@@ -123,6 +129,7 @@ void drf_free(drf_drafter *d) {
     if (!d) return;
     kv_free(d->kv);
     model_free(d->m);
+    if (d->be) d->be->ops->free(d->be);
     hn_free(d->b_tok);
     hn_free(d->b_pos);
     hn_free(d->b_sid);
@@ -179,7 +186,28 @@ static bool sync_seq(drf_drafter *d, drf_job *j) {
     return !s->done;
 }
 
-/* The greedy token of a logits row (the lowest id among equal maxima) and its softmax probability. */
+/* exp(x) for x <= 0 to ~1e-4 relative (a confidence estimate, not a
+ * probability anything samples from), in a loop the compiler vectorizes:
+ * 2^(x log2 e) split into an integer power (the exponent bits) and a
+ * degree-5 polynomial of the fraction; 0 below -80. */
+static inline float exp_neg(float x) {
+    float t = x * 1.44269504f;
+    t = t < -126.0f ? -126.0f : t;
+    float fi = (float)(int32_t)t;
+    if (fi > t) fi -= 1.0f;
+    float f = t - fi; /* [0, 1) */
+    float p = 1.8775767e-3f;
+    p = p * f + 8.9893397e-3f;
+    p = p * f + 5.5826318e-2f;
+    p = p * f + 2.4015361e-1f;
+    p = p * f + 6.9315308e-1f;
+    p = p * f + 9.9999994e-1f;
+    union { uint32_t u; float f; } b = {.u = (uint32_t)((int32_t)fi + 127) << 23};
+    return x < -80.0f ? 0.0f : p * b.f;
+}
+
+/* The greedy token of a logits row (the lowest id among equal maxima, over
+ * the first n) and its softmax probability over all n_row. */
 static int32_t argmax_p(const float *row, int32_t n, int32_t n_row, float *p) {
     int32_t best = 0;
     float mx = row[0];
@@ -188,9 +216,11 @@ static int32_t argmax_p(const float *row, int32_t n, int32_t n_row, float *p) {
             mx = row[i];
             best = i;
         }
-    double sum = 0;
-    for (int32_t i = 0; i < n_row; i++) sum += exp((double)row[i] - (double)mx);
-    *p = isfinite(mx) && sum > 0 ? (float)(1.0 / sum) : 0.0f;
+    float top = mx;
+    for (int32_t i = n; i < n_row; i++) top = row[i] > top ? row[i] : top;
+    float sum = 0;
+    for (int32_t i = 0; i < n_row; i++) sum += exp_neg(row[i] - top);
+    *p = isfinite(top) && sum > 0 ? exp_neg(mx - top) / sum : 0.0f;
     return best;
 }
 

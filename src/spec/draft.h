@@ -44,6 +44,8 @@ typedef struct drf_seq drf_seq;
 typedef struct drf_params {
     const char *path;         /* the draft model's GGUF */
     const char *device;       /* backend name (registry.h): the target's ("cpu", "cuda"; NULL: auto) */
+    struct be_backend *target; /* the target's backend (NULL: none): a CPU one lends its thread pool,
+                                  so the two models' workers never spin against each other */
     int n_threads;            /* 0: all CPUs */
     int32_t n_ctx;            /* most positions of a target request */
     int32_t max_seqs;         /* most sessions drafting in one call */
