@@ -110,6 +110,13 @@ int main(void) {
     CHECKF(a3 > 0.6 && a3 < 0.9 && fabs(a4 - a3) < 1e-9, "acceptance %.3f, fresh %.3f", a3, a4);
     for (int i = 0; i < 40; i++) spc_observe(&c2, &r4, 0, 0.5f, false);
     CHECK(spc_acc_rate(&c2, &r4, 0.6) < 0.1 && spc_acc_rate(&c2, &r3, 0.6) == a3);
+    /* proposals not worth verifying count as misses for the rate */
+    spc_req r5;
+    spc_req_init(&r5);
+    for (int i = 0; i < 10; i++) spc_observe(&c2, &r5, 0, 0.5f, true);
+    double a5 = spc_acc_rate(&c2, &r5, 0.6);
+    for (int i = 0; i < 40; i++) spc_observe_miss(&c2, &r5);
+    CHECKF(a5 > 0.99 && spc_acc_rate(&c2, &r5, 0.6) < 0.2, "misses: %.3f -> %.3f", a5, spc_acc_rate(&c2, &r5, 0.6));
     spc_cost_free(&c2);
     spc_cost_free(&c);
     TEST_DONE();

@@ -12,7 +12,8 @@
  *     draft from the wrong text and miss), with the prefix cache off and on
  *     (the drafter's own prefix cache: a second turn of the same prompts);
  *   - qwen3-agent with qwen3-real (random weights, the same Qwen3 tokenizer)
- *     as its drafter: drafts miss, output unchanged, and auto drafts little;
+ *     as its drafter: drafts miss, output unchanged, and auto switches the
+ *     drafter off (few proposals);
  *   - the random 2k models (llama, qwen3moe) with qwen3-2k as drafter (the
  *     same 2048-token vocabulary), and qwen3-2k drafting for itself;
  * plus a constraint whose allowed set follows the previous token and seeded
@@ -283,6 +284,9 @@ static void pair_case(const char *target, const char *drafter, int lo, int hi, b
     bool ok2 = same(&off, &aut, what);
     CHECKF(aut.es.check_failures == 0 && aut.es.draft_loaded, "%s: KV check / no drafter: %s", what,
            aut.es.check_error);
+    if (!self) /* a drafter whose drafts miss is switched off (bar probes): far fewer proposals than session-steps */
+        CHECKF(aut.es.draft_drafted < off.es.steps, "%s: the drafter proposed %llu tokens in %llu steps of %d sessions",
+               what, (unsigned long long)aut.es.draft_drafted, (unsigned long long)off.es.steps, NS);
     printf("%s <- %s: %s; draft: drafted %llu accepted %llu (%.1f%%), steps %llu vs %llu, %llu drafter steps; "
            "auto drafted %llu accepted %llu (drafter proposed %llu)\n",
            target, drafter, ok1 && ok2 ? "identical" : "DIFFERENT", (unsigned long long)drf.es.spec_drafted,

@@ -97,7 +97,9 @@ typedef struct ereq {
      * step's draft is the model's, draft_force: verify at least a probe) */
     drf_seq *dseq;
     int32_t n_mprop;
-    bool draft_model, draft_force;
+    bool draft_model, draft_force, draft_noted;
+    bool dprobe;          /* this step's model draft is a probe of a switched-off request */
+    int32_t dprobe_fails; /* probes in a row that had no token accepted (each doubles the interval, to 16x) */
     spc_req dctl;
 } ereq;
 
@@ -445,6 +447,10 @@ static int32_t choose_draft(eng_engine *e, ereq *q, int32_t *rows_left, int32_t 
         for (int32_t j = 0; j < np; j++)
             qv[j] = spc_calib(&e->dcal, &q->dctl, spc_conf_bucket(q->draft_p[j])) * q->draft_p[j];
         int32_t k = spc_choose_q(&e->cost, qv, np, ctx, *rows, *toks, 0, q->draft_force, &ex);
+        if (k == 0 && !q->draft_noted) /* drafted but not worth a row: a miss for the acceptance rate,
+                                          else a drafter too unsure to be verified would never be switched off */
+            spc_observe_miss(&e->dcal, &q->dctl);
+        q->draft_noted = true; /* (plan() may run twice after a preemption) */
         q->n_draft = k;
         *rows_left -= k;
         *rows += k;
@@ -500,7 +506,7 @@ static void model_drafts(eng_engine *e) {
     int32_t nd = 0, ctx = 0, nj = 0;
     for (int32_t i = 0; i < e->n_running; i++) {
         ereq *q = e->running[i];
-        q->draft_model = q->draft_force = false;
+        q->draft_model = q->draft_force = q->draft_noted = q->dprobe = false;
         q->n_mprop = 0;
         if (q->n_toks - q->seq.n_tokens == 1) {
             nd++;
@@ -529,10 +535,13 @@ static void model_drafts(eng_engine *e) {
         bool force = e->spec == ENG_SPEC_DRAFT;
         int32_t k = spc_choose_q(&e->cost, qa, kmax, ctx, nd, nd, dcost, force, &ex);
         /* switched off: a short probe now and then, rarer as the drafter's steps cost more than
-         * a target step, so that probing costs at most about 1/SPC_PROBE_EVERY of the time */
-        if (k == 0 && ++q->dctl.idle >= SPC_PROBE_EVERY * (1 + (int32_t)(DRAFT_PROBE_LEN * dcost / c1))) {
+         * a target step (so that probing costs at most about 1/SPC_PROBE_EVERY of the time) and
+         * after each probe that had nothing accepted */
+        int32_t every = (SPC_PROBE_EVERY << (q->dprobe_fails < 4 ? q->dprobe_fails : 4)) *
+                        (1 + (int32_t)(DRAFT_PROBE_LEN * dcost / c1));
+        if (k == 0 && ++q->dctl.idle >= every) {
             k = kmax < DRAFT_PROBE_LEN ? kmax : DRAFT_PROBE_LEN;
-            force = true;
+            force = q->dprobe = true;
         }
         if (k == 0) continue;
         q->dctl.idle = 0;
@@ -740,6 +749,7 @@ static bool verify(eng_engine *e, ereq *q, float *rows, eng_finish *fin, hn_stat
         /* a cancel from the callback (a stop string) takes no further tokens */
         if (!go || !acc || atomic_load(&q->cancel)) break;
     }
+    if (q->draft_model) q->dprobe_fails = acc_n > 0 ? 0 : q->dprobe ? q->dprobe_fails + 1 : q->dprobe_fails;
     q->st.n_drafted += k;
     q->st.n_accepted += acc_n;
     e->spec_drafted += (uint64_t)k;

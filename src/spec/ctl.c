@@ -162,3 +162,10 @@ void spc_observe(spc_cost *c, spc_req *r, int b, float p, bool acc) {
     c->acc_num = DECAY * c->acc_num + (acc ? 1 : 0);
     c->acc_den = DECAY * c->acc_den + 1;
 }
+
+void spc_observe_miss(spc_cost *c, spc_req *r) {
+    r->acc_num *= DECAY;
+    r->acc_den = DECAY * r->acc_den + 1;
+    c->acc_num *= DECAY;
+    c->acc_den = DECAY * c->acc_den + 1;
+}

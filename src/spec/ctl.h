@@ -86,6 +86,9 @@ int32_t spc_choose(const spc_cost *c, const spc_req *r, int len_bucket, const fl
 /* One verified position: its drafted probability and whether it was accepted. */
 void spc_observe(spc_cost *c, spc_req *r, int len_bucket, float p, bool accepted);
 
+/* A drafted position that was not verified (not worth its row): a miss for
+ * spc_acc_rate only (the calibration sees verified positions). */
+void spc_observe_miss(spc_cost *c, spc_req *r);
 /* The calibration (accepted / sum of p) of bucket b: the request's when it
  * has evidence, else the engine-wide one, else 1. */
 double spc_calib(const spc_cost *c, const spc_req *r, int b);
