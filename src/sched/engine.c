@@ -991,6 +991,7 @@ static void *engine_main(void *arg) {
             if (!trimmed && e->p.cache_idle_ms > 0 && hn_now_ms() - idle_since >= e->p.cache_idle_ms) {
                 pthread_mutex_unlock(&e->mu);
                 kv_trim(e->kv, 0);
+                if (e->drf) drf_trim(e->drf);
                 trimmed = true;
                 publish_stats(e);
                 continue;
@@ -1005,6 +1006,7 @@ static void *engine_main(void *arg) {
         if (stop) break;
         if (trim != e->trim_done) {
             kv_trim(e->kv, 0);
+            if (e->drf) drf_trim(e->drf);
             publish_stats(e);
             pthread_mutex_lock(&e->mu);
             e->trim_done = trim;

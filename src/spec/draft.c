@@ -314,6 +314,8 @@ hn_status drf_draft(drf_drafter *d, drf_job *jobs, int32_t n_jobs, hn_err *err) 
     return st;
 }
 
+void drf_trim(drf_drafter *d) { kv_trim(d->kv, 0); }
+
 const spc_cost *drf_cost(const drf_drafter *d) { return &d->cost; }
 
 double drf_token_cost(const drf_drafter *d, const spc_cost *tc, int32_t ctx, int32_t n_sessions, double ratio) {

@@ -70,6 +70,10 @@ drf_seq *drf_seq_new(drf_drafter *d, uint64_t ns);
  * on), gives its blocks back and frees it. The drafter's thread. */
 void drf_seq_free(drf_drafter *d, drf_seq *s);
 
+/* Drops the drafter's cached (unreferenced) prefix blocks and unmaps its
+ * empty slabs (with the target's cache: eng_trim, the idle timer). */
+void drf_trim(drf_drafter *d);
+
 typedef struct drf_job {
     drf_seq *seq;
     const int32_t *toks;      /* the request's tokens (prompt, reply so far); the draft continues them */
