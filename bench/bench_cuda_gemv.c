@@ -9,7 +9,14 @@
  * times, so the bytes come from HBM; the median of SAMPLES samples.
  * Weights are random f32 rows quantized with the type's reference quantizer
  * (a band of rows, repeated to fill the matrix), x random.
- * usage: bench_cuda_gemv [type ...]   (default: every supported type) */
+ * usage: bench_cuda_gemv [type ...]   (default: every supported type)
+ *
+ * bench_cuda_gemv mmq [type ...] times the prefill kernel hc_mmq instead
+ * (default types q4_0 q8_0 q4_K q5_K q6_K) at 16 to 2048 rows on the
+ * three layer shapes: us per product with x quantized in the call and with
+ * x already quantized (reuse_x), TOPS = 2 N K rows / time (1e12), GB/s of
+ * weight bytes, and (up to 512 rows) hc_gemv 8 rows at a time, what prefill
+ * ran before: where mmq starts to pay is HC_MMQ_MIN_ROWS. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,9 +66,131 @@ static void die(const hn_err *e) {
     exit(1);
 }
 
+/* median ms of SAMPLES timed runs of `calls` calls of f (after 2 warm-ups) */
+typedef void (*bench_fn)(void *ctx);
+static double time_ms(hc_timer *tm, int calls, bench_fn f, void *ctx) {
+    hn_err err;
+    float ms[SAMPLES];
+    for (int it = -2; it < SAMPLES; it++) {
+        hc_timer_start(tm, NULL);
+        for (int c = 0; c < calls; c++) f(ctx);
+        hc_timer_stop(tm, NULL);
+        float m;
+        if (hc_timer_ms(tm, &m, &err)) die(&err);
+        if (it >= 0) ms[it] = m / calls;
+    }
+    qsort(ms, SAMPLES, sizeof *ms, cmpf);
+    return ms[SAMPLES / 2];
+}
+
+typedef struct mmq_ctx {
+    hc_weight *w;
+    float *dx, *dy;
+    int na, reuse;
+    hc_gemv_scratch *s;
+} mmq_ctx;
+
+static void run_mmq(void *p) {
+    mmq_ctx *c = p;
+    hn_err err;
+    hc_gemv_params prm = {0, c->reuse};
+    if (hc_mmq(c->w, c->dx, c->na, c->dy, c->s, &prm, NULL, &err)) die(&err);
+}
+
+static void run_gemv8(void *p) {
+    mmq_ctx *c = p;
+    hn_err err;
+    for (int r = 0; r < c->na; r += 8) {
+        const int na = c->na - r < 8 ? c->na - r : 8;
+        if (hc_gemv(c->w, c->dx + (size_t)r * (size_t)c->w->k, na, c->dy + (size_t)r * (size_t)c->w->n, c->s, NULL, NULL,
+                    &err))
+            die(&err);
+    }
+}
+
+static int bench_mmq(int argc, char **argv) {
+    hn_err err;
+    qt_type types[16];
+    int nt = 0;
+    for (int i = 0; i < argc && nt < 16; i++)
+        if (!qt_from_name(argv[i], &types[nt]) || !hc_mmq_supports(types[nt])) {
+            fprintf(stderr, "bench_cuda_gemv: no mmq kernel for type '%s'\n", argv[i]);
+            return 2;
+        } else nt++;
+    if (!nt) {
+        static const qt_type def[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K};
+        nt = (int)(sizeof def / sizeof *def);
+        memcpy(types, def, sizeof def);
+    }
+    static const int rows[] = {16, 32, 64, 512, 2048};
+    const int maxr = 2048;
+    hc_timer tm;
+    if (hc_timer_init(&tm, &err)) die(&err);
+    printf("hc_mmq: us per product (x quantized in the call | reuse_x), TOPS = 2 N K rows / time, GB/s of weights\n");
+    printf("%-7s %-24s %5s %10s %10s %7s %7s %10s %7s\n", "type", "shape", "rows", "us", "us reuse", "TOPS", "GB/s",
+           "gemv8 us", "speedup");
+    for (int ti = 0; ti < nt; ti++) {
+        const qt_type t = types[ti];
+        const qt_type_traits *tr = qt_traits(t);
+        for (int si = 0; si < 3; si++) {
+            const int64_t k = shapes[si].k, n = shapes[si].n, band = 64;
+            const size_t rb = qt_row_size(t, k), bytes = rb * (size_t)n;
+            float *wf = malloc(sizeof(float) * (size_t)(band * k)), *hx = malloc(sizeof(float) * (size_t)(maxr * k));
+            uint8_t *wq = malloc(bytes);
+            if (!wf || !wq || !hx) {
+                fprintf(stderr, "bench_cuda_gemv: out of host memory\n");
+                return 1;
+            }
+            for (int64_t i = 0; i < band * k; i++) wf[i] = 0.05f * gauss();
+            tr->from_float(wf, wq, band * k);
+            for (int64_t j = band; j < n; j += band)
+                memcpy(wq + (size_t)j * rb, wq, rb * (size_t)(n - j < band ? n - j : band));
+            for (int64_t i = 0; i < maxr * k; i++) hx[i] = gauss();
+            hc_weight w;
+            float *dx, *dy;
+            hc_gemv_scratch s;
+            if (hc_weight_upload(&w, t, k, n, wq, &err)) die(&err);
+            if (hc_malloc((void **)&dx, sizeof(float) * (size_t)(maxr * k), &err)) die(&err);
+            if (hc_malloc((void **)&dy, sizeof(float) * (size_t)(maxr * n), &err)) die(&err);
+            if (hc_upload(dx, hx, sizeof(float) * (size_t)(maxr * k), &err)) die(&err);
+            if (hc_gemv_scratch_init_rows(&s, k, maxr, &err)) die(&err);
+            free(wf);
+            free(wq);
+            free(hx);
+            for (int ri = 0; ri < (int)(sizeof rows / sizeof *rows); ri++) {
+                mmq_ctx c = {&w, dx, dy, rows[ri], 0, &s};
+                const double ms = time_ms(&tm, 5, run_mmq, &c);
+                c.reuse = 1;
+                const double msr = time_ms(&tm, 5, run_mmq, &c);
+                c.reuse = 0;
+                const double ms8 = rows[ri] <= 512 ? time_ms(&tm, 2, run_gemv8, &c) : 0;
+                const double tops = 2.0 * (double)n * (double)k * rows[ri] / (msr * 1e-3) / 1e12;
+                printf("%-7s %-24s %5d %10.1f %10.1f %7.1f %7.0f", tr->name, shapes[si].what, rows[ri], ms * 1e3,
+                       msr * 1e3, tops, (double)bytes / (msr * 1e-3) / 1e9);
+                if (ms8 > 0) printf(" %10.1f %6.1fx", ms8 * 1e3, ms8 / ms);
+                printf("\n");
+            }
+            if (hc_sync(&err)) die(&err);
+            hc_gemv_scratch_free(&s);
+            hc_free(dx);
+            hc_free(dy);
+            hc_weight_free(&w);
+        }
+    }
+    hc_timer_free(&tm);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     hn_err err;
     if (hc_init(0, &err)) die(&err);
+    if (argc > 1 && !strcmp(argv[1], "mmq")) {
+        hc_device dev;
+        if (hc_probe(&dev, &err)) die(&err);
+        printf("device: %s, sm_%d%d, %d SMs, clock %d MHz\n", dev.name, dev.cc_major, dev.cc_minor, dev.sm_count,
+               dev.clock_khz / 1000);
+        return bench_mmq(argc - 2, argv + 2);
+    }
     hc_device dev;
     if (hc_probe(&dev, &err)) die(&err);
     double copy = 0, rd = 0;

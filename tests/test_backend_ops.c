@@ -16,7 +16,8 @@
  * (version 5): copy_cols, sigmoid_mul, l2_norm, rope_multi (sections),
  * ssm_conv and delta_net over recurrent-state slots (two interleaved
  * sequences, the state carried across steps and restarted at position 0),
- * state_copy. */
+ * state_copy; and (version 6) the state snapshots of ssm_conv and delta_net
+ * (plan->state_snap), restored and continued. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -109,6 +110,7 @@ static void plan_positions(rig *r, int n, const int32_t *pos, const int32_t *tok
         p->token[i] = tok ? tok[i] : 0;
         p->seq[i] = 0;
         p->slot[i] = -1;
+        p->state_snap[i] = -1;
     }
     r->b->ops->plan_set(r->b, p);
 }
@@ -209,7 +211,7 @@ static void test_same_as_cpu(rig *r, qt_type t) {
         CHECKF(0, "cpu backend for the comparison");
         return;
     }
-    const int K = 512, N = 64, NMAX = 40;
+    const int K = 512, N = 64, NMAX = 100;
     size_t rb = qt_row_size(t, K);
     unsigned char *w = malloc(rb * (size_t)N);
     float *wf = malloc(sizeof(float) * (size_t)K * (size_t)N), *x = malloc(sizeof(float) * (size_t)K * NMAX);
@@ -229,7 +231,7 @@ static void test_same_as_cpu(rig *r, qt_type t) {
     be_tensor *Wc = weight(&c, t, K, N, 1, w, BE_W_MATMUL), *Wb = weight(r, t, K, N, 1, w, BE_W_MATMUL);
     be_tensor *Xc = act(&c, QT_F32, K, NMAX, x), *Xb = act(r, QT_F32, K, NMAX, x);
     be_tensor *Yc = act(&c, QT_F32, N, NMAX, NULL), *Yb = act(r, QT_F32, N, NMAX, NULL);
-    static const int ns[] = {1, 3, 8, 9, NMAX};
+    static const int ns[] = {1, 3, 8, 9, 16, 40, NMAX};
     float *batch = malloc(sizeof(float) * (size_t)N * NMAX);
     for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
         const int n = ns[ni];
@@ -244,18 +246,24 @@ static void test_same_as_cpu(rig *r, qt_type t) {
                scale);
         if (n == NMAX) memcpy(batch, yb, sizeof(float) * (size_t)N * NMAX);
     }
-    /* the rows of a 40-row product equal one-row products (decode vs prefill kernels) */
+    /* the rows of a 100-row product (prefill's kernels) equal one-row products
+     * (decode's), bit for bit: a row's result does not depend on its batch */
     double err = 0;
+    int differ = 0;
     be_tensor *X1 = act(r, QT_F32, K, 1, NULL);
     for (int q = 0; q < NMAX; q += 7) {
         r->b->ops->upload(r->b, X1, 0, x + (size_t)q * K, sizeof(float) * (size_t)K);
         r->b->ops->matmul(r->b, Wb, 0, X1, 1, Yb);
         const float *y1 = back(r, Yb, 1);
-        for (int j = 0; j < N; j++)
+        for (int j = 0; j < N; j++) {
             if (!(fabs((double)y1[j] - batch[(size_t)q * N + j]) <= err)) err = fabs((double)y1[j] - batch[(size_t)q * N + j]);
+            differ += memcmp(&y1[j], &batch[(size_t)q * N + j], sizeof(float)) != 0;
+        }
     }
     CHECKF(err <= tol, "%s: %s: a row of a batch differs from the row alone by %g (scale %g)", r->name, qt_name(t), err,
            scale);
+    CHECKF(differ == 0, "%s: %s: %d outputs of rows of a %d-row batch are not bit-identical to the row alone (largest difference %g)",
+           r->name, qt_name(t), differ, NMAX, err);
     rig_close(&c);
     free(batch);
     free(w);
@@ -266,14 +274,24 @@ static void test_same_as_cpu(rig *r, qt_type t) {
 }
 
 /* matmul_multi equals separate matmuls (weights sharing an act type, and not) */
+/* matmul_multi over weights of these types (nq <= 8) equals separate matmuls, bit for bit */
+static void test_multi_of(rig *r, int n, int nq, const qt_type *ts, const int *N);
 static void test_multi(rig *r, int n) {
     static const qt_type ts[4] = {QT_Q4_K, QT_Q6_K, QT_Q8_0, QT_F16};
+    static const int N[4] = {40, 24, 64, 8};
+    test_multi_of(r, n, 4, ts, N);
+    /* runs of one type (a backend may launch them together): q/k/v-like and gate/up-like */
+    static const qt_type t2[7] = {QT_Q4_K, QT_Q4_K, QT_Q4_K, QT_Q4_K, QT_Q6_K, QT_Q8_0, QT_Q8_0};
+    static const int N2[7] = {72, 20, 20, 9, 33, 100, 36};
+    test_multi_of(r, n, 7, t2, N2);
+}
+
+static void test_multi_of(rig *r, int n, int nq, const qt_type *ts, const int *N) {
     const int K = 256;
-    int N[4] = {40, 24, 64, 8};
-    be_tensor *W[4], *Y[4], *YS[4];
+    be_tensor *W[8], *Y[8], *YS[8];
     float *x = malloc(sizeof(float) * (size_t)K * (size_t)n);
-    unsigned char *w[4];
-    for (int q = 0; q < 4; q++) {
+    unsigned char *w[8];
+    for (int q = 0; q < nq; q++) {
         size_t rb = qt_row_size(ts[q], K);
         w[q] = malloc(rb * (size_t)N[q]);
         float *wf = malloc(sizeof(float) * (size_t)K * (size_t)N[q]);
@@ -285,9 +303,9 @@ static void test_multi(rig *r, int n) {
     }
     for (int i = 0; i < K * n; i++) x[i] = frand();
     be_tensor *X = act(r, QT_F32, K, n, x);
-    r->b->ops->matmul_multi(r->b, 4, (const be_tensor *const *)W, X, n, Y);
+    r->b->ops->matmul_multi(r->b, nq, (const be_tensor *const *)W, X, n, Y);
     int ok = 1;
-    for (int q = 0; q < 4; q++) {
+    for (int q = 0; q < nq; q++) {
         r->b->ops->matmul(r->b, W[q], 0, X, n, YS[q]);
         float *a = malloc(sizeof(float) * (size_t)N[q] * (size_t)n);
         memcpy(a, back(r, Y[q], n), sizeof(float) * (size_t)N[q] * (size_t)n);
@@ -295,7 +313,8 @@ static void test_multi(rig *r, int n) {
         free(a);
         free(w[q]);
     }
-    CHECKF(ok, "%s: matmul_multi equals separate matmuls (n=%d)", r->name, n);
+    CHECKF(ok, "%s: matmul_multi of %d weights (%s first) equals separate matmuls (n=%d)", r->name, nq,
+           qt_name(ts[0]), n);
     free(x);
 }
 
@@ -380,6 +399,122 @@ static void test_attention(rig *r, int window, qt_type kt, qt_type vt) {
         }
     CHECKF(err < 1e-4, "%s%s: attention K %s V %s window %d: max error %g", r->name, r->ref ? " ref" : "", qt_name(kt),
            qt_name(vt), window, err);
+    free(qv);
+    free(kh);
+    free(vh);
+    free(kr);
+    free(vr);
+    kv_seq_free(&s[0], kv);
+    kv_seq_free(&s[1], kv);
+    kv_free(kv);
+}
+
+/* Long contexts: sequence 0 grows to 300 positions in three steps (so the
+ * last step's rows span several 128-position chunks of the split form),
+ * sequence 1 (40 positions) rides along in the last step; then sequence 1's
+ * rows run again alone (the same K/V re-stored). Checked: the last step
+ * against double precision, and sequence 1's rows bit for bit the same in
+ * both steps (a token's result does not depend on its batch). */
+static void test_attention_long(rig *r, qt_type kt, qt_type vt) {
+    hn_err e;
+    const int HKV = 2, G = 4, H = HKV * G, HD = 64, BS = 16, NKV = HKV * HD, L0 = 300, L1 = 40;
+    kv_config c = {.n_layer = 1, .n_head_kv = HKV, .head_dim = HD, .block_size = BS, .n_blocks = 64, .type = kt,
+                   .v_type = vt, .storage = r->b->ops->kv_storage(r->b)};
+    kv_cache *kv;
+    CHECK(kv_create(&c, &kv, &e) == HN_OK);
+    kv_seq s[2];
+    for (int q = 0; q < 2; q++) kv_seq_init(&s[q], kv, 512, &e);
+    kv_seq *sp[2] = {&s[0], &s[1]};
+    /* every position's K/V (host), and their values as stored */
+    float *kh = malloc(sizeof(float) * (size_t)(L0 + L1) * NKV), *vh = malloc(sizeof(float) * (size_t)(L0 + L1) * NKV);
+    float *kr = malloc(sizeof(float) * (size_t)(L0 + L1) * NKV), *vr = malloc(sizeof(float) * (size_t)(L0 + L1) * NKV);
+    float *qv = malloc(sizeof(float) * (size_t)(L0 + L1) * H * HD);
+    unsigned char tmp[4 * NKV * 4];
+    for (int i = 0; i < (L0 + L1) * NKV; i++) {
+        kh[i] = frand() * 3;
+        vh[i] = frand();
+    }
+    for (int i = 0; i < (L0 + L1) * H * HD; i++) qv[i] = frand() * 2;
+    for (int t = 0; t < L0 + L1; t++) {
+        qt_traits(kt)->from_float(kh + (size_t)t * NKV, tmp, NKV);
+        qt_traits(kt)->to_float(tmp, kr + (size_t)t * NKV, NKV);
+        qt_traits(vt)->from_float(vh + (size_t)t * NKV, tmp, NKV);
+        qt_traits(vt)->to_float(tmp, vr + (size_t)t * NKV, NKV);
+    }
+    /* host row of (sequence q, position p) */
+    #define ROW(q, p) ((q) ? L0 + (p) : (p))
+    float *first = malloc(sizeof(float) * (size_t)L1 * H * HD);
+    int32_t pos[128], sid[128], tok[128] = {0};
+    float *kb = malloc(sizeof(float) * 128 * NKV), *vb = malloc(sizeof(float) * 128 * NKV),
+          *qb = malloc(sizeof(float) * 128 * H * HD);
+    double err = 0;
+    bool same = true;
+    for (int step = 0; step < 4; step++) {
+        int n = 0;
+        if (step < 2)
+            for (int p = 128 * step; p < 128 * (step + 1); p++) pos[n] = p, sid[n++] = 0;
+        else if (step == 2) {
+            for (int p = 256; p < L0; p++) pos[n] = p, sid[n++] = 0;
+            for (int p = 0; p < L1; p++) pos[n] = p, sid[n++] = 1;
+        } else
+            for (int p = 0; p < L1; p++) pos[n] = p, sid[n++] = 1;
+        for (int t = 0; t < n; t++) {
+            const int row = ROW(sid[t], pos[t]);
+            memcpy(kb + (size_t)t * NKV, kh + (size_t)row * NKV, sizeof(float) * NKV);
+            memcpy(vb + (size_t)t * NKV, vh + (size_t)row * NKV, sizeof(float) * NKV);
+            memcpy(qb + (size_t)t * H * HD, qv + (size_t)row * H * HD, sizeof(float) * H * HD);
+        }
+        step_batch sb = {.n_tokens = n, .token = tok, .pos = pos, .seq_id = sid, .seqs = sp, .n_seqs = 2};
+        CHECK(plan_build(&r->plan, kv, &sb, 1, 64, &e) == HN_OK);
+        r->b->ops->plan_set(r->b, &r->plan);
+        be_tensor *K = act(r, QT_F32, NKV, n, kb), *V = act(r, QT_F32, NKV, n, vb);
+        r->b->ops->kv_store(r->b, kv, 0, K, V, n);
+        be_tensor *Q = act(r, QT_F32, H * HD, n, qb), *O = act(r, QT_F32, H * HD, n, NULL);
+        be_attn_args a = {.q = Q, .out = O, .n_tokens = n, .n_head = H, .n_head_kv = HKV, .head_dim = HD,
+                          .scale = 1.0f / sqrtf((float)HD), .window = 0, .kv = kv, .layer = 0};
+        r->b->ops->attention(r->b, &a);
+        const float *out = back(r, O, n);
+        plan_finish(&r->plan);
+        if (step < 2) continue;
+        for (int t = 0; t < n; t++) {
+            const float *o = out + (size_t)t * H * HD;
+            if (sid[t] == 1) {
+                float *f = first + (size_t)pos[t] * H * HD;
+                if (step == 2) memcpy(f, o, sizeof(float) * H * HD);
+                else if (memcmp(f, o, sizeof(float) * H * HD)) same = false;
+            }
+            if (step == 3) continue;
+            for (int h = 0; h < H; h++) {
+                const float *qh = qb + ((size_t)t * H + h) * HD;
+                const int kvh = h / G;
+                double sc[512], mx = -1e300, sum = 0;
+                for (int p = 0; p <= pos[t]; p++) {
+                    const float *k = kr + (size_t)ROW(sid[t], p) * NKV + kvh * HD;
+                    double d = 0;
+                    for (int i = 0; i < HD; i++) d += (double)qh[i] * k[i];
+                    sc[p] = d / sqrt((double)HD);
+                    if (sc[p] > mx) mx = sc[p];
+                }
+                for (int p = 0; p <= pos[t]; p++) sum += exp(sc[p] - mx);
+                for (int i = 0; i < HD; i++) {
+                    double acc = 0;
+                    for (int p = 0; p <= pos[t]; p++)
+                        acc += exp(sc[p] - mx) / sum * vr[(size_t)ROW(sid[t], p) * NKV + kvh * HD + i];
+                    const double d = fabs(acc - o[h * HD + i]);
+                    if (!(d <= err)) err = d;
+                }
+            }
+        }
+    }
+    #undef ROW
+    CHECKF(err < 1e-4, "%s%s: attention over 300 positions, K %s V %s: max error %g", r->name, r->ref ? " ref" : "",
+           qt_name(kt), qt_name(vt), err);
+    CHECKF(same, "%s%s: attention K %s V %s: a row's result depends on its batch", r->name, r->ref ? " ref" : "",
+           qt_name(kt), qt_name(vt));
+    free(first);
+    free(kb);
+    free(vb);
+    free(qb);
     free(qv);
     free(kh);
     free(vh);
@@ -831,6 +966,137 @@ static void test_recurrent(rig *r, bool big) {
     kv_free(kv);
 }
 
+/* State snapshots (plan->state_snap, version 6): a step writes the state
+ * after chosen tokens into spare slots, which speculation rolls back to.
+ * Sequences A and B get the same inputs. Step 1: A's positions 0..8 (no
+ * snapshots) interleaved with B's 0..5, B's state after each of its tokens
+ * into a snapshot slot (the last one too). Then, for m = 0, 2, 5, B's state
+ * is restored from snapshot m and its positions m+1..8 computed: conv and
+ * delta-rule outputs equal A's, bit for bit (to rounding where the CPU's
+ * chunked form runs A's long run); and a snapshot changes nothing about a
+ * step's outputs. A snapshot slot out of range fails at sync. */
+static void test_snapshots(rig *r, bool exact) {
+    hn_err e;
+    enum { NK = 2, NV = 2, S = 16, K = 4, C = 2 * NK * S + NV * S, T = 9, NSNAP = 6 };
+    const size_t conv_bytes = sizeof(float) * (K - 1) * C, delta_bytes = sizeof(float) * NV * S * S;
+    kv_config c = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4, .n_blocks = 32,
+                   .storage = r->b->ops->kv_storage(r->b), .state_bytes = conv_bytes + delta_bytes,
+                   .n_state_slots = 2 + NSNAP};
+    kv_cache *kv;
+    CHECK(kv_create(&c, &kv, &e) == HN_OK);
+    kv_seq sq[2];
+    for (int q = 0; q < 2; q++) {
+        kv_seq_init(&sq[q], kv, 16, &e);
+        CHECK(kv_seq_state_acquire(kv, &sq[q], &e) == HN_OK);
+    }
+    int32_t sn[NSNAP];
+    for (int i = 0; i < NSNAP; i++) CHECK((sn[i] = kv_state_alloc(kv)) >= 0);
+    static float u[T][C], al[T][NV], bt[T][NV], w[C][K], dtb[NV], A[NV];
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < C; i++) u[t][i] = frand() * 2;
+        for (int j = 0; j < NV; j++) {
+            al[t][j] = frand() * 4;
+            bt[t][j] = frand() * 4;
+        }
+    }
+    for (int i = 0; i < C; i++)
+        for (int j = 0; j < K; j++) w[i][j] = frand();
+    for (int j = 0; j < NV; j++) {
+        dtb[j] = frand();
+        A[j] = -expf(frand());
+    }
+    be_tensor *U = act(r, QT_F32, C, 16, NULL), *Wt = weight(r, QT_F32, K, C, 1, w, 0);
+    be_tensor *Q = act(r, QT_F32, NK * S, 16, NULL), *Kt = act(r, QT_F32, NK * S, 16, NULL);
+    be_tensor *V = act(r, QT_F32, NV * S, 16, NULL), *O = act(r, QT_F32, NV * S, 16, NULL);
+    be_tensor *AL = act(r, QT_F32, NV, 16, NULL), *BT = act(r, QT_F32, NV, 16, NULL);
+    be_tensor *DT = weight(r, QT_F32, NV, 1, 1, dtb, 0), *AA = weight(r, QT_F32, NV, 1, 1, A, 0);
+    kv_seq *sp[2] = {&sq[0], &sq[1]};
+    static float cu_a[T][C], o_a[T][NV * S]; /* A's outputs per position */
+    double worst = 0;
+    bool bits = true;
+    for (int st = 0; st < 4; st++) {
+        /* st 0: A 0..8 and B 0..5 with snapshots; st 1..3: B from snapshot m = 0, 2, 5 */
+        int32_t tok[16] = {0}, pos[16], sid[16], snap[16];
+        int n = 0, m = st == 1 ? 0 : st == 2 ? 2 : 5;
+        if (st == 0) {
+            for (int p = 0; p < T; p++)
+                for (int q = 0; q < 2; q++)
+                    if (q == 0 || p < NSNAP) {
+                        pos[n] = p;
+                        sid[n] = q;
+                        snap[n++] = q == 1 ? sn[p] : -1;
+                    }
+        } else {
+            r->b->ops->state_copy(r->b, kv, 1, &sn[m], &sq[1].state);
+            kv_seq_truncate(kv, &sq[1], m + 1);
+            sq[1].state_len = m + 1;
+            for (int p = m + 1; p < T; p++) {
+                pos[n] = p;
+                sid[n] = 1;
+                snap[n++] = -1;
+            }
+        }
+        step_batch sb = {.n_tokens = n, .token = tok, .pos = pos, .seq_id = sid, .state_snap = snap, .seqs = sp,
+                         .n_seqs = 2};
+        CHECK(plan_build(&r->plan, kv, &sb, 1, 64, &e) == HN_OK);
+        r->b->ops->plan_set(r->b, &r->plan);
+        for (int i = 0; i < n; i++) {
+            r->b->ops->upload(r->b, U, sizeof(float) * (size_t)i * C, u[pos[i]], sizeof(float) * C);
+            r->b->ops->upload(r->b, AL, sizeof(float) * (size_t)i * NV, al[pos[i]], sizeof(float) * NV);
+            r->b->ops->upload(r->b, BT, sizeof(float) * (size_t)i * NV, bt[pos[i]], sizeof(float) * NV);
+        }
+        r->b->ops->ssm_conv(r->b, U, Wt, n, C, K, kv, 0, U);
+        r->b->ops->copy_cols(r->b, U, C, 0, n, NK * S, Q, NK * S, 0);
+        r->b->ops->copy_cols(r->b, U, C, NK * S, n, NK * S, Kt, NK * S, 0);
+        r->b->ops->copy_cols(r->b, U, C, 2 * NK * S, n, NV * S, V, NV * S, 0);
+        r->b->ops->l2_norm(r->b, Q, n * NK, S, 1e-6f, Q);
+        r->b->ops->l2_norm(r->b, Kt, n * NK, S, 1e-6f, Kt);
+        be_delta_args da = {.q = Q, .k = Kt, .v = V, .alpha = AL, .beta = BT, .dt_bias = DT, .a = AA, .out = O,
+                            .n_tokens = n, .n_k_heads = NK, .n_v_heads = NV, .head_dim = S, .kv = kv,
+                            .state_off = conv_bytes};
+        r->b->ops->delta_net(r->b, &da);
+        const void *hu = NULL, *ho = NULL;
+        r->b->ops->fetch(r->b, U, n, &hu);
+        r->b->ops->fetch(r->b, O, n, &ho);
+        CHECKF(r->b->ops->sync(r->b, &e) == HN_OK, "%s: snapshots: sync: %s", r->name, e.msg);
+        const float *cu = hu, *o = ho;
+        for (int i = 0; st == 0 && i < n; i++)
+            if (sid[i] == 0) {
+                memcpy(cu_a[pos[i]], cu + (size_t)i * C, sizeof(float) * C);
+                memcpy(o_a[pos[i]], o + (size_t)i * NV * S, sizeof(float) * NV * S);
+            }
+        for (int i = 0; i < n; i++) {
+            if (sid[i] != 1) continue;
+            const float *cb = cu + (size_t)i * C, *ob = o + (size_t)i * NV * S;
+            bits &= !memcmp(cb, cu_a[pos[i]], sizeof(float) * C) && !memcmp(ob, o_a[pos[i]], sizeof(float) * NV * S);
+            for (int j = 0; j < C; j++) worst = fmax(worst, fabs(cb[j] - cu_a[pos[i]][j]));
+            for (int j = 0; j < NV * S; j++) worst = fmax(worst, fabs(ob[j] - o_a[pos[i]][j]));
+        }
+        plan_finish(&r->plan);
+    }
+    CHECKF(worst < 1e-4 && (bits || !exact), "%s: snapshots: restored states continue as the unbroken run (%s, error %g)",
+           r->name, bits ? "same bits" : "different bits", worst);
+    /* a snapshot slot that is not a slot of the cache */
+    {
+        int32_t tok[1] = {0}, pos[1] = {sq[0].n_tokens}, sid[1] = {0}, snap[1] = {2 + NSNAP + 5};
+        step_batch sb = {.n_tokens = 1, .token = tok, .pos = pos, .seq_id = sid, .state_snap = snap, .seqs = sp,
+                         .n_seqs = 2};
+        CHECK(plan_build(&r->plan, kv, &sb, 1, 64, &e) == HN_OK);
+        r->b->ops->plan_set(r->b, &r->plan);
+        r->b->ops->ssm_conv(r->b, U, Wt, 1, C, K, kv, 0, U);
+        CHECKF(r->b->ops->sync(r->b, &e) == HN_ERR_INVALID, "%s: ssm_conv: a bad snapshot slot fails", r->name);
+        be_delta_args da = {.q = Q, .k = Kt, .v = V, .alpha = AL, .beta = BT, .dt_bias = DT, .a = AA, .out = O,
+                            .n_tokens = 1, .n_k_heads = NK, .n_v_heads = NV, .head_dim = S, .kv = kv,
+                            .state_off = conv_bytes};
+        r->b->ops->plan_set(r->b, &r->plan);
+        r->b->ops->delta_net(r->b, &da);
+        CHECKF(r->b->ops->sync(r->b, &e) == HN_ERR_INVALID, "%s: delta_net: a bad snapshot slot fails", r->name);
+    }
+    for (int i = 0; i < NSNAP; i++) kv_state_free(kv, sn[i]);
+    for (int q = 0; q < 2; q++) kv_seq_free(&sq[q], kv);
+    kv_free(kv);
+}
+
 /* The delta rule's fast token step (the CPU: AVX2) gives the same bits as
  * the scalar form (reference mode), outputs and state, at head dims 64 and
  * 128 over a few tokens of one sequence. */
@@ -924,12 +1190,16 @@ static bool run_backend(const char *name, int nth, bool ref) {
     }
     test_multi(&r, 1);
     test_multi(&r, 3);
+    test_multi(&r, 8);
+    test_multi(&r, 40); /* prefill's kernels, x quantized once for q4_K and q6_K */
     static const qt_type kts[] = {QT_F32, QT_F16, QT_Q8_0}, vts[] = {QT_F32, QT_F16, QT_Q8_0, QT_Q4_0, QT_Q4_1};
     for (int w = 0; w < 3; w++) {
         int window = w == 0 ? 0 : w == 1 ? 5 : 3;
         for (size_t a = 0; a < 3; a++)
             for (size_t b = 0; b < 5; b++) test_attention(&r, window, kts[a], vts[b]);
     }
+    test_attention_long(&r, QT_F16, QT_F16);
+    test_attention_long(&r, QT_Q8_0, QT_Q4_0);
     test_rope(&r, 9);
     test_rope(&r, 128);
     test_elementwise(&r, 3);
@@ -944,6 +1214,7 @@ static bool run_backend(const char *name, int nth, bool ref) {
         test_hybrid_small(&r);
         test_recurrent(&r, false);
         test_recurrent(&r, true);
+        test_snapshots(&r, true);
     }
     if (!strcmp(name, "cpu") && !ref) {
         test_delta_bits(&r);
@@ -951,6 +1222,7 @@ static bool run_backend(const char *name, int nth, bool ref) {
         cpu_delta_chunk(r.b, 2);
         test_recurrent(&r, false);
         test_recurrent(&r, true);
+        test_snapshots(&r, false); /* sequences with snapshots take the token step; A's run is chunked */
         cpu_delta_chunk(r.b, 0);
     }
     rig_close(&r);
@@ -971,6 +1243,11 @@ int main(void) {
         bool ran = true;
         for (int nth = 1; nth <= nth_max; nth++) {
             ran = run_backend(names[i], nth, false) && run_backend(names[i], nth, true) && ran;
+        }
+        if (!strcmp(names[i], "cuda")) { /* the one-block-per-head attention too */
+            setenv("HONE_CUDA_ATTN_SPLIT", "0", 1);
+            ran = run_backend(names[i], 1, false) && ran;
+            unsetenv("HONE_CUDA_ATTN_SPLIT");
         }
         printf("backend %s: %s\n", names[i], ran ? "tested" : "could not be created (see above)");
     }

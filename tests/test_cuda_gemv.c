@@ -2,7 +2,8 @@
  * against the CPU's scalar dequantizer, for every supported type, 1..8
  * activation rows, each rows-per-warp choice and shapes with K not a multiple
  * of 256 (where the type allows) and N not a multiple of the rows a block
- * computes. Skips (passing) without a CUDA build or device.
+ * computes; then the prefill kernel hc_mmq against hc_gemv, bit for bit
+ * (test_mmq). Skips (passing) without a CUDA build or device.
  *
  * Bounds. The reference kernel (f32 x, f64 sum) must match the CPU's f64
  * product of the dequantized rows to 1e-6 of sum |w x| (float rounding of
@@ -206,6 +207,148 @@ done:
     free(tol_x);
 }
 
+/* hc_mmq (prefill) against hc_gemv bit for bit: y of na rows in one hc_mmq
+ * call equals, byte for byte, hc_gemv's of the same rows 8 at a time (and
+ * row 0 alone), for row counts around the kernel's 64 x 64 tiles, K not a
+ * multiple of its 1024-value sweep, N not a multiple of 64; the rows past
+ * na stay untouched; reuse_x gives the same bits again. */
+#define MQR 512
+static const shape mq_shapes_k[] = {{256, 37}, {1280, 130}, {4096, 64}, {4352, 200}, {12288, 67}};
+static const shape mq_shapes_32[] = {{32, 5}, {96, 130}, {1120, 64}, {4096, 67}, {4160, 200}};
+static const int mq_rows[] = {1, 5, 16, 17, 40, 64, 100, 512};
+
+/* bytes of y against want (na x n); prints the first differences and the largest, relative to the largest |want| */
+static int compare_bits(const char *what, const float *y, const float *want, int na, int64_t n) {
+    if (!memcmp(y, want, sizeof(float) * (size_t)na * (size_t)n)) return 0;
+    int bad = 0, shown = 0;
+    double big = 0, worst = 0;
+    for (int64_t i = 0; i < na * n; i++) big = fmax(big, fabs((double)want[i]));
+    for (int r = 0; r < na; r++)
+        for (int64_t j = 0; j < n; j++) {
+            const float a = y[r * n + j], b = want[r * n + j];
+            if (!memcmp(&a, &b, sizeof a)) continue;
+            bad++;
+            worst = fmax(worst, isnan(a) || isnan(b) ? INFINITY : fabs((double)a - b));
+            if (shown++ < 8)
+                fprintf(stderr, "  %s: row %d col %lld: mmq %.9g (%a) gemv %.9g (%a)\n", what, r, (long long)j, a, a, b, b);
+        }
+    fprintf(stderr, "  %s: %d of %lld outputs differ, largest difference %.3g (largest |output| %.3g)\n", what, bad,
+            (long long)(na * n), worst, big);
+    return bad;
+}
+
+static void test_mmq(qt_type t, const shape *sh) {
+    const qt_type_traits *tr = qt_traits(t);
+    const int64_t k = sh->k, n = sh->n;
+    const size_t wbytes = (size_t)n * qt_row_size(t, k);
+    float *wf = malloc(sizeof(float) * (size_t)(n * k)), *x = malloc(sizeof(float) * (size_t)(MQR * k));
+    float *yg = malloc(sizeof(float) * (size_t)(MQR * n)), *y = malloc(sizeof(float) * (size_t)(MQR * n));
+    void *wq = malloc(wbytes);
+    hn_err err;
+    hc_weight w;
+    memset(&w, 0, sizeof w);
+    float *dx = NULL, *dyg = NULL, *dy = NULL;
+    hc_gemv_scratch s, s8;
+    memset(&s, 0, sizeof s);
+    memset(&s8, 0, sizeof s8);
+    if (!wf || !x || !yg || !y || !wq) {
+        CHECK(!"out of host memory");
+        goto done;
+    }
+    for (int64_t i = 0; i < n * k; i++) wf[i] = 0.05f * test_gauss();
+    tr->from_float(wf, wq, n * k);
+    for (int r = 0; r < MQR; r++)
+        for (int64_t i = 0; i < k; i++) x[r * k + i] = (1.0f + (float)(r % 13)) * test_gauss();
+    for (int64_t i = 0; i < k && i < 32; i++) x[1 * k + i] = 0.0f; /* an all-zero block: scale 0 */
+    for (int64_t i = 0; i < k; i++) x[3 * k + i] = 0.0f;            /* an all-zero row */
+    x[2 * k + k / 2] = 40.0f;                                         /* an outlier */
+    x[70 * k + k - 1] = -300.0f;
+    hn_status st = hc_weight_upload(&w, t, k, n, wq, &err);
+    if (!st) st = hc_malloc((void **)&dx, sizeof(float) * (size_t)(MQR * k), &err);
+    if (!st) st = hc_malloc((void **)&dyg, sizeof(float) * (size_t)(MQR * n), &err);
+    if (!st) st = hc_malloc((void **)&dy, sizeof(float) * (size_t)(MQR * n), &err);
+    if (!st) st = hc_upload(dx, x, sizeof(float) * (size_t)(MQR * k), &err);
+    if (!st) st = hc_gemv_scratch_init_rows(&s, k, MQR, &err);
+    if (!st) st = hc_gemv_scratch_init(&s8, k, &err);
+    /* the reference: hc_gemv, 8 rows at a time */
+    for (int r = 0; r < MQR && !st; r += MAXR)
+        st = hc_gemv(&w, dx + (size_t)r * (size_t)k, MAXR, dyg + (size_t)r * (size_t)n, &s8, NULL, NULL, &err);
+    if (!st) st = hc_sync(&err);
+    if (!st) st = hc_download(yg, dyg, sizeof(float) * (size_t)(MQR * n), &err);
+    CHECKF(st == HN_OK, "%s mmq k=%lld n=%lld setup: %s", tr->name, (long long)k, (long long)n, err.msg);
+    if (st) goto done;
+    /* row 0 alone through hc_gemv: the same bits as in its batch of 8 */
+    st = hc_gemv(&w, dx, 1, dy, &s8, NULL, NULL, &err);
+    if (!st) st = hc_sync(&err);
+    if (!st) st = hc_download(y, dy, sizeof(float) * (size_t)n, &err);
+    CHECKF(st == HN_OK && !compare_bits("gemv row 0 alone", y, yg, 1, n), "%s k=%lld n=%lld: hc_gemv's row 0 alone differs from its batch of 8",
+           tr->name, (long long)k, (long long)n);
+    for (size_t ri = 0; ri < sizeof mq_rows / sizeof *mq_rows && !st; ri++) {
+        const int na = mq_rows[ri];
+        for (int v = 0; v < 2 && !st; v++) { /* v 1: reuse_x, the x that v 0 quantized */
+            hc_gemv_params p = {0, v};
+            st = hc_fill_f32(dy, (size_t)(MQR * n), NAN, &err);
+            if (!st) st = hc_mmq(&w, dx, na, dy, &s, &p, NULL, &err);
+            if (!st) st = hc_sync(&err);
+            if (!st) st = hc_download(y, dy, sizeof(float) * (size_t)(MQR * n), &err);
+            CHECKF(st == HN_OK, "%s mmq k=%lld n=%lld na=%d: %s", tr->name, (long long)k, (long long)n, na, err.msg);
+            if (st) break;
+            char what[96];
+            snprintf(what, sizeof what, "%s k=%lld n=%lld na=%d%s", tr->name, (long long)k, (long long)n, na,
+                     v ? " reuse_x" : "");
+            const int bad = compare_bits(what, y, yg, na, n);
+            CHECKF(bad == 0, "%s: hc_mmq differs from hc_gemv in %d outputs", what, bad);
+            int wrote = 0;
+            for (int64_t i = (int64_t)na * n; i < MQR * n; i++) wrote += !isnan(y[i]);
+            CHECKF(wrote == 0, "%s: hc_mmq wrote %d outputs past its rows", what, wrote);
+        }
+    }
+done:
+    hc_gemv_scratch_free(&s);
+    hc_gemv_scratch_free(&s8);
+    hc_free(dx);
+    hc_free(dyg);
+    hc_free(dy);
+    hc_weight_free(&w);
+    free(wf);
+    free(x);
+    free(yg);
+    free(y);
+    free(wq);
+}
+
+static void test_mmq_errors(void) {
+    hn_err err;
+    hc_weight w, wf;
+    uint8_t buf[4096] = {0};
+    float *d = NULL;
+    hc_gemv_scratch s;
+    memset(&s, 0, sizeof s);
+    CHECK(hc_gemv_scratch_init_rows(&s, 32, MAXR - 1, &err) == HN_ERR_INVALID);
+    CHECK(hc_gemv_scratch_init_rows(&s, 32, 65536, &err) == HN_ERR_INVALID);
+    CHECK(hc_mmq_supports(QT_Q4_0) && hc_mmq_supports(QT_Q8_0) && hc_mmq_supports(QT_Q4_K) &&
+          hc_mmq_supports(QT_Q5_K) && hc_mmq_supports(QT_Q6_K));
+    CHECK(!hc_mmq_supports(QT_F16) && !hc_mmq_supports(QT_BF16) && !hc_mmq_supports(QT_Q2_K));
+    hn_status st = hc_weight_upload(&w, QT_Q8_0, 64, 4, buf, &err);
+    if (!st) st = hc_weight_upload(&wf, QT_F16, 64, 4, buf, &err);
+    if (!st) st = hc_malloc((void **)&d, 65536, &err);
+    if (!st) st = hc_gemv_scratch_init_rows(&s, 64, 20, &err);
+    CHECKF(st == HN_OK, "mmq error buffers: %s", err.msg);
+    if (!st) {
+        CHECK(s.max_rows == 20 && s.max_k == 64);
+        CHECK(hc_mmq(&w, d, 0, d, &s, NULL, NULL, &err) == HN_ERR_INVALID);
+        CHECK(hc_mmq(&w, d, 21, d, &s, NULL, NULL, &err) == HN_ERR_INVALID && strstr(err.msg, "scratch"));
+        CHECK(hc_mmq(&w, d, 20, d, NULL, NULL, NULL, &err) == HN_ERR_INVALID);
+        CHECK(hc_mmq(&wf, d, 20, d, &s, NULL, NULL, &err) == HN_ERR_UNSUPPORTED);
+        CHECK(hc_mmq(&w, d, 20, d, &s, NULL, NULL, &err) == HN_OK);
+        CHECK(hc_sync(&err) == HN_OK);
+        hc_weight_free(&w);
+        hc_weight_free(&wf);
+    }
+    hc_gemv_scratch_free(&s);
+    hc_free(d);
+}
+
 static void test_errors(void) {
     hn_err err;
     void *p = (void *)1;
@@ -276,6 +419,18 @@ int main(void) {
         const int before = test_failed_;
         for (size_t j = 0; j < ns; j++) test_type(t, &sh[j]);
         printf("%-7s %s\n", tr->name, test_failed_ == before ? "ok" : "FAILED");
+    }
+    test_mmq_errors();
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        const qt_type t = types[i];
+        if (!hc_mmq_supports(t)) continue;
+        const qt_type_traits *tr = qt_traits(t);
+        const bool kq = tr->blck_size == 256;
+        const shape *sh = kq ? mq_shapes_k : mq_shapes_32;
+        const size_t ns = kq ? sizeof mq_shapes_k / sizeof *mq_shapes_k : sizeof mq_shapes_32 / sizeof *mq_shapes_32;
+        const int before = test_failed_;
+        for (size_t j = 0; j < ns; j++) test_mmq(t, &sh[j]);
+        printf("%-7s mmq = gemv bit for bit: %s\n", tr->name, test_failed_ == before ? "ok" : "FAILED");
     }
     TEST_DONE();
 }

@@ -91,8 +91,11 @@ static bool coll_wait(coll *c, int seconds) {
     return done;
 }
 
+static int spec_mode = ENG_SPEC_OFF; /* the engines' speculation (engine()) */
+
 static eng_engine *engine(int block, size_t kv_bytes, bool prefix, int32_t step, int32_t running) {
     eng_params p = eng_default_params();
+    p.spec = spec_mode;
     p.model_path = model_path;
     p.n_threads = 2;
     p.n_ctx = 1024;
@@ -555,9 +558,11 @@ static void test_stress(void) {
         else other++;
         coll_destroy(&c[i]);
     }
-    printf("stress: %d requests: %d finished, %d cancelled, %d other; %llu preemptions, %llu evictions, %llu steps\n",
+    printf("stress: %d requests: %d finished, %d cancelled, %d other; %llu preemptions, %llu evictions, %llu steps; "
+           "drafted %llu, accepted %llu\n",
            nreq, normal, cancelled, other, (unsigned long long)s.preemptions, (unsigned long long)s.evictions,
-           (unsigned long long)s.steps);
+           (unsigned long long)s.steps, (unsigned long long)s.spec_drafted, (unsigned long long)s.spec_accepted);
+    CHECKF(spec_mode == ENG_SPEC_OFF || (s.spec_drafted > 0 && s.spec_verify_steps > 0), "stress: drafts verified");
     CHECK(errors == 0 && once);
     CHECK(normal > 0 && cancelled > 0);
     CHECKF(s.check_failures == 0, "invariants held after every step (%llu failures: %s)",
@@ -842,5 +847,16 @@ int main(void) {
     test_memory();
     test_hybrid_edit();
     test_hybrid_cap();
+    /* and with speculation (drafts always verified): rejected drafts roll the
+     * recurrent state back, through preemption, cancels and the stress run */
+    printf("hybrid model, --spec suffix:\n");
+    spec_mode = ENG_SPEC_SUFFIX;
+    test_basic();
+    test_prefix_turns();
+    test_preempt();
+    test_cancel();
+    test_stress();
+    test_hybrid_edit();
+    spec_mode = ENG_SPEC_OFF;
     TEST_DONE();
 }

@@ -14,8 +14,9 @@
  *   - qwen3-agent with qwen3-real (random weights, the same Qwen3 tokenizer)
  *     as its drafter: drafts miss, output unchanged, and auto switches the
  *     drafter off (few proposals);
- *   - the random 2k models (llama, qwen3moe) with qwen3-2k as drafter (the
- *     same 2048-token vocabulary), and qwen3-2k drafting for itself;
+ *   - the random 2k models (llama, qwen3moe, and the hybrid qwen35-tiny, whose
+ *     recurrent state is rolled back) with qwen3-2k as drafter (the same
+ *     2048-token vocabulary), and qwen3-2k drafting for itself;
  * plus a constraint whose allowed set follows the previous token and seeded
  * sampling at temperature 0.8 (the same tokens too), the counters (requests'
  * add up to the engine's; the drafter's steps, proposals and memory), and the
@@ -353,6 +354,8 @@ int main(void) {
     pair_case("qwen3-2k-q8_0.gguf", "qwen3-2k-q8_0.gguf", 3, 2000, false, true);
     pair_case("llama-2k-q8_0.gguf", "qwen3-2k-q8_0.gguf", 3, 2000, false, false);
     pair_case("qwen3moe-2k-q8_0.gguf", "qwen3-2k-q8_0.gguf", 3, 2000, false, false);
+    /* a hybrid target (its recurrent state rolled back after rejected drafts) with a plain drafter */
+    pair_case("qwen35-tiny-q8_0.gguf", "qwen3-2k-q8_0.gguf", 3, 2000, false, false);
 
     refused("qwen3-agent-q8_0.gguf", "qwen3-2k-q8_0.gguf", ENG_SPEC_DRAFT, HN_ERR_UNSUPPORTED, "vocabulary");
     refused("qwen3-2k-q8_0.gguf", "qwen3-agent-q8_0.gguf", ENG_SPEC_AUTO, HN_ERR_UNSUPPORTED, "vocabulary");

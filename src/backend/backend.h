@@ -38,8 +38,10 @@
 
 /* version 4: handles, plans and one sync per step replaced the host-pointer
  * ops of versions 1-3; append-only from here. Version 5: the hybrid
- * (Gated DeltaNet) ops, copy_cols .. state_copy. */
-#define BE_OPS_VERSION 5
+ * (Gated DeltaNet) ops, copy_cols .. state_copy. Version 6: ssm_conv and
+ * delta_net also write the state after a token into the plan's snapshot
+ * slot for it (plan->state_snap), which speculation rolls back to. */
+#define BE_OPS_VERSION 6
 
 /* most weights in one matmul_multi call */
 #define BE_MULTI_MAX 8
@@ -114,7 +116,11 @@ typedef struct be_attn_args {
  * q, k are [n][n_k_heads * S] (L2-normalised by the caller), v and out
  * [n][n_v_heads * S], alpha and beta [n][n_v_heads] (raw projections). The
  * state of this layer sits at byte state_off of each slot: n_v_heads S x S
- * f32 matrices, row-major. */
+ * f32 matrices, row-major. Snapshots: where plan->state_snap[t] >= 0, this
+ * layer's state right after token t is also written at state_off of that
+ * slot (the sequence's own slot still ends with the state after its last
+ * token); a sequence with snapshots, or rowwise, is computed token by token,
+ * each token as a one-token step would compute it. */
 typedef struct be_delta_args {
     const be_tensor *q, *k, *v, *alpha, *beta;
     const be_tensor *dt_bias, *a; /* [n_v_heads] f32 weights */
@@ -262,7 +268,9 @@ typedef struct be_ops {
      * u the inputs x (rows of channels), the ones before this step taken
      * from the sequence's conv state (the last K-1 inputs, zero before
      * position 0) at byte state_off of its slot ([K-1][channels] f32), which
-     * is updated. w is f32 [channels][K] (ne {K, channels}). */
+     * is updated. w is f32 [channels][K] (ne {K, channels}). Where
+ * plan->state_snap[t] >= 0, the window right after token t is also written
+ * at state_off of that slot (see delta_net). */
     void (*ssm_conv)(be_backend *b, const be_tensor *x, const be_tensor *w, int n, int channels, int kernel,
                      const kv_cache *kv, size_t state_off, be_tensor *y);
     void (*delta_net)(be_backend *b, const be_delta_args *a);

@@ -199,6 +199,14 @@ static hn_status check_recurrent(model *m, const kv_cache *kv, const step_plan *
                            "forward: a recurrent sequence continues at position %d, not %d (its state is there)",
                            (int)m->seq_next[si], (int)pos);
         m->seq_next[si] = pos + 1;
+        /* a snapshot goes to a slot of the cache that no sequence of the step lives in */
+        int32_t snap = p->state_snap ? p->state_snap[i] : -1;
+        if (snap < -1 || snap >= kv->n_state_slots)
+            return hn_errf(err, HN_ERR_INVALID, "forward: token %d's state snapshot slot %d is not a slot", (int)i, (int)snap);
+        for (int32_t sj = 0; snap >= 0 && sj < p->n_seqs; sj++)
+            if (p->state_slot[sj] == snap)
+                return hn_errf(err, HN_ERR_INVALID, "forward: token %d's state snapshot slot %d is sequence %d's state",
+                               (int)i, (int)snap, (int)sj);
     }
     return HN_OK;
 }

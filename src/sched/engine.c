@@ -101,6 +101,10 @@ typedef struct ereq {
     bool dprobe;          /* this step's model draft is a probe of a switched-off request */
     int32_t dprobe_fails; /* probes in a row that had no token accepted (each doubles the interval, to 16x) */
     spc_req dctl;
+    /* hybrids, this step: its verified rows' state snapshots are spare[snap0 ..
+     * snap0 + n_draft) (-1: none); after verify, v_pos is the position of
+     * its decode row */
+    int32_t snap0, v_pos;
 } ereq;
 
 struct eng_engine {
@@ -150,7 +154,12 @@ struct eng_engine {
     bool hybrid;
     int32_t *ck_src, *ck_dst;
     int32_t n_ck;
-    /* speculative decoding (spec: in effect; OFF for hybrids) */
+    /* hybrids speculating: the spare state slots that a verify step writes
+     * each verified row's state into (spare[0, n_spare) mapped, at most
+     * spare_cap; spare_used this step), and the step's snapshot slot per row */
+    int32_t *spare, n_spare, spare_cap, spare_used;
+    int32_t *b_snap;
+    /* speculative decoding (spec: in effect) */
     int spec;
     int32_t spec_max, spec_rows; /* per request; drafted rows per step (logits rows beyond max_running) */
     spc_cost cost;
@@ -257,19 +266,36 @@ static void flush_ckpts(eng_engine *e) {
     e->n_ck = 0;
 }
 
+/* Hybrids: the deepest block boundary at which the sequence's state is at
+ * hand, and the slot holding it: its length when that is a boundary (the
+ * live slot), or, after this step's verify crossed a boundary before its
+ * last kept row, that row's snapshot (a spare slot). 0: none. */
+static int32_t ckpt_src(const eng_engine *e, const ereq *q, int32_t *src) {
+    int bs = e->kv->cfg.block_size;
+    const kv_seq *s = &q->seq;
+    int32_t n = s->n_tokens, at = n / bs * bs;
+    *src = s->state;
+    if (s->state < 0 || s->state_len != n || n <= 0) return 0;
+    if (at == n) return n;
+    if (q->snap0 < 0 || at <= q->v_pos) return 0;
+    *src = e->spare[q->snap0 + (at - 1 - q->v_pos)];
+    return at;
+}
+
 static void release_seq(eng_engine *e, ereq *q) {
     if (e->p.prefix_cache) kv_seq_commit(e->kv, &q->seq, q->toks, q->n_toks);
     if (e->hybrid) {
         flush_ckpts(e);
         /* a sequence leaving at a block boundary (preempted in prefill, or a
-         * reply that ends on one) keeps its state as a checkpoint */
+         * reply that ends on one or crossed one in its last verify) keeps its
+         * state there as a checkpoint */
         int bs = e->kv->cfg.block_size;
         kv_seq *s = &q->seq;
-        if (e->p.prefix_cache && s->state >= 0 && s->n_tokens > 0 && s->n_tokens % bs == 0 &&
-            s->state_len == s->n_tokens && s->n_hashed * bs == s->n_tokens) {
+        int32_t src, at = ckpt_src(e, q, &src);
+        if (e->p.prefix_cache && at > 0 && s->n_hashed * bs == at) {
             int32_t slot = kv_ckpt_take(e->kv, s->blocks[s->n_hashed - 1]);
             hn_err err;
-            if (slot >= 0 && model_state_copy(e->m, e->kv, 1, &s->state, &slot, &err))
+            if (slot >= 0 && model_state_copy(e->m, e->kv, 1, &src, &slot, &err))
                 kv_ckpt_drop(e->kv, s->blocks[s->n_hashed - 1]);
         }
         kv_seq_state_release(e->kv, s);
@@ -431,6 +457,25 @@ static void preempt_one(eng_engine *e) {
     e->preemptions++;
 }
 
+/* Hybrids speculating: makes n spare state slots available for this step's
+ * snapshots beyond those taken (mapping more as needed); returns how many
+ * are (fewer only when a slot cannot be mapped). */
+static int32_t spare_room(eng_engine *e, int32_t n) {
+    while (e->n_spare < e->spare_used + n && e->n_spare < e->spare_cap) {
+        int32_t slot = kv_state_alloc(e->kv);
+        if (slot < 0) break;
+        e->spare[e->n_spare++] = slot;
+    }
+    int32_t room = e->n_spare - e->spare_used;
+    return room < n ? room : n;
+}
+
+/* Gives the spare slots back (the engine is idle: memory follows the running sequences). */
+static void spares_release(eng_engine *e) {
+    while (e->n_spare > 0) kv_state_free(e->kv, e->spare[--e->n_spare]);
+    e->spare_used = 0;
+}
+
 /* Speculation: drafts tokens to verify after a decoding request's token
  * this step (q->n_draft, q->draft), as many as the controller finds worth
  * their rows (spec/ctl.h) within what is left of the step's drafted rows
@@ -442,6 +487,7 @@ static int32_t choose_draft(eng_engine *e, ereq *q, int32_t *rows_left, int32_t 
     if (q->draft_model) { /* the draft model's proposal (model_drafts): its cost is paid, choose how many to verify */
         int32_t np = q->n_mprop;
         if (np > *rows_left) np = *rows_left;
+        if (np > 0 && e->hybrid) np = spare_room(e, np); /* a snapshot slot per drafted row */
         if (np <= 0) return 0;
         double qv[ENG_SPEC_MAX], ex = 0;
         for (int32_t j = 0; j < np; j++)
@@ -452,6 +498,11 @@ static int32_t choose_draft(eng_engine *e, ereq *q, int32_t *rows_left, int32_t 
             spc_observe_miss(&e->dcal, &q->dctl);
         q->draft_noted = true; /* (plan() may run twice after a preemption) */
         q->n_draft = k;
+        if (e->hybrid && k > 0) {
+            q->snap0 = e->spare_used;
+            q->v_pos = INT32_MAX; /* verify sets it */
+            e->spare_used += k;
+        }
         *rows_left -= k;
         *rows += k;
         *toks += ex;
@@ -469,6 +520,7 @@ static int32_t choose_draft(eng_engine *e, ereq *q, int32_t *rows_left, int32_t 
     if (q->max_gen > 0 && kmax > q->max_gen - q->n_gen - 1) kmax = q->max_gen - q->n_gen - 1;
     if (kmax <= 0) return 0;
     int32_t np = sfx_propose(q->sfx, 1, kmax, q->draft, q->draft_p);
+    if (np > 0 && e->hybrid) np = spare_room(e, np); /* a snapshot slot per drafted row */
     if (np <= 0) return 0;
     int b = spc_len_bucket(sfx_match_len(q->sfx));
     double ex = 0;
@@ -478,6 +530,11 @@ static int32_t choose_draft(eng_engine *e, ereq *q, int32_t *rows_left, int32_t 
     if (k > 0) q->ctl.idle = 0;
     q->n_draft = k;
     q->draft_bucket = b;
+    if (e->hybrid && k > 0) {
+        q->snap0 = e->spare_used;
+        q->v_pos = INT32_MAX; /* verify sets it */
+        e->spare_used += k;
+    }
     *rows_left -= k;
     *rows += k;
     *toks += ex;
@@ -574,10 +631,12 @@ restart:;
     /* speculation: the step's decode rows and context, for the controller */
     int32_t spec_left = e->spec_rows, spec_rows = 0, spec_ctx = 0;
     double spec_toks = 0;
+    e->spare_used = 0;
     for (int32_t i = 0; i < e->n_running; i++) {
         ereq *q = e->running[i];
         q->logit_row = -1;
         q->n_draft = 0;
+        q->snap0 = -1;
         if (q->n_toks - q->seq.n_tokens == 1) {
             spec_rows++;
             if (q->n_toks > spec_ctx) spec_ctx = q->n_toks;
@@ -621,6 +680,10 @@ restart:;
             hn_status rst = kv_seq_reserve(e->kv, &q->seq, q->seq.n_tokens + chunk, &err);
             if (rst != HN_OK && q->n_draft > 0) { /* no room for the draft: plain decoding, no preemption for it */
                 kv_seq_truncate(e->kv, &q->seq, q->seq.n_tokens);
+                if (q->snap0 >= 0) { /* its snapshot slots were the last taken */
+                    e->spare_used = q->snap0;
+                    q->snap0 = -1;
+                }
                 spec_left += q->n_draft;
                 q->n_draft = 0;
                 chunk = 1;
@@ -646,6 +709,8 @@ restart:;
                 e->b_pos[n + t] = q->seq.n_tokens + t;
                 e->b_sid[n + t] = n_seqs;
                 e->b_want[n + t] = q->n_draft > 0;
+                /* hybrids: the state after each verified row but the last (the live slot's) kept */
+                e->b_snap[n + t] = q->snap0 >= 0 && t < chunk - 1 ? e->spare[q->snap0 + t] : -1;
             }
             if (q->n_draft > 0) {
                 q->logit_row = n_rows;
@@ -759,6 +824,24 @@ static bool verify(eng_engine *e, ereq *q, float *rows, eng_finish *fin, hn_stat
     int32_t keep = L + 1;
     for (int32_t m = 0; m < k && keep < q->n_toks && q->toks[keep] == q->draft[m]; m++) keep++;
     kv_seq_truncate(e->kv, &q->seq, keep);
+    if (q->snap0 >= 0 && q->seq.state >= 0) {
+        /* hybrids: the recurrent state rolls back to the last kept row's,
+         * which the step wrote into a spare slot (the last row's is the live
+         * slot's already): the two slots swap roles, nothing is copied */
+        int32_t m = keep - (L + 1);
+        if (m < k) {
+            int32_t t = q->seq.state;
+            q->seq.state = e->spare[q->snap0 + m];
+            e->spare[q->snap0 + m] = t;
+        }
+        q->v_pos = L;
+        q->seq.state_len = q->seq.n_tokens;
+        if (q->seq.n_tokens != keep) { /* cannot happen (drafts never reach a published block): recompute it all */
+            kv_seq_truncate(e->kv, &q->seq, 0);
+            q->seq.state_len = 0;
+            q->snap0 = -1;
+        }
+    }
     q->n_draft = 0;
     return go;
 }
@@ -771,8 +854,8 @@ static bool verify(eng_engine *e, ereq *q, float *rows, eng_finish *fin, hn_stat
 static void want_ckpt(eng_engine *e, ereq *q) {
     int bs = e->kv->cfg.block_size;
     kv_seq *s = &q->seq;
-    int32_t n = s->n_tokens;
-    if (n <= 0 || n % bs || s->state < 0 || s->state_len != n || s->n_hashed * bs != n) return;
+    int32_t src, n = ckpt_src(e, q, &src); /* a verify step may have crossed the boundary (a snapshot's state) */
+    if (n <= 0 || s->n_hashed * bs != n) return;
     int32_t b = s->blocks[s->n_hashed - 1];
     bool prompt = n <= q->n_prompt;
     /* in the prompt: its checkpoint points, the end of a chunk others wait for, and the end of a
@@ -784,7 +867,7 @@ static void want_ckpt(eng_engine *e, ereq *q) {
         if (q->ck_roll >= 0) kv_ckpt_drop(e->kv, q->ck_roll);
         q->ck_roll = b;
     }
-    e->ck_src[e->n_ck] = s->state;
+    e->ck_src[e->n_ck] = src;
     e->ck_dst[e->n_ck++] = slot;
 }
 
@@ -817,7 +900,8 @@ static void step(eng_engine *e) {
                 e->b_req[s]->st.t_queued_ms = t - e->b_req[s]->t_submit;
             }
         step_batch b = {.n_tokens = n, .token = e->b_tok, .pos = e->b_pos, .seq_id = e->b_sid,
-                        .want_logits = e->b_want, .rowwise = e->b_rowwise, .seqs = e->b_seqs, .n_seqs = n_seqs};
+                        .want_logits = e->b_want, .rowwise = e->b_rowwise, .state_snap = e->hybrid ? e->b_snap : NULL,
+                        .seqs = e->b_seqs, .n_seqs = n_seqs};
         hn_err err;
         /* constraints: each wanted row's allowed-token bitmask, applied on the backend */
         bool any_mask = false;
@@ -869,6 +953,7 @@ static void step(eng_engine *e) {
                 }
                 if (e->p.prefix_cache) kv_seq_commit(e->kv, &q->seq, q->toks, q->seq.n_tokens);
                 if (e->hybrid && e->p.prefix_cache) want_ckpt(e, q);
+                q->snap0 = -1; /* the spare slots are the next step's */
                 i++;
             }
             flush_ckpts(e);
@@ -1015,6 +1100,7 @@ static void *engine_main(void *arg) {
             continue;
         }
         step(e);
+        if (e->n_running == 0 && e->n_spare > 0) spares_release(e);
         publish_stats(e);
         if (e->n_running == 0 && e->n_waiting == 0) {
             idle_since = hn_now_ms();
@@ -1112,12 +1198,6 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     if (nb > (1u << 26)) nb = 1u << 26;
     kc.n_blocks = (int32_t)nb;
     e->hybrid = hp->hybrid;
-    if (e->hybrid && e->spec) {
-        /* not yet: verifying a draft advances the recurrent state past
-         * rejected tokens, and rolling it back (a state per drafted token, or
-         * a checkpoint and recomputation) is not built */
-        e->spec = ENG_SPEC_OFF;
-    }
     if (e->spec && (st = spc_cost_init(&e->cost, e->cap_batch, err))) goto fail;
     if (e->spec && (e->spec == ENG_SPEC_DRAFT || e->spec == ENG_SPEC_AUTO) && p.draft_path) {
         /* the draft model: on a backend of the target's kind, its own KV pool
@@ -1144,6 +1224,16 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
         size_t ck = p.kv_max_bytes / 10 / (kc.state_bytes ? kc.state_bytes : 1);
         kc.n_ckpt = !p.prefix_cache ? 0 : ck < 2 ? 2 : ck > 4096 ? 4096 : (int32_t)ck;
         kc.n_state_slots = p.max_running + kc.n_ckpt;
+        if (e->spec) {
+            /* speculation: a spare slot per drafted row of a step (the state
+             * after each verified row, to roll back to), as many as a tenth of
+             * the KV budget holds, at least the per-request draft cap, at most
+             * the step's drafted rows; mapped as drafts first need them */
+            size_t sp = p.kv_max_bytes / 10 / (kc.state_bytes ? kc.state_bytes : 1);
+            e->spare_cap = sp < (size_t)e->spec_max ? e->spec_max : sp > (size_t)e->spec_rows ? e->spec_rows : (int32_t)sp;
+            e->spec_rows = e->spare_cap;
+            kc.n_state_slots += e->spare_cap;
+        }
     }
     st = kv_create(&kc, &e->kv, err);
     if (st) goto fail;
@@ -1162,7 +1252,9 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     e->chk = hn_malloc(sizeof(kv_seq *) * (size_t)R);
     e->ck_src = hn_malloc(sizeof(int32_t) * (size_t)R);
     e->ck_dst = hn_malloc(sizeof(int32_t) * (size_t)R);
-    if (!e->b_rowwise || !e->ck_src || !e->ck_dst || !e->b_hash_req || !e->running || !e->b_tok || !e->b_pos || !e->b_sid || !e->b_want || !e->b_seqs || !e->b_req || !e->b_hash ||
+    e->spare = hn_malloc(sizeof(int32_t) * (size_t)(e->spare_cap > 0 ? e->spare_cap : 1));
+    e->b_snap = hn_malloc(sizeof(int32_t) * (size_t)B);
+    if (!e->spare || !e->b_snap || !e->b_rowwise || !e->ck_src || !e->ck_dst || !e->b_hash_req || !e->running || !e->b_tok || !e->b_pos || !e->b_sid || !e->b_want || !e->b_seqs || !e->b_req || !e->b_hash ||
         !e->chk || !e->masks) {
         st = hn_errf(err, HN_ERR_NOMEM, "engine: out of memory");
         goto fail;
@@ -1220,6 +1312,8 @@ void eng_free(eng_engine *e) {
     hn_free(e->chk);
     hn_free(e->ck_src);
     hn_free(e->ck_dst);
+    hn_free(e->spare);
+    hn_free(e->b_snap);
     plan_free(&e->splan);
     spc_cost_free(&e->cost);
     pthread_cond_destroy(&e->trim_cv);
@@ -1287,6 +1381,7 @@ hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err
     memcpy(q->toks, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
     q->n_toks = r->n_prompt;
     q->ck_roll = -1;
+    q->snap0 = -1;
     q->st.n_prompt = r->n_prompt;
     q->logit_row = -1;
     q->t_submit = hn_now_ms();

@@ -68,8 +68,8 @@ const char *eng_kv_type_name(int kv_type);
  * SUFFIX: the suffix drafter, verifying whatever it proposes (lengths still
  * adapted). DRAFT: the draft model alone, always drafting (lengths adapted;
  * its cost, k drafter steps for k tokens, is part of the controller's
- * gain). Hybrid (recurrent) models do not speculate yet: their state would
- * need rolling back. */
+ * gain). Hybrid (recurrent) targets speculate too, their state rolled back
+ * (DESIGN.md); a hybrid draft model is refused. */
 typedef enum eng_spec { ENG_SPEC_OFF = 0, ENG_SPEC_AUTO, ENG_SPEC_SUFFIX, ENG_SPEC_DRAFT } eng_spec;
 /* Parses "off", "auto", "suffix", "draft": returns 0 and sets *out; 1 for an
  * unknown name; 2 for a drafter that is named by the design but not built

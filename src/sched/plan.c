@@ -28,7 +28,8 @@ hn_status plan_init(step_plan *p, int32_t max_tokens, int32_t max_seqs, int32_t 
     p->seqs = hn_malloc(sizeof(kv_seq *) * S);
     p->state_slot = hn_malloc(sizeof(int32_t) * S);
     p->rowwise = hn_malloc(S);
-    if (!p->rowwise || !p->state_slot || !p->token || !p->pos || !p->seq || !p->slot || !p->out_rows || !p->seq_len || !p->block_table || !p->seqs) {
+    p->state_snap = hn_malloc(sizeof(int32_t) * T);
+    if (!p->state_snap || !p->rowwise || !p->state_slot || !p->token || !p->pos || !p->seq || !p->slot || !p->out_rows || !p->seq_len || !p->block_table || !p->seqs) {
         plan_free(p);
         return hn_errf(err, HN_ERR_NOMEM, "plan: out of memory");
     }
@@ -49,6 +50,7 @@ void plan_free(step_plan *p) {
     hn_free(p->seqs);
     hn_free(p->state_slot);
     hn_free(p->rowwise);
+    hn_free(p->state_snap);
     memset(p, 0, sizeof *p);
 }
 
@@ -119,6 +121,7 @@ hn_status plan_build(step_plan *p, kv_cache *kv, const step_batch *b, int32_t n_
         p->pos[i] = pos;
         p->seq[i] = sid;
         p->slot[i] = b->seqs[sid]->blocks[pos / bs] * bs + pos % bs;
+        p->state_snap[i] = b->state_snap ? b->state_snap[i] : -1;
         if (!b->want_logits ? i == b->n_tokens - 1 : b->want_logits[i]) p->out_rows[n_out++] = i;
     }
     p->n_out = n_out;
@@ -128,6 +131,7 @@ hn_status plan_build(step_plan *p, kv_cache *kv, const step_batch *b, int32_t n_
         p->pos[i] = 0;
         p->seq[i] = 0;
         p->slot[i] = -1;
+        p->state_snap[i] = -1;
     }
     return HN_OK;
 }

@@ -11,7 +11,9 @@
  * the forward is pure compute over it. plan_finish advances the sequences'
  * lengths afterwards. For hybrid models each sequence also carries its
  * recurrent-state slot: the recurrent ops read and update the state of a
- * sequence in token order, from zero at a token at position 0.
+ * sequence in token order, from zero at a token at position 0; a token may
+ * also name a snapshot slot, into which they write the state right after it
+ * (the live slot still ends with the state after the sequence's last token).
  *
  * Decode-only plans (every sequence contributes one token) are padded to a
  * graph size (1, 2, 4, 8, ... max_tokens): rows [n_tokens, n_pad) are token 0
@@ -42,6 +44,10 @@ typedef struct step_batch {
      * drafted block, each to be computed exactly (bit for bit) as a one-token
      * decode step at its position would compute it */
     const bool *rowwise;
+    /* state_snap[i] (NULL: none; hybrid models): a state slot that receives the
+     * recurrent state of token i's sequence right after token i, or -1
+     * (speculation keeps the state after each verified row, to roll back to) */
+    const int32_t *state_snap;
     kv_seq *const *seqs;   /* block tables, indexed by seq_id */
     int32_t n_seqs;
 } step_batch;
@@ -62,6 +68,8 @@ typedef struct step_plan {
     int32_t *out_rows;     /* [n_out] token indices, ascending */
     int32_t *state_slot;   /* [n_seqs] recurrent-state slot of each sequence (kv_seq.state; -1: none) */
     uint8_t *rowwise;      /* [n_seqs] 1: its tokens are independent decode rows (step_batch.rowwise) */
+    int32_t *state_snap;   /* [n_pad] state slot that also receives the sequence's recurrent state after
+                            * this token (step_batch.state_snap), -1: none (padding rows: -1) */
     kv_seq **seqs;         /* [n_seqs] the sequences (for plan_finish; backends do not read them) */
     /* capacity, fixed at plan_init */
     int32_t cap_tokens, cap_seqs, cap_blocks;

@@ -7,7 +7,9 @@
  * over channels (conv) or (sequence, value head) pairs (delta rule). The
  * delta rule's token step has an AVX2 form with the same bits
  * (cpu_ssm_avx2.c) and a chunked (parallel) form for prefill runs, off by
- * default (HONE_DELTA_CHUNK), which equals the token step up to rounding. */
+ * default (HONE_DELTA_CHUNK), which equals the token step up to rounding.
+ * Both recurrences write the state after a token into the plan's snapshot
+ * slot for it (state_snap), when it names one. */
 #include <math.h>
 #include <string.h>
 
@@ -88,6 +90,13 @@ void cpu_op_rope_multi(be_backend *b, be_tensor *xt, int n, int n_head, int head
     }
 }
 
+/* Every snapshot slot the plan names (state_snap) is a slot of the cache. */
+static bool snaps_ok(const step_plan *p, const kv_cache *kv) {
+    for (int t = 0; p->state_snap && t < p->n_tokens; t++)
+        if (p->state_snap[t] >= kv->n_state_slots || p->state_snap[t] < -1) return false;
+    return true;
+}
+
 /* ---- the short conv ---- */
 
 typedef struct {
@@ -125,6 +134,12 @@ static void conv_rows(void *ctx, int r0, int r1) {
                 if (K > 1) st[(size_t)(K - 2) * (size_t)C + (size_t)i] = xv;
                 yr[i] = acc / (1.0f + expf(-acc));
             }
+            int32_t snap = c->p->state_snap ? c->p->state_snap[t] : -1;
+            if (snap >= 0) { /* the window after this token into its snapshot slot */
+                float *sn = (float *)(kv_state_ptr(c->kv, snap) + c->off);
+                for (int j = 0; j < K - 1; j++)
+                    memcpy(sn + (size_t)j * (size_t)C + c0, st + (size_t)j * (size_t)C + c0, sizeof(float) * (size_t)(c1 - c0));
+            }
         }
     }
 }
@@ -140,6 +155,7 @@ void cpu_op_ssm_conv(be_backend *b, const be_tensor *x, const be_tensor *w, int 
     for (int s = 0; s < p->n_seqs; s++)
         if (p->state_slot[s] < 0 || p->state_slot[s] >= kv->n_state_slots)
             return fail(cb, "ssm_conv: a sequence has no recurrent-state slot");
+    if (!snaps_ok(p, kv)) return fail(cb, "ssm_conv: a state snapshot slot out of range");
     conv_ctx c = {p, x->data, w->data, y->data, n, channels, kernel, kv, state_off};
     cpu_par_rows(cb, (channels + CONV_CHUNK - 1) / CONV_CHUNK, conv_rows, &c);
 }
@@ -277,9 +293,16 @@ static void delta_rows(void *ctx, int r0, int r1) {
         const float *qs[DCH], *ks[DCH], *vs[DCH];
         float gs[DCH], bs[DCH], *os[DCH];
         int run = 0, n_seq = 0;
+        const int32_t *snap = c->p->state_snap;
+        bool snaps = false; /* a sequence with snapshots, or verified rows, takes the token step (decode's bits) */
         if (c->chunk_min > 0 && S <= DCH_MAX_S)
-            for (int t = 0; t < c->n; t++) n_seq += c->p->seq[t] == s && c->p->slot[t] >= 0;
-        bool chunked = c->chunk_min > 0 && S <= DCH_MAX_S && n_seq >= c->chunk_min;
+            for (int t = 0; t < c->n; t++)
+                if (c->p->seq[t] == s && c->p->slot[t] >= 0) {
+                    n_seq++;
+                    snaps |= snap && snap[t] >= 0;
+                }
+        bool chunked = c->chunk_min > 0 && S <= DCH_MAX_S && n_seq >= c->chunk_min && !snaps &&
+                       !(c->p->rowwise && c->p->rowwise[s]);
         for (int t = 0; t < c->n; t++) {
             if (c->p->seq[t] != s || c->p->slot[t] < 0) continue;
             if (c->p->pos[t] == 0) {
@@ -296,6 +319,9 @@ static void delta_rows(void *ctx, int r0, int r1) {
             if (!chunked) {
                 if (c->avx2) cpu_delta_token_avx2(M, S, qt, kt, vt, g, beta, ot);
                 else delta_token(M, S, qt, kt, vt, g, beta, ot);
+                if (snap && snap[t] >= 0) /* this head's state after the token into its snapshot slot */
+                    memcpy((float *)(kv_state_ptr(a->kv, snap[t]) + a->state_off) + (size_t)j * (size_t)S * (size_t)S, M,
+                           sizeof(float) * (size_t)S * (size_t)S);
                 continue;
             }
             qs[run] = qt;
@@ -325,6 +351,7 @@ void cpu_op_delta_net(be_backend *b, const be_delta_args *a) {
     for (int s = 0; s < p->n_seqs; s++)
         if (p->state_slot[s] < 0 || p->state_slot[s] >= kv->n_state_slots)
             return fail(cb, "delta_net: a sequence has no recurrent-state slot");
+    if (!snaps_ok(p, kv)) return fail(cb, "delta_net: a state snapshot slot out of range");
     delta_ctx c = {p, a, a->n_tokens, cb->force_ref ? 0 : cb->delta_chunk,
                    !cb->force_ref && cb->delta_avx2 && a->head_dim % 64 == 0};
     cpu_par_rows(cb, p->n_seqs * a->n_v_heads, delta_rows, &c);

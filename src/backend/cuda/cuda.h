@@ -123,12 +123,16 @@ void hc_weight_free(hc_weight *w);
 /* Scratch for the quantized activations (device memory, made once). */
 typedef struct hc_gemv_scratch {
     int64_t max_k;
-    int8_t *xq;    /* [HC_GEMV_MAX_ROWS][max_k] */
-    float *xd;     /* [HC_GEMV_MAX_ROWS][max_k / 32]: block scales */
-    float *xs;     /* [HC_GEMV_MAX_ROWS][max_k / 32]: scale * sum of the block's codes */
+    int max_rows;  /* HC_GEMV_MAX_ROWS, or more for hc_mmq */
+    int8_t *xq;    /* [max_rows][max_k] */
+    float *xd;     /* [max_rows][max_k / 32]: block scales */
+    float *xs;     /* [max_rows][max_k / 32]: scale * sum of the block's codes */
 } hc_gemv_scratch;
 
+/* for HC_GEMV_MAX_ROWS rows of up to max_k values */
 hn_status hc_gemv_scratch_init(hc_gemv_scratch *s, int64_t max_k, hn_err *err);
+/* for max_rows (HC_GEMV_MAX_ROWS..65535) rows: what hc_mmq needs for that many */
+hn_status hc_gemv_scratch_init_rows(hc_gemv_scratch *s, int64_t max_k, int max_rows, hn_err *err);
 void hc_gemv_scratch_free(hc_gemv_scratch *s);
 
 /* Kernel parameters (0: the built-in choice). rows_per_warp changes speed
@@ -147,8 +151,31 @@ typedef struct hc_gemv_params {
  * 1..8, k over the scratch) or a launch error. */
 hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_scratch *s,
                   const hc_gemv_params *p, void *stream, hn_err *err);
+/* n_w (1..3) weights sharing x in one launch (q/k/v, gate/up): the same
+ * kernel and rows per warp as hc_gemv for each, so each y[i] has hc_gemv's
+ * bits. hc_gemv_multi_ok: whether they can (one integer type, one row
+ * length, the same built-in rows per warp). reuse_x as in hc_gemv_params. */
+int hc_gemv_multi_ok(int n_w, const hc_weight *const *w, int na);
+hn_status hc_gemv_multi(int n_w, const hc_weight *const *w, const float *x, int na, float *const *y,
+                        hc_gemv_scratch *s, int reuse_x, void *stream, hn_err *err);
 /* The scalar reference: same contract, one thread per output, no scratch. */
 hn_status hc_gemv_ref(const hc_weight *w, const float *x, int na, float *y, void *stream, hn_err *err);
+
+/* ---- matrix-matrix products (prefill) ----
+ *
+ * hc_mmq: y = W x for na rows (1..s->max_rows), the integer types only
+ * (hc_mmq_supports), on the tensor cores (int8 mma.sync): every output is
+ * BIT-IDENTICAL to hc_gemv's for the same row (whatever na, the rows around
+ * it or the parameters), so a row's result does not depend on the batch it
+ * came in. It pays from about HC_MMQ_MIN_ROWS rows; fewer take hc_gemv.
+ * x is quantized into the scratch as hc_gemv does (all na rows);
+ * p->reuse_x: the scratch already holds this x for all na rows (a previous
+ * hc_mmq, or an hc_gemv of the same na <= HC_GEMV_MAX_ROWS rows); rows_per_warp
+ * is ignored. How the bits stay equal: cuda_gemv.cu, "matrix-matrix". */
+#define HC_MMQ_MIN_ROWS 16
+bool hc_mmq_supports(qt_type t);
+hn_status hc_mmq(const hc_weight *w, const float *x, int na, float *y, hc_gemv_scratch *s, const hc_gemv_params *p,
+                 void *stream, hn_err *err);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,8 @@
 /* cuda_backend.cu: the cuda backend's be_ops (backend.h is the contract,
  * cuda_backend.h the entry points): device memory for tensors, the KV pool's
  * storage, the step's plan on the device, the copies, the single error point,
- * and the compute ops over the kernels of cuda_gemv.cu (decode matmuls),
+ * and the compute ops over the kernels of cuda_gemv.cu (decode matmuls, and
+ * prefill's hc_mmq from HC_MMQ_MIN_ROWS rows: the same bits per row),
  * cuda_mm.cu (dequantizing matmuls, get_rows) and cuda_kern.cu (the rest).
  *
  * Everything is queued on one stream; sync waits for it. A CUDA error never
@@ -102,8 +103,9 @@ typedef struct cu_be {
     int32_t n_rows, n_tokens, n_seqs, n_out, bt_stride;
     int32_t *d_plan, *h_plan;
     size_t plan_cap; /* int32 words */
-    const int32_t *d_token, *d_pos, *d_seq, *d_slot, *d_seq_len, *d_bt, *d_out_rows, *d_state_slot;
+    const int32_t *d_token, *d_pos, *d_seq, *d_slot, *d_seq_len, *d_bt, *d_out_rows, *d_state_slot, *d_state_snap;
     int32_t *h_state_slot; /* [n_seqs] the plan's state slots on the host, to check them (plan_cap words) */
+    int32_t *h_state_snap; /* [n_rows] the plan's snapshot slots on the host, to check them (plan_cap words) */
     cudaEvent_t plan_ev; /* the last staging copy */
     bool plan_ev_live;
     /* fetch: pinned host memory */
@@ -479,7 +481,7 @@ typedef struct cu_rec {
     union {
         struct {
             int32_t n_rows, n_tokens, n_seqs, n_out, bt_stride;
-            const int32_t *d[8];
+            const int32_t *d[9];
         } hdr;
         struct {
             const be_tensor *w, *x, *y, *w2, *y2;
@@ -650,7 +652,7 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
         cu_errf(cb, HN_ERR_INVALID, "cuda backend: plan_set: a malformed plan");
         return;
     }
-    const size_t need = 4 * (size_t)rows + (size_t)p->n_seqs * (2 + (size_t)p->bt_stride) + (size_t)p->n_out;
+    const size_t need = 5 * (size_t)rows + (size_t)p->n_seqs * (2 + (size_t)p->bt_stride) + (size_t)p->n_out;
     /* the staging buffer may still be read by the previous plan's copy */
     if (cb->plan_ev_live) {
         cu_cuda(cb, cudaEventSynchronize(cb->plan_ev), "plan_set");
@@ -661,12 +663,14 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
         cudaFree(cb->d_plan);
         cudaFreeHost(cb->h_plan);
         free(cb->h_state_slot);
-        cb->d_plan = cb->h_plan = cb->h_state_slot = NULL;
+        free(cb->h_state_snap);
+        cb->d_plan = cb->h_plan = cb->h_state_slot = cb->h_state_snap = NULL;
         cb->plan_cap = 0;
         size_t cap = need < 4096 ? 4096 : need;
         cudaError_t e = cudaMalloc((void **)&cb->d_plan, cap * 4);
         if (e == cudaSuccess) e = cudaMallocHost((void **)&cb->h_plan, cap * 4);
         if (e == cudaSuccess && !(cb->h_state_slot = (int32_t *)malloc(cap * 4))) e = cudaErrorMemoryAllocation;
+        if (e == cudaSuccess && !(cb->h_state_snap = (int32_t *)malloc(cap * 4))) e = cudaErrorMemoryAllocation;
         if (e != cudaSuccess) {
             cudaFree(cb->d_plan);
             cb->d_plan = NULL;
@@ -694,6 +698,9 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
     /* hybrids: each sequence's recurrent-state slot (-1 where the plan has none) */
     for (int32_t i = 0; i < p->n_seqs; i++) cb->h_state_slot[i] = p->state_slot ? p->state_slot[i] : -1;
     PUT(d_state_slot, cb->h_state_slot, p->n_seqs);
+    /* and each row's snapshot slot (-1: none; padding rows have none) */
+    for (int32_t i = 0; i < rows; i++) cb->h_state_snap[i] = p->state_snap && i < p->n_tokens ? p->state_snap[i] : -1;
+    PUT(d_state_snap, cb->h_state_snap, rows);
 #undef PUT
     cudaError_t e = cudaMemcpyAsync(d, h, o * 4, cudaMemcpyHostToDevice, cb->stream);
     if (e == cudaSuccess) e = cudaEventRecord(cb->plan_ev, cb->stream);
@@ -714,8 +721,8 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
         if (cu_rec *r = rec_push(cb, R_HEADER)) {
             r->u.hdr.n_rows = cb->n_rows, r->u.hdr.n_tokens = cb->n_tokens, r->u.hdr.n_seqs = cb->n_seqs;
             r->u.hdr.n_out = cb->n_out, r->u.hdr.bt_stride = cb->bt_stride;
-            const int32_t *d[8] = {cb->d_token, cb->d_pos, cb->d_seq, cb->d_slot, cb->d_seq_len, cb->d_bt, cb->d_out_rows,
-                                   cb->d_state_slot};
+            const int32_t *d[9] = {cb->d_token, cb->d_pos, cb->d_seq, cb->d_slot, cb->d_seq_len, cb->d_bt, cb->d_out_rows,
+                                   cb->d_state_slot, cb->d_state_snap};
             memcpy(r->u.hdr.d, d, sizeof d);
         }
     }
@@ -816,10 +823,15 @@ static bool gemv_path(const cu_be *cb, const be_tensor *w, int n) {
     const cu_tensor *t = (const cu_tensor *)w;
     if (!t->has_hw || w->ne[2] != 1 || n < 1) return false;
     if (cb->ref) return true; /* hc_gemv_ref, 8 rows at a time */
-    /* more rows: 8 at a time too, so that a row's result does not depend on
-     * the batch it came in (decode and prefill give the same bits; a faster
-     * prefill kernel must keep that or say what it gives up) */
+    /* more rows: hc_mmq (uses_mmq), or 8 at a time, so that a row's result
+     * does not depend on the batch it came in (decode and prefill give the
+     * same bits: hc_mmq's outputs are hc_gemv's) */
     return w->type == QT_F16 || w->type == QT_BF16 || w->ne[0] <= cb->gs.max_k;
+}
+
+/* whether a gemv-path matmul of n rows takes hc_mmq (all n rows in one call) */
+static bool uses_mmq(const cu_be *cb, const be_tensor *w, int n) {
+    return !cb->ref && n >= HC_MMQ_MIN_ROWS && n <= cb->gs.max_rows && hc_mmq_supports(w->type);
 }
 
 static void matmul1(cu_be *cb, const be_tensor *w, int mat, const be_tensor *x, int n, be_tensor *y, int reuse_x) {
@@ -841,6 +853,12 @@ static void matmul1(cu_be *cb, const be_tensor *w, int mat, const be_tensor *x, 
                     return;
                 }
             }
+            return;
+        }
+        if (uses_mmq(cb, w, n)) {
+            hc_gemv_params p = {0, reuse_x};
+            hn_status st = hc_mmq(&t->hw, F(x), n, F(y), &cb->gs, &p, cb->stream, &e);
+            if (st) cu_hn(cb, st, &e, "matmul");
             return;
         }
         for (int r = 0; r < n; r += HC_GEMV_MAX_ROWS) {
@@ -886,16 +904,56 @@ static void op_matmul_multi(be_backend *b, int n_w, const be_tensor *const *ws, 
         cu_errf(cb, HN_ERR_RANGE, "cuda backend: matmul_multi of %d weights", n_w);
         return;
     }
-    /* weights sharing x convert it once: the scratch holds x quantized for row length qk */
+    /* weights sharing x convert it once: the scratch holds all n rows of x
+     * quantized for row length qk (qk 0: it does not) */
     int64_t qk = 0;
     hc_act qa = HC_ACT_F32;
+    if (!cb->ref && n >= 1 && n <= HC_GEMV_MAX_ROWS) {
+        /* decode: runs of weights of one integer type and row length in one launch each */
+        for (int i = 0; i < n_w;) {
+            const hc_weight *hw[BE_MULTI_MAX];
+            float *yy[BE_MULTI_MAX];
+            int j = i;
+            for (; j < n_w && j - i < 3; j++) {
+                if (!gemv_path(cb, ws[j], n) || ws[j]->ne[2] != 1) break;
+                hw[j - i] = &((const cu_tensor *)ws[j])->hw;
+                yy[j - i] = F(ys[j]);
+                if (!hc_gemv_multi_ok(j - i + 1, hw, n)) break;
+            }
+            if (j - i < 2) { /* alone */
+                const be_tensor *w = ws[i];
+                const hc_act a = hc_gemv_act(w->type);
+                const bool quantizes = gemv_path(cb, w, n) && (a == HC_ACT_Q8_0 || a == HC_ACT_Q8_K);
+                matmul1(cb, w, 0, x, n, ys[i], quantizes && qk == w->ne[0] && qa == a);
+                if (quantizes) {
+                    qk = w->ne[0];
+                    qa = a;
+                }
+                i++;
+                continue;
+            }
+            const hc_act a = hc_gemv_act(ws[i]->type);
+            hn_err e;
+            hn_status st = hc_gemv_multi(j - i, hw, F(x), n, yy, &cb->gs, qk == ws[i]->ne[0] && qa == a, cb->stream, &e);
+            if (st) {
+                cu_hn(cb, st, &e, "matmul_multi");
+                return;
+            }
+            qk = ws[i]->ne[0];
+            qa = a;
+            i = j;
+        }
+        return;
+    }
     for (int i = 0; i < n_w; i++) {
         const be_tensor *w = ws[i];
         const hc_act a = hc_gemv_act(w->type);
         const bool quantizes = !cb->ref && gemv_path(cb, w, n) && (a == HC_ACT_Q8_0 || a == HC_ACT_Q8_K);
-        matmul1(cb, w, 0, x, n, ys[i], quantizes && qk == w->ne[0] && qa == a);
+        /* hc_gemv 8 rows at a time leaves only the last 8 in the scratch */
+        const bool holds_all = quantizes && (n <= HC_GEMV_MAX_ROWS || uses_mmq(cb, w, n));
+        matmul1(cb, w, 0, x, n, ys[i], holds_all && qk == w->ne[0] && qa == a);
         if (quantizes) {
-            qk = w->ne[0];
+            qk = holds_all ? w->ne[0] : 0;
             qa = a;
         }
     }
@@ -1201,6 +1259,11 @@ static bool state_geo(cu_be *cb, const kv_cache *kv, size_t off, size_t bytes, c
             cu_errf(cb, HN_ERR_INVALID, "cuda backend: %s: a sequence has no recurrent-state slot", op);
             return false;
         }
+    for (int32_t t = 0; t < cb->n_rows; t++)
+        if (cb->h_state_snap[t] < -1 || cb->h_state_snap[t] >= kv->n_state_slots) {
+            cu_errf(cb, HN_ERR_INVALID, "cuda backend: %s: a state snapshot slot out of range", op);
+            return false;
+        }
     st->base = (unsigned char *)kv->state_base;
     st->slot_bytes = kv->state_slot_bytes;
     st->off = off;
@@ -1223,7 +1286,7 @@ static void op_ssm_conv(be_backend *b, const be_tensor *x, const be_tensor *w, i
     ck_state st;
     if (!state_geo(cb, kv, state_off, sizeof(float) * (size_t)(kernel - 1) * (size_t)channels, "ssm_conv", &st)) return;
     cu_cuda(cb, ck_ssm_conv(cb->stream, F(x), F(w), n, channels, kernel, &st, cb->d_pos, cb->d_seq, cb->d_slot,
-                            cb->d_state_slot, F(y)),
+                            cb->d_state_slot, cb->d_state_snap, F(y)),
             "ssm_conv");
 }
 
@@ -1251,7 +1314,8 @@ static void op_delta_net(be_backend *b, const be_delta_args *a) {
     if (!state_geo(cb, a->kv, a->state_off, need, "delta_net", &st)) return;
     ck_delta d = {F(a->q), F(a->k), F(a->v), F(a->alpha), F(a->beta), F(a->dt_bias), F(a->a), F(a->out),
                   a->n_tokens, a->n_k_heads, a->n_v_heads, a->head_dim};
-    cu_cuda(cb, ck_delta_net(cb->stream, &d, &st, cb->n_seqs, cb->d_pos, cb->d_seq, cb->d_slot, cb->d_state_slot),
+    cu_cuda(cb, ck_delta_net(cb->stream, &d, &st, cb->n_seqs, cb->d_pos, cb->d_seq, cb->d_slot, cb->d_state_slot,
+                             cb->d_state_snap),
             "delta_net");
 }
 
@@ -1292,6 +1356,7 @@ static void op_free(be_backend *b) {
     cudaFree(cb->d_plan);
     if (cb->h_plan) cudaFreeHost(cb->h_plan);
     free(cb->h_state_slot);
+    free(cb->h_state_snap);
     if (cb->h_fetch) cudaFreeHost(cb->h_fetch);
     cudaFree(cb->d_mask);
     for (int i = 0; i < KV_RANGES; i++)
@@ -1310,9 +1375,13 @@ static hn_status op_reserve(be_backend *b, const be_limits *lim, hn_err *err) {
         return hn_errf(err, HN_ERR_RANGE, "cuda backend: limits out of range (head_dim <= 512, experts <= 4096)");
     cb->lim = *lim;
     const int64_t k32 = (lim->max_k + 31) / 32 * 32;
-    if (k32 > cb->gs.max_k) {
+    /* x quantized for hc_gemv (8 rows) and hc_mmq (a matmul's rows) */
+    const int grows = lim->max_rows < HC_GEMV_MAX_ROWS ? HC_GEMV_MAX_ROWS : lim->max_rows > 65535 ? 65535 : lim->max_rows;
+    if ((k32 > cb->gs.max_k || grows > cb->gs.max_rows) && (k32 > 0 || cb->gs.max_k > 0)) {
+        const int64_t kk = k32 > cb->gs.max_k ? k32 : cb->gs.max_k;
+        const int rr = grows > cb->gs.max_rows ? grows : cb->gs.max_rows;
         hc_gemv_scratch_free(&cb->gs);
-        hn_status st = hc_gemv_scratch_init(&cb->gs, k32, err);
+        hn_status st = hc_gemv_scratch_init_rows(&cb->gs, kk, rr, err);
         if (st) return st;
     }
     if (!cb->att_part && cb->att_split && lim->max_head_dim > 0) {
@@ -1475,8 +1544,8 @@ hn_status be_cuda_create(int device, be_backend **out, hn_err *err) {
     cb->fetch_fresh = true;
     const char *gv = getenv("HONE_CUDA_GRAPHS"), *av = getenv("HONE_CUDA_ATTN_SPLIT");
     cb->graphs = !(gv && !strcmp(gv, "0"));
-    /* the split (flash-decoding) attention: opt-in until it is faster at short contexts too (bench/README.md) */
-    cb->att_split = av && !strcmp(av, "1");
+    /* the split (flash-decoding) attention unless HONE_CUDA_ATTN_SPLIT=0 (the one-block-per-head form) */
+    cb->att_split = !(av && !strcmp(av, "0"));
     cb->gcache = (cu_graph *)calloc(GRAPH_CACHE, sizeof(cu_graph));
     if (!cb->gcache) {
         free(cb);

@@ -86,13 +86,13 @@ cudaError_t ck_rope_multi(cudaStream_t s, float *x, int n, int n_head, int head_
                           const int32_t sections[4], const int32_t *pos);
 cudaError_t ck_ssm_conv(cudaStream_t s, const float *x, const float *w, int n, int channels, int kernel,
                         const ck_state *st, const int32_t *pos, const int32_t *seq, const int32_t *slot,
-                        const int32_t *state_slot, float *y);
+                        const int32_t *state_slot, const int32_t *snap, float *y);
 /* once per backend, before any graph capture: kernel attributes (the delta rule's shared memory) */
 cudaError_t ck_init(void);
 /* the largest head dim the delta rule takes (its state sits in shared memory) */
 int ck_delta_max_dim(void);
 cudaError_t ck_delta_net(cudaStream_t s, const ck_delta *a, const ck_state *st, int n_seqs, const int32_t *pos,
-                         const int32_t *seq, const int32_t *slot, const int32_t *state_slot);
+                         const int32_t *seq, const int32_t *slot, const int32_t *state_slot, const int32_t *snap);
 
 cudaError_t ck_rms_norm(cudaStream_t s, const float *x, const float *w, int n, int dim, float eps, float *y);
 cudaError_t ck_rope(cudaStream_t s, float *x, int n, int n_head, int head_dim, int n_rot, float theta_scale,
@@ -106,7 +106,7 @@ cudaError_t ck_gather_out(cudaStream_t s, const float *x, int dim, int n_out, co
 cudaError_t ck_mask_logits(cudaStream_t s, float *l, const uint32_t *allowed, int64_t n_vocab);
 cudaError_t ck_kv_store(cudaStream_t s, const ck_kv *g, int layer, const float *k, const float *v, int n,
                         const int32_t *slot);
-/* attention over the paged cache (head_dim <= 512): the split form (flash decoding: chunks of 256
+/* attention over the paged cache (head_dim <= 512): the split form (flash decoding: chunks of 128
  * positions per block, the kv head's query heads together, then a combine) when the heads allow
  * and `part` (part_cap floats of device scratch) holds a token's partials; else one block per
  * (token, head), an online softmax over the positions in chunks of 128 */

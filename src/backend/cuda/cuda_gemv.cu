@@ -20,7 +20,10 @@
  * once (the x registers serve all of them) and keeps 4 units of loads in
  * flight per lane (UN = 4 / RPW units of RPW rows) before it computes; 4
  * warps a block; the warp's lanes then sum by shuffles. f16/bf16: the same shape with 8 weights a unit and
- * f32 x read directly. */
+ * f32 x read directly.
+ *
+ * Prefill (hc_mmq): the same units on the tensor cores, many activation rows
+ * a block, every output bit-identical to mmv_q's ("matrix-matrix" below). */
 #include <stdint.h>
 #include <string.h>
 
@@ -188,9 +191,26 @@ struct PU {
     float fa, fb, ma, mb;
 };
 
+/* the float part of a unit, given the runs' exact integer dots ia, ib as
+ * floats: every operation explicitly rounded (nothing contracted into an
+ * FMA), so that mmv_q and mmq, which get ia, ib in different ways, give the
+ * same bits. Without SUMS the min factors and sums are zero and, with
+ * ONE_BLOCK, mb and sb: r - 0 * 0 is r exactly, so those terms are left out. */
+template <bool SUMS, bool ONE_BLOCK>
+static __device__ __forceinline__ float pcomb(float fa, float fb, float ma, float mb, float da, float db, float sa,
+                                              float sb, float ia, float ib) {
+    float r = __fadd_rn(__fmul_rn(__fmul_rn(fa, da), ia), __fmul_rn(__fmul_rn(fb, db), ib));
+    if (SUMS) {
+        r = __fsub_rn(r, __fmul_rn(ma, sa));
+        if (!ONE_BLOCK) r = __fsub_rn(r, __fmul_rn(mb, sb));
+    }
+    return r;
+}
+
+template <bool SUMS, bool ONE_BLOCK>
 static __device__ __forceinline__ float pdot(const PU &w, const XU &x) {
-    float r = w.fa * x.da * (float)dot4(w.a, x.a, 0) + w.fb * x.db * (float)dot4(w.b, x.b, 0);
-    return r - w.ma * x.sa - w.mb * x.sb;
+    return pcomb<SUMS, ONE_BLOCK>(w.fa, w.fb, w.ma, w.mb, x.da, x.db, x.sa, x.sb, (float)dot4(w.a, x.a, 0),
+                                  (float)dot4(w.b, x.b, 0));
 }
 
 /* ---- per-type units: load (loads only, so that several units' loads are in
@@ -381,17 +401,35 @@ static __device__ __forceinline__ void warp_store(float (&acc)[RPW][NA], int64_t
         for (int r = 0; r < NA; r++) {
             float v = acc[rr][r];
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
             if (lane == (rr * NA + r) % 32 && row0 + rr < n) y[r * n + row0 + rr] = v;
         }
 }
 
+/* up to GEMV_MULTI weights of one type and row length, sharing x, in one
+ * launch: blocks [b0[i], b0[i + 1]) compute weight i (b0[0] = 0) */
+#define GEMV_MULTI 3
+struct mwview {
+    wview w[GEMV_MULTI];
+    float *y[GEMV_MULTI];
+    unsigned b0[GEMV_MULTI];
+    int nw;
+};
+
 template <int T, int NA, int RPW>
-static __global__ void __launch_bounds__(WARPS * 32) mmv_q(wview w, xview x, float *__restrict__ y) {
+#ifndef HC_GEMV_MINB
+#define HC_GEMV_MINB 1 /* blocks per SM the register budget must allow (a build-time experiment) */
+#endif
+static __global__ void __launch_bounds__(WARPS * 32, HC_GEMV_MINB) mmv_q(mwview mw, xview x) {
     typedef TT<T> U;
     constexpr int UN = 4 / RPW;
     const int lane = threadIdx.x & 31;
-    const int64_t row0 = ((int64_t)blockIdx.x * WARPS + threadIdx.x / 32) * RPW;
+    /* this block's weight, by selects (no indexing into the parameters) */
+    const int wi = mw.nw > 2 && blockIdx.x >= mw.b0[2] ? 2 : mw.nw > 1 && blockIdx.x >= mw.b0[1] ? 1 : 0;
+    const wview w = wi == 2 ? mw.w[2] : wi == 1 ? mw.w[1] : mw.w[0];
+    float *__restrict__ y = wi == 2 ? mw.y[2] : wi == 1 ? mw.y[1] : mw.y[0];
+    const unsigned blk = blockIdx.x - (wi == 2 ? mw.b0[2] : wi == 1 ? mw.b0[1] : 0u);
+    const int64_t row0 = ((int64_t)blk * WARPS + threadIdx.x / 32) * RPW;
     if (row0 >= w.n) return;
     const int units = (int)(w.k / 32);
     int64_t rows[RPW];
@@ -424,11 +462,259 @@ static __global__ void __launch_bounds__(WARPS * 32) mmv_q(wview w, xview x, flo
                 XU xu;
                 xload<U::SUMS, U::ONE_BLOCK>(x, r, pa, pb, xu);
 #pragma unroll
-                for (int rr = 0; rr < RPW; rr++) acc[rr][r] += pdot(pw[rr], xu);
+                for (int rr = 0; rr < RPW; rr++) acc[rr][r] = __fadd_rn(acc[rr][r], pdot<U::SUMS, U::ONE_BLOCK>(pw[rr], xu));
             }
         }
     }
     warp_store<NA, RPW>(acc, row0, w.n, y);
+}
+
+/* ---- the matrix-matrix kernel (prefill): mmq ----
+ *
+ * What it must reproduce. mmv_q gives output (weight row j, activation row r)
+ * as: lane l (0..31) sums, in increasing order of u, pdot over the units
+ * u = l, l + 32, l + 64, ... (starting from +0.0f), then the lanes are summed
+ * by the butterfly 16, 8, 4, 2, 1: a fixed binary tree over the 32 lane
+ * partials, whose leaves, read left to right, are the partials
+ * l = brev5(i) for i = 0..31 (0, 16, 8, 24, ...: pair (l, l + 16) first, then
+ * those pairs 8 apart, ...). Every pdot is pcomb of the two runs' integer
+ * dots, which are exact.
+ *
+ * How mmq does the same. A block computes 64 weight rows x 64 activation
+ * rows; its 8 warps 32 x 16 each (2 x 2 tiles of the m16n8k16 int8 mma,
+ * which yields the run dot of 16 x 8 outputs; runs A and B are two mmas).
+ * The block walks "steps" i-major: leaf position i = 0..31, then
+ * s = 0..S-1 (S = units / 32 rounded up), step (i, s) being the unit
+ * u = 32 s + brev5(i) (skipped when u >= units: mmv_q's lane has no such
+ * unit). Each thread keeps, for each of its 16 outputs, the running partial
+ * of the current leaf (summed in increasing u, as the lane does) and a stack
+ * of 5 completed subtrees: when leaf i is done it is merged as a binary
+ * counter merges (for each trailing 1 bit k of i: partial = stack[k] +
+ * partial; then stack[t] = partial), which evaluates exactly the butterfly's
+ * tree. The dots come out of the mma as int32 added to the bits of
+ * 1.5 * 2^23 (the accumulator's initial value), so that one exact
+ * subtraction gives the float of the dot (|dot| < 2^22: 16 products of
+ * |values| <= 128 and 127) instead of an int-to-float conversion: the same
+ * float as mmv_q's (float)dot. The float part then is pcomb, the same
+ * function as mmv_q's, on the same operands: the weights' decoded values and
+ * factors come from the same TT<T>::load/prep, the activations' from the same
+ * xload. So every output has mmv_q's bits.
+ *
+ * Pipeline: a stage is 4 steps; each of the 256 threads loads one weight
+ * unit (one row) and one activation unit (one row) of the next stage into
+ * registers while the block computes the current one, then decodes the unit
+ * (prep) into shared memory (double-buffered, one barrier a stage).
+ *
+ * What limits it: the float part (pcomb per output, unit: 8 to 12 f32
+ * operations) runs on the FP32 pipes, 5x more work than the mma's; it is
+ * mmv_q's arithmetic, which this kernel must follow bit for bit. */
+#define MQ_BM 64          /* weight rows a block */
+#define MQ_BN 64          /* activation rows a block */
+#define MQ_G 4            /* steps (units) a stage */
+#define MQ_THREADS 256
+#define MQ_MAGIC 0x4B400000 /* the bits of 12582912.0f = 1.5 * 2^23 */
+static_assert(MQ_BM * MQ_G == MQ_THREADS && MQ_BN * MQ_G == MQ_THREADS, "one load a thread a stage");
+
+/* d = a (16 x 16 int8, rows of the weights) . b (16 x 8 int8) + MQ_MAGIC:
+ * lane 4 g + t holds a's rows g and g + 8 at k = 4t..4t+3 (a0, a1), b's
+ * column g at k = 4t..4t+3 (b) and gets d rows g (d[0], d[1]) and g + 8
+ * (d[2], d[3]) at columns 2t, 2t + 1 */
+static __device__ __forceinline__ void mma_s8(int (&d)[4], int a0, int a1, int b) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b), "r"(MQ_MAGIC));
+}
+
+/* the exact float of a dot that mma_s8 returned offset by MQ_MAGIC */
+static __device__ __forceinline__ float mq_dot(int d) { return __fsub_rn(__int_as_float(d), 12582912.0f); }
+
+static __device__ __forceinline__ int brev5(int i) { return (int)(__brev((unsigned)i) >> 27); }
+
+/* asynchronous global -> shared copies of 16 and 4 bytes (sm_80+), and the wait for all of them */
+static __device__ __forceinline__ void cp16(void *dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
+                 : "memory");
+}
+static __device__ __forceinline__ void cp4(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
+                 : "memory");
+}
+static __device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.commit_group;\ncp.async.wait_all;" ::: "memory");
+}
+
+/* a factor quad from shared memory: only .x, .y (the scales) where the type has no sums */
+template <bool SUMS>
+static __device__ __forceinline__ float4 ld_f(const float4 *p) {
+    if (SUMS) return *p;
+    const float2 v = *(const float2 *)p;
+    return make_float4(v.x, v.y, 0.0f, 0.0f);
+}
+
+template <int T>
+static __global__ void __launch_bounds__(MQ_THREADS, 1) mmq(wview w, xview x, int na, float *__restrict__ y) {
+    typedef TT<T> U;
+    constexpr bool SUMS = U::SUMS, OB = U::ONE_BLOCK;
+    /* [buffer][step of the stage][row of the tile]: runs A and B (16 int8
+     * each) and the factors (weights fa, fb, ma, mb; activations da, db,
+     * sa, sb); 48 KiB */
+    __shared__ int4 s_wa[2][MQ_G][MQ_BM], s_wb[2][MQ_G][MQ_BM];
+    __shared__ float4 s_wf[2][MQ_G][MQ_BM];
+    __shared__ int4 s_xa[2][MQ_G][MQ_BN], s_xb[2][MQ_G][MQ_BN];
+    __shared__ float4 s_xf[2][MQ_G][MQ_BN];
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int gid = lane >> 2, tig = lane & 3;
+    const int wrow = (warp & 1) * 32, wcol = (warp >> 1) * 16; /* the warp's outputs in the tile */
+    const int64_t j0 = (int64_t)blockIdx.x * MQ_BM;
+    const int r0 = (int)blockIdx.y * MQ_BN;
+    const int units = (int)(w.k / 32), S = (units + 31) / 32, nst = 32 * S / MQ_G;
+
+    /* this thread's loads: row lr of the tile (clamped to the matrices), step lg of each stage */
+    const int lr = tid % MQ_BM, lg = tid / MQ_BM;
+    const int64_t lrow = j0 + lr < w.n ? j0 + lr : w.n - 1;
+    const int lxr = r0 + lr < na ? r0 + lr : na - 1;
+    typename U::W wreg = {};
+    int lu = 0;
+    bool lvalid = false;
+    /* the next stage's loads: the weight unit into registers (prep decodes
+     * it later, in put), the activation unit straight into shared memory
+     * buffer b: the same values xload reads (db = da, sb unused in ONE_BLOCK
+     * types; sa, sb unused without SUMS) */
+    auto fetch = [&](int c, int b) {
+        const int q = c * MQ_G + lg, i = q / S, s = q - i * S;
+        lu = 32 * s + brev5(i);
+        lvalid = lu < units;
+        if (lvalid) {
+            wreg = U::load(w, lrow, lu);
+            int pa, pb;
+            U::pos(lu, pa, pb);
+            const int8_t *xq = x.q + lxr * x.ld;
+            const float *xd = x.d + lxr * x.ldb, *xs = x.s + lxr * x.ldb;
+            float *f = (float *)&s_xf[b][lg][lr];
+            cp16(&s_xa[b][lg][lr], xq + pa);
+            cp16(&s_xb[b][lg][lr], xq + pb);
+            cp4(f, xd + pa / 32);
+            cp4(f + 1, xd + (OB ? pa : pb) / 32);
+            if (SUMS) {
+                cp4(f + 2, xs + pa / 32);
+                if (!OB) cp4(f + 3, xs + pb / 32);
+            }
+        }
+    };
+    auto put = [&](int b) {
+        if (lvalid) {
+            const PU p = U::prep(wreg, lu);
+            s_wa[b][lg][lr] = p.a;
+            s_wb[b][lg][lr] = p.b;
+            s_wf[b][lg][lr] = make_float4(p.fa, p.fb, p.ma, p.mb);
+        }
+    };
+
+    /* outputs: [mi][ni][e] = weight row wrow + 16 mi + gid + 8 (e >> 1),
+     * activation row wcol + 8 ni + 2 tig + (e & 1) */
+    float acc[2][2][4], st[5][2][2][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 2; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                acc[mi][ni][e] = 0.0f;
+#pragma unroll
+                for (int k = 0; k < 5; k++) st[k][mi][ni][e] = 0.0f;
+            }
+
+    fetch(0, 0);
+    put(0);
+    cp_wait();
+    __syncthreads();
+    for (int c = 0; c < nst; c++) {
+        const int b = c & 1;
+        /* buffer b ^ 1 was last read in stage c - 1, before the barrier that ended it */
+        if (c + 1 < nst) fetch(c + 1, b ^ 1);
+#pragma unroll
+        for (int g = 0; g < MQ_G; g++) {
+            const int q = c * MQ_G + g, i = q / S, s = q - i * S;
+            if (32 * s + brev5(i) < units) {
+                int aa[2][2], ab[2][2], ba[2], bb[2];
+                float4 wf[2][2], xf[2][2];
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int R = wrow + 16 * mi + gid + 8 * h;
+                        aa[mi][h] = ((const int *)&s_wa[b][g][R])[tig];
+                        ab[mi][h] = ((const int *)&s_wb[b][g][R])[tig];
+                        wf[mi][h] = ld_f<SUMS>(&s_wf[b][g][R]);
+                    }
+#pragma unroll
+                for (int ni = 0; ni < 2; ni++) {
+                    const int C = wcol + 8 * ni;
+                    ba[ni] = ((const int *)&s_xa[b][g][C + gid])[tig];
+                    bb[ni] = ((const int *)&s_xb[b][g][C + gid])[tig];
+                    xf[ni][0] = ld_f<SUMS>(&s_xf[b][g][C + 2 * tig]);
+                    xf[ni][1] = ld_f<SUMS>(&s_xf[b][g][C + 2 * tig + 1]);
+                }
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                    for (int ni = 0; ni < 2; ni++) {
+                        int da[4], db[4];
+                        mma_s8(da, aa[mi][0], aa[mi][1], ba[ni]);
+                        mma_s8(db, ab[mi][0], ab[mi][1], bb[ni]);
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const float4 fw = wf[mi][e >> 1], fx = xf[ni][e & 1];
+                            acc[mi][ni][e] = __fadd_rn(acc[mi][ni][e],
+                                                       pcomb<SUMS, OB>(fw.x, fw.y, fw.z, fw.w, fx.x, fx.y, fx.z, fx.w,
+                                                                       mq_dot(da[e]), mq_dot(db[e])));
+                        }
+                    }
+            }
+            if (s == S - 1) {
+                /* leaf i done: merge it as a binary counter; after leaf 31 acc holds the sum */
+                bool placed = false;
+#pragma unroll
+                for (int k = 0; k < 5; k++)
+                    if (!placed) {
+                        if ((i >> k) & 1) {
+#pragma unroll
+                            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                                for (int ni = 0; ni < 2; ni++)
+#pragma unroll
+                                    for (int e = 0; e < 4; e++)
+                                        acc[mi][ni][e] = __fadd_rn(st[k][mi][ni][e], acc[mi][ni][e]);
+                        } else {
+#pragma unroll
+                            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                                for (int ni = 0; ni < 2; ni++)
+#pragma unroll
+                                    for (int e = 0; e < 4; e++) {
+                                        st[k][mi][ni][e] = acc[mi][ni][e];
+                                        acc[mi][ni][e] = 0.0f;
+                                    }
+                            placed = true;
+                        }
+                    }
+            }
+        }
+        if (c + 1 < nst) put(b ^ 1);
+        cp_wait();
+        __syncthreads();
+    }
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 2; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t R = j0 + wrow + 16 * mi + gid + 8 * (e >> 1);
+                const int C = r0 + wcol + 8 * ni + 2 * tig + (e & 1);
+                if (R < w.n && C < na) y[(int64_t)C * w.n + R] = acc[mi][ni][e];
+            }
 }
 
 /* f16/bf16: unit = 8 weights (16 bytes); k % 8 == 0 */
@@ -584,7 +870,7 @@ static __global__ void repack(const uint8_t *__restrict__ src, int64_t nblocks, 
 
 /* ---- dispatch ---- */
 
-typedef void (*qkern)(wview, xview, float *);
+typedef void (*qkern)(mwview, xview);
 typedef void (*fkern)(wview, const float *, float *);
 typedef void (*rkern)(wview, const float *, float *);
 
@@ -632,6 +918,21 @@ static qkern qkernel(qt_type t, int na, int rpw) {
     case QT_Q6_K: return pick_q<QT_Q6_K>(na, rpw);
     case QT_IQ4_XS: return pick_q<QT_IQ4_XS>(na, rpw);
     case QT_MXFP4: return pick_q<QT_MXFP4>(na, rpw);
+    default: return NULL;
+    }
+}
+
+typedef void (*mkern)(wview, xview, int, float *);
+
+static mkern mkernel(qt_type t) {
+    switch (t) {
+    case QT_Q4_0: return mmq<QT_Q4_0>;
+    case QT_Q8_0: return mmq<QT_Q8_0>;
+    case QT_Q4_K: return mmq<QT_Q4_K>;
+    case QT_Q5_K: return mmq<QT_Q5_K>;
+    case QT_Q6_K: return mmq<QT_Q6_K>;
+    case QT_IQ4_XS: return mmq<QT_IQ4_XS>;
+    case QT_MXFP4: return mmq<QT_MXFP4>;
     default: return NULL;
     }
 }
@@ -723,19 +1024,27 @@ hn_status hc_weight_upload(hc_weight *w, qt_type t, int64_t k, int64_t n, const 
     return st;
 }
 
-hn_status hc_gemv_scratch_init(hc_gemv_scratch *s, int64_t max_k, hn_err *err) {
+hn_status hc_gemv_scratch_init_rows(hc_gemv_scratch *s, int64_t max_k, int max_rows, hn_err *err) {
     memset(s, 0, sizeof *s);
     if (max_k <= 0 || max_k % 32 || max_k > (1 << 28))
         return hn_errf(err, HN_ERR_INVALID, "cuda: gemv scratch: bad row length %lld", (long long)max_k);
-    hn_status st = hc_malloc((void **)&s->xq, (size_t)(HC_GEMV_MAX_ROWS * max_k), err);
-    if (!st) st = hc_malloc((void **)&s->xd, sizeof(float) * (size_t)(HC_GEMV_MAX_ROWS * max_k / 32), err);
-    if (!st) st = hc_malloc((void **)&s->xs, sizeof(float) * (size_t)(HC_GEMV_MAX_ROWS * max_k / 32), err);
+    if (max_rows < HC_GEMV_MAX_ROWS || max_rows > 65535)
+        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv scratch: %d rows (%d..65535)", max_rows, HC_GEMV_MAX_ROWS);
+    const size_t vals = (size_t)max_rows * (size_t)max_k;
+    hn_status st = hc_malloc((void **)&s->xq, vals, err);
+    if (!st) st = hc_malloc((void **)&s->xd, sizeof(float) * (vals / 32), err);
+    if (!st) st = hc_malloc((void **)&s->xs, sizeof(float) * (vals / 32), err);
     if (st) {
         hc_gemv_scratch_free(s);
         return st;
     }
     s->max_k = max_k;
+    s->max_rows = max_rows;
     return HN_OK;
+}
+
+hn_status hc_gemv_scratch_init(hc_gemv_scratch *s, int64_t max_k, hn_err *err) {
+    return hc_gemv_scratch_init_rows(s, max_k, HC_GEMV_MAX_ROWS, err);
 }
 
 void hc_gemv_scratch_free(hc_gemv_scratch *s) {
@@ -751,6 +1060,21 @@ static hn_status check_args(const hc_weight *w, const float *x, int na, const fl
     if (!hc_gemv_supports(w->type)) return hn_errf(err, HN_ERR_UNSUPPORTED, "cuda: gemv: unsupported type %d", (int)w->type);
     if (na < 1 || na > HC_GEMV_MAX_ROWS)
         return hn_errf(err, HN_ERR_INVALID, "cuda: gemv: %d activation rows (1..%d)", na, HC_GEMV_MAX_ROWS);
+    return HN_OK;
+}
+
+/* x [na][k] quantized for w's type into the scratch (unless reuse), and its view */
+static hn_status quant_rows(const hc_weight *w, const float *x, int na, hc_gemv_scratch *s, bool reuse, cudaStream_t cs,
+                            xview *xv, hn_err *err) {
+    const int64_t nb = w->k / 32;
+    if (!reuse) {
+        if (hc_gemv_act(w->type) == HC_ACT_Q8_K)
+            quant_x256<<<dim3((unsigned)(w->k / 256), (unsigned)na), 256, 0, cs>>>(x, w->k, s->xq, s->xd, s->xs);
+        else
+            quant_x32<<<dim3((unsigned)((nb + 3) / 4), (unsigned)na), 128, 0, cs>>>(x, w->k, s->xq, s->xd, s->xs);
+        HC_LAUNCHED(err, "activation quantization kernel");
+    }
+    *xv = xview{s->xq, s->xd, s->xs, w->k, nb};
     return HN_OK;
 }
 
@@ -777,16 +1101,57 @@ hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_
     if (!s || !s->xq || w->k > s->max_k)
         return hn_errf(err, HN_ERR_INVALID, "cuda: gemv: row length %lld over the scratch's %lld", (long long)w->k,
                        (long long)(s ? s->max_k : 0));
-    const int64_t nb = w->k / 32;
-    if (!p || !p->reuse_x) {
-        if (hc_gemv_act(w->type) == HC_ACT_Q8_K)
-            quant_x256<<<dim3((unsigned)(w->k / 256), (unsigned)na), 256, 0, cs>>>(x, w->k, s->xq, s->xd, s->xs);
-        else
-            quant_x32<<<dim3((unsigned)((nb + 3) / 4), (unsigned)na), 128, 0, cs>>>(x, w->k, s->xq, s->xd, s->xs);
-        HC_LAUNCHED(err, "activation quantization kernel");
+    xview xv;
+    st = quant_rows(w, x, na, s, p && p->reuse_x, cs, &xv, err);
+    if (st) return st;
+    mwview mw;
+    memset(&mw, 0, sizeof mw);
+    mw.w[0] = view_of(w);
+    mw.y[0] = y;
+    mw.nw = 1;
+    qkernel(w->type, na, rpw)<<<grid, WARPS * 32, 0, cs>>>(mw, xv);
+    HC_LAUNCHED(err, "gemv kernel");
+    return HN_OK;
+}
+
+int hc_gemv_multi_ok(int n_w, const hc_weight *const *w, int na) {
+    if (n_w < 1 || n_w > GEMV_MULTI || na < 1 || na > HC_GEMV_MAX_ROWS) return 0;
+    for (int i = 0; i < n_w; i++) {
+        if (!w[i] || !w[i]->mem || is_float_type(w[i]->type) || !hc_gemv_supports(w[i]->type)) return 0;
+        if (w[i]->type != w[0]->type || w[i]->k != w[0]->k ||
+            default_rpw(w[i]->type, na, w[i]->n) != default_rpw(w[0]->type, na, w[0]->n))
+            return 0;
     }
-    xview xv = {s->xq, s->xd, s->xs, w->k, nb};
-    qkernel(w->type, na, rpw)<<<grid, WARPS * 32, 0, cs>>>(view_of(w), xv, y);
+    return 1;
+}
+
+hn_status hc_gemv_multi(int n_w, const hc_weight *const *w, const float *x, int na, float *const *y,
+                        hc_gemv_scratch *s, int reuse_x, void *stream, hn_err *err) {
+    if (!hc_gemv_multi_ok(n_w, w, na))
+        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv_multi: weights that cannot share one launch");
+    for (int i = 0; i < n_w; i++) {
+        hn_status st = check_args(w[i], x, na, y[i], err);
+        if (st) return st;
+    }
+    if (!s || !s->xq || w[0]->k > s->max_k)
+        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv: row length %lld over the scratch's %lld", (long long)w[0]->k,
+                       (long long)(s ? s->max_k : 0));
+    cudaStream_t cs = (cudaStream_t)stream;
+    const int rpw = default_rpw(w[0]->type, na, w[0]->n);
+    xview xv;
+    hn_status st = quant_rows(w[0], x, na, s, reuse_x != 0, cs, &xv, err);
+    if (st) return st;
+    mwview mw;
+    memset(&mw, 0, sizeof mw);
+    unsigned grid = 0;
+    for (int i = 0; i < n_w; i++) {
+        mw.w[i] = view_of(w[i]);
+        mw.y[i] = y[i];
+        mw.b0[i] = grid;
+        grid += (unsigned)((w[i]->n + WARPS * rpw - 1) / (WARPS * rpw));
+    }
+    mw.nw = n_w;
+    qkernel(w[0]->type, na, rpw)<<<grid, WARPS * 32, 0, cs>>>(mw, xv);
     HC_LAUNCHED(err, "gemv kernel");
     return HN_OK;
 }
@@ -796,6 +1161,26 @@ hn_status hc_gemv_ref(const hc_weight *w, const float *x, int na, float *y, void
     if (st) return st;
     rkernel(w->type)<<<dim3((unsigned)((w->n + 127) / 128), (unsigned)na), 128, 0, (cudaStream_t)stream>>>(view_of(w), x, y);
     HC_LAUNCHED(err, "reference gemv kernel");
+    return HN_OK;
+}
+
+bool hc_mmq_supports(qt_type t) { return mkernel(t) != NULL; }
+
+hn_status hc_mmq(const hc_weight *w, const float *x, int na, float *y, hc_gemv_scratch *s, const hc_gemv_params *p,
+                 void *stream, hn_err *err) {
+    if (!w || !w->mem || !x || !y) return hn_errf(err, HN_ERR_INVALID, "cuda: mmq: missing weight, input or output");
+    mkern f = mkernel(w->type);
+    if (!f) return hn_errf(err, HN_ERR_UNSUPPORTED, "cuda: mmq: unsupported type %d", (int)w->type);
+    if (!s || !s->xq || w->k > s->max_k || na < 1 || na > s->max_rows)
+        return hn_errf(err, HN_ERR_INVALID, "cuda: mmq: %d rows of %lld over the scratch's %d of %lld", na,
+                       (long long)w->k, s ? s->max_rows : 0, (long long)(s ? s->max_k : 0));
+    cudaStream_t cs = (cudaStream_t)stream;
+    xview xv;
+    hn_status st = quant_rows(w, x, na, s, p && p->reuse_x, cs, &xv, err);
+    if (st) return st;
+    const dim3 grid((unsigned)((w->n + MQ_BM - 1) / MQ_BM), (unsigned)((na + MQ_BN - 1) / MQ_BN));
+    f<<<grid, MQ_THREADS, 0, cs>>>(view_of(w), xv, na, y);
+    HC_LAUNCHED(err, "mmq kernel");
     return HN_OK;
 }
 

@@ -34,31 +34,95 @@ static __device__ A block_reduce(A v, A *sh) {
 
 /* ---- rms_norm: float squares summed in double, float mean and scale (llama.cpp's arithmetic) ---- */
 
+/* one block a row, RN_VPT values a thread kept in registers between the
+ * sum and the scaling (so x is read once, all loads issued together); rows
+ * wider than RN_VPT * 1024 loop */
+#define RN_VPT 4
 static __global__ void k_rms_norm(const float *x, const float *w, int dim, float eps, float *y) {
     __shared__ double sh[32];
     const float *xr = x + (int64_t)blockIdx.x * dim;
     float *yr = y + (int64_t)blockIdx.x * dim;
+    const int nt = blockDim.x;
     double ss = 0.0;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)__fmul_rn(xr[i], xr[i]);
-    ss = block_reduce<double, false>(ss, sh);
+    float v[RN_VPT];
+#pragma unroll
+    for (int j = 0; j < RN_VPT; j++) {
+        const int i = threadIdx.x + j * nt;
+        v[j] = i < dim ? xr[i] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < RN_VPT; j++) ss += (double)__fmul_rn(v[j], v[j]);
+    for (int i = threadIdx.x + RN_VPT * nt; i < dim; i += nt) ss += (double)__fmul_rn(xr[i], xr[i]);
+    /* the sum over the block: warp sums, then warp 0 sums those by shuffles (no serial loop over 32 entries) */
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+    if (nt > 32) {
+        if (lane == 0) sh[warp] = ss;
+        __syncthreads();
+        if (warp == 0) {
+            ss = lane < nt / 32 ? sh[lane] : 0.0;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            if (lane == 0) sh[0] = ss;
+        }
+        __syncthreads();
+        ss = sh[0];
+    }
     const float mean = (float)(ss / dim);
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        const float v = __fmul_rn(xr[i], scale);
-        yr[i] = w ? __fmul_rn(v, w[i]) : v;
+#pragma unroll
+    for (int j = 0; j < RN_VPT; j++) {
+        const int i = threadIdx.x + j * nt;
+        if (i < dim) {
+            const float u = __fmul_rn(v[j], scale);
+            yr[i] = w ? __fmul_rn(u, w[i]) : u;
+        }
+    }
+    for (int i = threadIdx.x + RN_VPT * nt; i < dim; i += nt) {
+        const float u = __fmul_rn(xr[i], scale);
+        yr[i] = w ? __fmul_rn(u, w[i]) : u;
     }
 }
 
 cudaError_t ck_rms_norm(cudaStream_t s, const float *x, const float *w, int n, int dim, float eps, float *y) {
     if (n <= 0) return cudaSuccess;
-    k_rms_norm<<<(unsigned)n, 256, 0, s>>>(x, w, dim, eps, y);
+    int nt = ((dim + RN_VPT - 1) / RN_VPT + 31) / 32 * 32;
+    nt = nt < 32 ? 32 : nt > 1024 ? 1024 : nt;
+    k_rms_norm<<<(unsigned)n, (unsigned)nt, 0, s>>>(x, w, dim, eps, y);
     return cudaGetLastError();
 }
+
+#define RP_MAX_HALF 256
 
 /* ---- rope: theta_i = pos * theta_scale^i by repeated multiplication, as the CPU builds it ---- */
 
 static __global__ void k_rope(float *x, int n_head, int head_dim, int n_rot, float theta_scale, bool neox,
                               const int32_t *pos) {
+    __shared__ float cs[RP_MAX_HALF], sn[RP_MAX_HALF];
+    const int r = blockIdx.x, half = n_rot / 2;
+    /* the angles once per row: thread i builds theta_i by the CPU's i multiplications */
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float theta = (float)pos[r];
+        for (int q = 0; q < i; q++) theta = __fmul_rn(theta, theta_scale);
+        cs[i] = cosf(theta);
+        sn[i] = sinf(theta);
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < n_head * half; t += blockDim.x) {
+        const int h = t / half, i = t % half;
+        float *v = x + ((int64_t)r * n_head + h) * head_dim;
+        const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+        const float a = v[i0], b = v[i1];
+        v[i0] = __fsub_rn(__fmul_rn(a, cs[i]), __fmul_rn(b, sn[i]));
+        v[i1] = __fadd_rn(__fmul_rn(a, sn[i]), __fmul_rn(b, cs[i]));
+    }
+}
+
+/* rows of more than 2 * RP_MAX_HALF rotated dims: each pair builds its own angle */
+static __global__ void k_rope_wide(float *x, int n_head, int head_dim, int n_rot, float theta_scale, bool neox,
+                                   const int32_t *pos) {
+
     const int r = blockIdx.x, half = n_rot / 2;
     for (int t = threadIdx.x; t < n_head * half; t += blockDim.x) {
         const int h = t / half, i = t % half;
@@ -76,7 +140,10 @@ static __global__ void k_rope(float *x, int n_head, int head_dim, int n_rot, flo
 cudaError_t ck_rope(cudaStream_t s, float *x, int n, int n_head, int head_dim, int n_rot, float theta_scale,
                     bool neox, const int32_t *pos) {
     if (n <= 0 || n_rot < 2) return cudaSuccess;
-    k_rope<<<(unsigned)n, 128, 0, s>>>(x, n_head, head_dim, n_rot, theta_scale, neox, pos);
+    if (n_rot / 2 <= RP_MAX_HALF)
+        k_rope<<<(unsigned)n, 256, 0, s>>>(x, n_head, head_dim, n_rot, theta_scale, neox, pos);
+    else
+        k_rope_wide<<<(unsigned)n, 128, 0, s>>>(x, n_head, head_dim, n_rot, theta_scale, neox, pos);
     return cudaGetLastError();
 }
 
@@ -411,63 +478,116 @@ static __global__ void __launch_bounds__(AT_THREADS)
  * 0, so a token's result does not depend on the batch it came in or on how
  * many chunks the longest sequence of the step needs. */
 
-#define AS_CHUNK 256
+#define AS_CHUNK 128
 #define AS_THREADS 128
 #define AS_MAX_G 16
-#define AS_MAX_GHD 4096 /* G * head_dim: the queries in shared memory */
+#define AS_MAX_GHD 2048 /* G * head_dim: the queries, and each warp's V sums, in shared memory */
+#define AS_U 8 /* positions a warp has in flight (K or V rows loaded before use) */
 
+/* element d of a kv row: f16 directly when both caches are f16 (F16), else by type */
+template <bool F16>
+static __device__ __forceinline__ float kv_at(qt_type t, const uint8_t *row, int d) {
+    if (F16) return h2f(((const unsigned short *)row)[d]);
+    return kv_get(t, row, d);
+}
+
+/* One block per (token, kv head, chunk of AS_CHUNK positions), 4 warps.
+ * Positions go to the warps in groups of AS_U (group gr to warp gr % 4), so
+ * a short context still spreads over the warps and each warp has AS_U rows'
+ * loads in flight. Scores: per position, lane l dots dims l, l + 32, ... of
+ * each query head of the kv head (the K row loaded once for the G heads),
+ * then a butterfly sum (AS_U x 4 of them interleaved). V: each warp sums its
+ * positions in order into registers (lane l: dims l + 32 i, up to 32 / ND
+ * heads a pass over the V rows), leaves them in its own slab of shared
+ * memory, and the four slabs are added in warp order. ND = dims a lane
+ * (head_dim / 32 rounded up to 2, 4, 8 or 16). Direct (part NULL): the
+ * step's block table spans one chunk, so this block is the token's only
+ * partial and writes acc / l itself: the combine's result for one chunk bit
+ * for bit (its weight expf(0) is exactly 1). */
+#define AS_GB 4 /* query heads whose scores a pass over a K row computes */
+template <int ND, bool F16>
 static __global__ void __launch_bounds__(AS_THREADS)
     k_attn_part(const float *q, int n_head, int n_head_kv, int hd, float scale, int32_t window, ck_kv g, int layer,
                 const int32_t *pos, const int32_t *seq, const int32_t *bt, int32_t bt_stride, int t0, int n_split,
-                float *part) {
-    __shared__ float qs[AS_MAX_GHD];
+                float *part, float *out) {
+    constexpr int NW = AS_THREADS / 32, GBV = 32 / ND;
+    __shared__ float slab[NW][AS_MAX_GHD]; /* slab 0: the queries while scoring; then each warp's V sums */
     __shared__ float ps[AS_MAX_G][AS_CHUNK];
+    __shared__ const uint8_t *krow[AS_CHUNK], *vrow[AS_CHUNK];
+    __shared__ float s_m[AS_MAX_G], s_l[AS_MAX_G];
+    float *qs = slab[0];
     const int t = t0 + blockIdx.x, kh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5, G = n_head / n_head_kv;
     const int32_t hi = pos[t], lo0 = window > 0 && hi - window + 1 > 0 ? hi - window + 1 : 0;
     const int32_t c0 = sp * AS_CHUNK, lo = lo0 > c0 ? lo0 : c0, hi1 = hi < c0 + AS_CHUNK - 1 ? hi : c0 + AS_CHUNK - 1;
     const int stride = hd + 2;
-    float *pt = part + (((size_t)blockIdx.x * n_head + (size_t)kh * G) * n_split + sp) * stride;
+    float *pt = part ? part + (((size_t)blockIdx.x * n_head + (size_t)kh * G) * n_split + sp) * stride : NULL;
     if (lo > hi1) { /* no position of this chunk: an empty partial */
-        for (int gi = tid; gi < G; gi += AS_THREADS) {
-            pt[(size_t)gi * n_split * stride + hd] = -INFINITY;
-            pt[(size_t)gi * n_split * stride + hd + 1] = 0.0f;
-        }
+        if (pt)
+            for (int gi = tid; gi < G; gi += AS_THREADS) {
+                pt[(size_t)gi * n_split * stride + hd] = -INFINITY;
+                pt[(size_t)gi * n_split * stride + hd + 1] = 0.0f;
+            }
         return;
     }
-    const int cnt = hi1 - lo + 1;
-    for (int i = tid; i < G * hd; i += AS_THREADS)
-        qs[i] = q[((int64_t)t * n_head + (int64_t)kh * G) * hd + i];
-    __syncthreads();
+    const int cnt = hi1 - lo + 1, ghd = G * hd;
+    const float *qr = q + ((int64_t)t * n_head + (int64_t)kh * G) * hd;
+    if ((hd & 3) == 0)
+        for (int i = 4 * tid; i < ghd; i += 4 * AS_THREADS) *(float4 *)(qs + i) = __ldg((const float4 *)(qr + i));
+    else
+        for (int i = tid; i < ghd; i += AS_THREADS) qs[i] = qr[i];
+    /* the chunk's K and V row addresses, one position a thread */
     const int32_t *btr = bt + (int64_t)seq[t] * bt_stride;
     const size_t v_off = (size_t)g.block_size * g.k_row_bytes;
-    /* scores: a warp per position */
-    for (int j = warp; j < cnt; j += AS_THREADS / 32) {
+    for (int j = tid; j < cnt; j += AS_THREADS) {
         const int32_t p = lo + j, blk = btr[p / g.block_size], sl = p % g.block_size;
-        const uint8_t *kr = g.base + (size_t)blk * g.block_bytes + (size_t)layer * g.layer_bytes +
-                            (size_t)sl * g.k_row_bytes + (size_t)kh * g.k_head_bytes;
-        float acc[AS_MAX_G];
+        const uint8_t *lb = g.base + (size_t)blk * g.block_bytes + (size_t)layer * g.layer_bytes;
+        krow[j] = lb + (size_t)sl * g.k_row_bytes + (size_t)kh * g.k_head_bytes;
+        vrow[j] = lb + v_off + (size_t)sl * g.v_row_bytes + (size_t)kh * g.v_head_bytes;
+    }
+    __syncthreads();
+    /* scores */
+    for (int j0 = warp * AS_U; j0 < cnt; j0 += NW * AS_U) {
+        float kv[AS_U][ND];
 #pragma unroll
-        for (int gi = 0; gi < AS_MAX_G; gi++) acc[gi] = 0.0f;
-        for (int d = lane; d < hd; d += 32) {
-            const float kv = kv_get(g.kt, kr, d);
+        for (int u = 0; u < AS_U; u++)
 #pragma unroll
-            for (int gi = 0; gi < AS_MAX_G; gi++)
-                if (gi < G) acc[gi] = __fmaf_rn(qs[gi * hd + d], kv, acc[gi]);
-        }
+            for (int i = 0; i < ND; i++) {
+                const int d = lane + 32 * i;
+                kv[u][i] = d < hd && j0 + u < cnt ? kv_at<F16>(g.kt, krow[j0 + u], d) : 0.0f;
+            }
+        for (int g0 = 0; g0 < G; g0 += AS_GB) {
+            float a[AS_U][AS_GB];
 #pragma unroll
-        for (int gi = 0; gi < AS_MAX_G; gi++) {
-            if (gi >= G) break;
-            float v = acc[gi];
+            for (int u = 0; u < AS_U; u++)
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == 0) ps[gi][j] = v * scale;
+                for (int gb = 0; gb < AS_GB; gb++) {
+                    float v = 0.0f;
+                    if (g0 + gb < G)
+#pragma unroll
+                        for (int i = 0; i < ND; i++) {
+                            const int d = lane + 32 * i;
+                            if (d < hd) v = __fmaf_rn(qs[(g0 + gb) * hd + d], kv[u][i], v);
+                        }
+                    a[u][gb] = v;
+                }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+                for (int u = 0; u < AS_U; u++)
+#pragma unroll
+                    for (int gb = 0; gb < AS_GB; gb++) a[u][gb] += __shfl_xor_sync(0xffffffffu, a[u][gb], o);
+            if (lane == 0)
+#pragma unroll
+                for (int u = 0; u < AS_U; u++)
+#pragma unroll
+                    for (int gb = 0; gb < AS_GB; gb++)
+                        if (j0 + u < cnt && g0 + gb < G) ps[g0 + gb][j0 + u] = a[u][gb] * scale;
         }
     }
     __syncthreads();
     /* the chunk's softmax per head: a warp per head */
-    __shared__ float s_m[AS_MAX_G], s_l[AS_MAX_G];
-    for (int gi = warp; gi < G; gi += AS_THREADS / 32) {
+    for (int gi = warp; gi < G; gi += NW) {
         float m = -INFINITY;
         for (int j = lane; j < cnt; j += 32) m = fmaxf(m, ps[gi][j]);
 #pragma unroll
@@ -485,47 +605,104 @@ static __global__ void __launch_bounds__(AS_THREADS)
             s_l[gi] = l;
         }
     }
-    __syncthreads();
-    /* V-weighted sums: a thread per head dim, all G heads */
-    for (int d = tid; d < hd; d += AS_THREADS) {
-        float acc[AS_MAX_G];
+    __syncthreads(); /* also: the queries in slab 0 are no longer read */
+    /* V-weighted sums: GBV heads a pass over this warp's V rows */
+    for (int g0 = 0; g0 < G; g0 += GBV) {
+        float acc[GBV][ND];
 #pragma unroll
-        for (int gi = 0; gi < AS_MAX_G; gi++) acc[gi] = 0.0f;
-        for (int j = 0; j < cnt; j++) {
-            const int32_t p = lo + j, blk = btr[p / g.block_size], sl = p % g.block_size;
-            const uint8_t *vr = g.base + (size_t)blk * g.block_bytes + (size_t)layer * g.layer_bytes + v_off +
-                                (size_t)sl * g.v_row_bytes + (size_t)kh * g.v_head_bytes;
-            const float vv = kv_get(g.vt, vr, d);
+        for (int gb = 0; gb < GBV; gb++)
 #pragma unroll
-            for (int gi = 0; gi < AS_MAX_G; gi++)
-                if (gi < G) acc[gi] = __fmaf_rn(ps[gi][j], vv, acc[gi]);
+            for (int i = 0; i < ND; i++) acc[gb][i] = 0.0f;
+        for (int j0 = warp * AS_U; j0 < cnt; j0 += NW * AS_U) {
+            float vv[AS_U][ND];
+#pragma unroll
+            for (int u = 0; u < AS_U; u++)
+#pragma unroll
+                for (int i = 0; i < ND; i++) {
+                    const int d = lane + 32 * i;
+                    vv[u][i] = d < hd && j0 + u < cnt ? kv_at<F16>(g.vt, vrow[j0 + u], d) : 0.0f;
+                }
+#pragma unroll
+            for (int u = 0; u < AS_U; u++) {
+                if (j0 + u >= cnt) break;
+#pragma unroll
+                for (int gb = 0; gb < GBV; gb++) {
+                    if (g0 + gb >= G) break;
+                    const float pw = ps[g0 + gb][j0 + u];
+#pragma unroll
+                    for (int i = 0; i < ND; i++) acc[gb][i] = __fmaf_rn(pw, vv[u][i], acc[gb][i]);
+                }
+            }
         }
-        for (int gi = 0; gi < G; gi++) pt[(size_t)gi * n_split * stride + d] = acc[gi];
+#pragma unroll
+        for (int gb = 0; gb < GBV; gb++) {
+            if (g0 + gb >= G) break;
+#pragma unroll
+            for (int i = 0; i < ND; i++) {
+                const int d = lane + 32 * i;
+                if (d < hd) slab[warp][(g0 + gb) * hd + d] = acc[gb][i];
+            }
+        }
     }
-    for (int gi = tid; gi < G; gi += AS_THREADS) {
-        pt[(size_t)gi * n_split * stride + hd] = s_m[gi];
-        pt[(size_t)gi * n_split * stride + hd + 1] = s_l[gi];
+    __syncthreads();
+    for (int i = tid; i < ghd; i += AS_THREADS) {
+        float r = slab[0][i];
+#pragma unroll
+        for (int w = 1; w < NW; w++) r = __fadd_rn(r, slab[w][i]);
+        const int gi = i / hd, d = i % hd;
+        if (pt)
+            pt[(size_t)gi * n_split * stride + d] = r;
+        else
+            out[((int64_t)t * n_head + (int64_t)kh * G + gi) * hd + d] = r / s_l[gi];
     }
+    if (pt)
+        for (int gi = tid; gi < G; gi += AS_THREADS) {
+            pt[(size_t)gi * n_split * stride + hd] = s_m[gi];
+            pt[(size_t)gi * n_split * stride + hd + 1] = s_l[gi];
+        }
 }
 
-/* one block per (token, head): the chunks in order */
+typedef void (*attn_part_fn)(const float *, int, int, int, float, int32_t, ck_kv, int, const int32_t *,
+                             const int32_t *, const int32_t *, int32_t, int, int, float *, float *);
+
+template <bool F16>
+static attn_part_fn attn_part_nd(int hd) {
+    const int nd = (hd + 31) / 32;
+    return nd <= 2 ? k_attn_part<2, F16> : nd <= 4 ? k_attn_part<4, F16> : nd <= 8 ? k_attn_part<8, F16>
+                                                                                    : k_attn_part<16, F16>;
+}
+
+/* one block per (token, head): the chunks in order. The chunk weights
+ * expf(m_s - M) are computed once each (in parallel) into shared memory; L
+ * and every output dim then sum the chunks in chunk order. */
+#define AC_MAX_SPLIT 2048
 static __global__ void k_attn_combine(const float *part, int n_head, int hd, int t0, int n_split, float *out) {
+    __shared__ float wsh[AC_MAX_SPLIT], red[32];
+    __shared__ float s_L;
     const int tl = blockIdx.x, h = blockIdx.y, stride = hd + 2;
     const float *pt = part + ((size_t)tl * n_head + h) * n_split * stride;
     float M = -INFINITY;
-    for (int s = 0; s < n_split; s++) M = fmaxf(M, pt[(size_t)s * stride + hd]);
-    float L = 0.0f;
-    for (int s = 0; s < n_split; s++) {
+    for (int s = threadIdx.x; s < n_split; s += blockDim.x) M = fmaxf(M, pt[(size_t)s * stride + hd]);
+    M = block_reduce<float, true>(M, red);
+    for (int s = threadIdx.x; s < n_split; s += blockDim.x) {
         const float m = pt[(size_t)s * stride + hd];
-        if (m != -INFINITY) L += pt[(size_t)s * stride + hd + 1] * expf(m - M);
+        wsh[s] = m != -INFINITY ? expf(m - M) : 0.0f; /* 0: an empty chunk, skipped below */
     }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float L = 0.0f;
+        for (int s = 0; s < n_split; s++)
+            if (pt[(size_t)s * stride + hd] != -INFINITY) L = __fmaf_rn(pt[(size_t)s * stride + hd + 1], wsh[s], L);
+        s_L = L;
+    }
+    __syncthreads();
+    const float L = s_L;
     float *o = out + ((int64_t)(t0 + tl) * n_head + h) * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float a = 0.0f;
-        for (int s = 0; s < n_split; s++) {
-            const float m = pt[(size_t)s * stride + hd];
-            if (m != -INFINITY) a = __fmaf_rn(pt[(size_t)s * stride + d], expf(m - M), a);
-        }
+#pragma unroll 8
+        for (int s = 0; s < n_split; s++)
+            if (pt[(size_t)s * stride + hd] != -INFINITY) a = __fmaf_rn(pt[(size_t)s * stride + d], wsh[s], a);
         o[d] = a / L;
     }
 }
@@ -548,13 +725,23 @@ cudaError_t ck_attention(cudaStream_t s, const float *q, float *out, int n_token
     /* the split form when the queries of a kv head fit its kernel and the scratch holds one token's partials
      * (the chunks are counted from the step's block table width, which bounds every position) */
     const size_t per_tok = ck_attention_part_floats(n_head, head_dim, bt_stride * g->block_size);
-    if (part && ck_attention_split_ok(n_head, n_head_kv, head_dim) && per_tok <= part_cap) {
-        const int n_split = (bt_stride * g->block_size + AS_CHUNK - 1) / AS_CHUNK;
-        const int group = (int)(part_cap / per_tok < (size_t)n_tokens ? part_cap / per_tok : (size_t)n_tokens);
+    const int n_split = (bt_stride * g->block_size + AS_CHUNK - 1) / AS_CHUNK;
+    if (part && ck_attention_split_ok(n_head, n_head_kv, head_dim) && n_split <= AC_MAX_SPLIT &&
+        (n_split == 1 || per_tok <= part_cap)) {
+        const attn_part_fn kp = g->kt == QT_F16 && g->vt == QT_F16 ? attn_part_nd<true>(head_dim)
+                                                                    : attn_part_nd<false>(head_dim);
+        const int group = n_split == 1 ? n_tokens
+                                       : (int)(part_cap / per_tok < (size_t)n_tokens ? part_cap / per_tok : (size_t)n_tokens);
         for (int t0 = 0; t0 < n_tokens; t0 += group) {
             const int nt = n_tokens - t0 < group ? n_tokens - t0 : group;
-            k_attn_part<<<dim3((unsigned)nt, (unsigned)n_head_kv, (unsigned)n_split), AS_THREADS, 0, s>>>(
-                q, n_head, n_head_kv, head_dim, scale, window, *g, layer, pos, seq, bt, bt_stride, t0, n_split, part);
+            if (n_split == 1) { /* one chunk: the output directly, no combine */
+                kp<<<dim3((unsigned)nt, (unsigned)n_head_kv, 1), AS_THREADS, 0, s>>>(
+                    q, n_head, n_head_kv, head_dim, scale, window, *g, layer, pos, seq, bt, bt_stride, t0, 1, NULL, out);
+                continue;
+            }
+            kp<<<dim3((unsigned)nt, (unsigned)n_head_kv, (unsigned)n_split), AS_THREADS, 0, s>>>(
+                q, n_head, n_head_kv, head_dim, scale, window, *g, layer, pos, seq, bt, bt_stride, t0, n_split, part,
+                out);
             k_attn_combine<<<dim3((unsigned)nt, (unsigned)n_head), 128, 0, s>>>(part, n_head, head_dim, t0, n_split, out);
         }
         return cudaGetLastError();

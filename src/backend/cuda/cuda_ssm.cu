@@ -6,7 +6,8 @@
  * operations where the CPU rounds; the recurrences run in token order per
  * sequence. Correct before fast: the delta rule is one block per (value
  * head, sequence), one thread per state row, the state in shared memory for
- * the step. */
+ * the step. Both recurrences also write the state after a token into the
+ * plan's snapshot slot for it (state_snap), when it names one. */
 #include <math.h>
 #include <stdint.h>
 
@@ -104,7 +105,7 @@ cudaError_t ck_rope_multi(cudaStream_t s, float *x, int n, int n_head, int head_
 
 static __global__ void k_ssm_conv(const float *x, const float *w, int n, int C, int K, ck_state st,
                                   const int32_t *pos, const int32_t *seq, const int32_t *slot,
-                                  const int32_t *state_slot, float *y) {
+                                  const int32_t *state_slot, const int32_t *snap, float *y) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= C) return;
     const float *wi = w + (size_t)i * (size_t)K;
@@ -120,15 +121,19 @@ static __global__ void k_ssm_conv(const float *x, const float *w, int n, int C, 
         for (int j = 0; j + 1 < K - 1; j++) sp[(size_t)j * C + i] = sp[(size_t)(j + 1) * C + i];
         if (K > 1) sp[(size_t)(K - 2) * C + i] = xv;
         y[(size_t)t * C + i] = __fdiv_rn(acc, __fadd_rn(1.0f, expf(-acc)));
+        if (snap[t] >= 0) { /* the window after this token into its snapshot slot */
+            float *sn = (float *)(st.base + (size_t)snap[t] * st.slot_bytes + st.off);
+            for (int j = 0; j < K - 1; j++) sn[(size_t)j * C + i] = sp[(size_t)j * C + i];
+        }
     }
 }
 
 cudaError_t ck_ssm_conv(cudaStream_t s, const float *x, const float *w, int n, int channels, int kernel,
                         const ck_state *st, const int32_t *pos, const int32_t *seq, const int32_t *slot,
-                        const int32_t *state_slot, float *y) {
+                        const int32_t *state_slot, const int32_t *snap, float *y) {
     if (n <= 0 || channels <= 0) return cudaSuccess;
     k_ssm_conv<<<(unsigned)((channels + 127) / 128), 128, 0, s>>>(x, w, n, channels, kernel, *st, pos, seq, slot,
-                                                                  state_slot, y);
+                                                                  state_slot, snap, y);
     return cudaGetLastError();
 }
 
@@ -142,7 +147,7 @@ cudaError_t ck_ssm_conv(cudaStream_t s, const float *x, const float *w, int n, i
 static __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : logf(__fadd_rn(1.0f, expf(x))); }
 
 static __global__ void k_delta_net(ck_delta a, ck_state st, const int32_t *pos, const int32_t *seq,
-                                   const int32_t *slot, const int32_t *state_slot) {
+                                   const int32_t *slot, const int32_t *state_slot, const int32_t *snap) {
     extern __shared__ float sm[];
     const int S = a.S, Nk = a.Nk, Nv = a.Nv;
     const int j = blockIdx.x, s = blockIdx.y, kh = j % Nk, vi = threadIdx.x;
@@ -181,6 +186,11 @@ static __global__ void k_delta_net(ck_delta a, ck_state st, const int32_t *pos, 
             a.out[v_at + vi] = __fmul_rn(o, scale);
         }
         __syncthreads(); /* kq is reloaded for the next token */
+        if (snap[t] >= 0) { /* the state after this token into its snapshot slot (row-major, as the slot) */
+            float *Ms = (float *)(st.base + (size_t)snap[t] * st.slot_bytes + st.off) + (size_t)j * S * S;
+            for (int e = threadIdx.x; e < S * S; e += blockDim.x) Ms[e] = M[(e % S) * S + e / S];
+            __syncthreads(); /* before the next token changes M */
+        }
     }
     for (int e = threadIdx.x; e < S * S; e += blockDim.x) Mg[e] = M[(e % S) * S + e / S];
 }
@@ -194,11 +204,11 @@ cudaError_t ck_init(void) {
 }
 
 cudaError_t ck_delta_net(cudaStream_t s, const ck_delta *a, const ck_state *st, int n_seqs, const int32_t *pos,
-                         const int32_t *seq, const int32_t *slot, const int32_t *state_slot) {
+                         const int32_t *seq, const int32_t *slot, const int32_t *state_slot, const int32_t *snap) {
     if (a->n <= 0 || n_seqs <= 0) return cudaSuccess;
     if (a->S < 1 || a->S > ck_delta_max_dim()) return cudaErrorInvalidValue;
     const size_t smem = sizeof(float) * ((size_t)a->S * a->S + 2 * (size_t)a->S); /* within ck_init's limit */
     const unsigned threads = (unsigned)((a->S + 31) / 32 * 32);
-    k_delta_net<<<dim3((unsigned)a->Nv, (unsigned)n_seqs), threads, smem, s>>>(*a, *st, pos, seq, slot, state_slot);
+    k_delta_net<<<dim3((unsigned)a->Nv, (unsigned)n_seqs), threads, smem, s>>>(*a, *st, pos, seq, slot, state_slot, snap);
     return cudaGetLastError();
 }
