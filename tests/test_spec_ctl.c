@@ -69,6 +69,55 @@ int main(void) {
     /* limits: no proposal, no room */
     CHECK(spc_choose(&c, &r2, 3, hi, 0, 100, 1, 1, false, &ex) == 0);
     CHECK(spc_choose(&c, &r2, 3, hi, 16, 100, 64, 1, false, &ex) == 0);
+
+    /* a drafter that costs time (a draft model): ctx 100 has 1 row at 12.5 ms, 9 rows at 14 ms */
+    CHECK(spc_cost_known(&c, 100) && spc_cost_known(&c, 20000) && !spc_cost_known(&c, 1500));
+    CHECK(spc_conf_bucket(0.1f) == 0 && spc_conf_bucket(0.5f) == 1 && spc_conf_bucket(0.8f) == 2 &&
+          spc_conf_bucket(0.95f) == 3);
+    double q9[16], q5[16], ex0 = 0, ex1 = 0;
+    for (int i = 0; i < 16; i++) {
+        q9[i] = 0.9;
+        q5[i] = 0.5;
+    }
+    int32_t k0 = spc_choose_q(&c, q9, 16, 100, 1, 1, 0, false, &ex0);
+    int32_t k1 = spc_choose_q(&c, q9, 16, 100, 1, 1, 2.0, false, &ex1); /* a drafter step of 2 ms per token */
+    CHECKF(k0 >= 8 && k1 >= 1 && k1 < k0 && ex1 < ex0, "draft cost shortens the draft: %d -> %d", (int)k0, (int)k1);
+    /* a drafter as dear as the target: never worth it at 0.5 acceptance, nor even at 0.9 */
+    CHECK(spc_choose_q(&c, q5, 16, 100, 1, 1, 12.5, false, &ex) == 0);
+    CHECK(spc_choose_q(&c, q9, 16, 100, 1, 1, 12.5, false, &ex) == 0);
+    /* ... unless forced (the draft mode, a probe): a probe's length */
+    CHECK(spc_choose_q(&c, q5, 16, 100, 1, 1, 12.5, true, &ex) == SPC_PROBE_LEN && ex > 0.9 && ex < 1.0);
+    /* free drafting with q = cal * p is spc_choose */
+    float p7[16];
+    double q7[16];
+    for (int i = 0; i < 16; i++) p7[i] = 0.7f;
+    double cal = spc_calib(&c, &r2, 2);
+    for (int i = 0; i < 16; i++) q7[i] = cal * p7[i];
+    CHECK(spc_choose(&c, &r2, 2, p7, 16, 100, 1, 1, false, &ex0) == spc_choose_q(&c, q7, 16, 100, 1, 1, 0, false, &ex1) &&
+          fabs(ex0 - ex1) < 1e-12);
+    /* the floor: one more token must be accepted at least (drafter + marginal row) / step of the time */
+    double fl = spc_draft_floor(&c, 100, 1, 1, 2.0), row = spc_cost_est(&c, 100, 2) - spc_cost_est(&c, 100, 1);
+    CHECKF(fabs(fl - (2.0 + row) / 12.5) < 1e-9, "floor %.4f", fl);
+    /* the acceptance rate: prior, then engine-wide, then the request's own */
+    spc_cost c2;
+    CHECK(spc_cost_init(&c2, 8, &err) == HN_OK);
+    spc_req r3, r4;
+    spc_req_init(&r3);
+    spc_req_init(&r4);
+    CHECK(spc_acc_rate(&c2, &r3, 0.6) == 0.6);
+    for (int i = 0; i < 40; i++) spc_observe(&c2, &r3, 0, 0.5f, i % 4 != 0);
+    double a3 = spc_acc_rate(&c2, &r3, 0.6), a4 = spc_acc_rate(&c2, &r4, 0.6);
+    CHECKF(a3 > 0.6 && a3 < 0.9 && fabs(a4 - a3) < 1e-9, "acceptance %.3f, fresh %.3f", a3, a4);
+    for (int i = 0; i < 40; i++) spc_observe(&c2, &r4, 0, 0.5f, false);
+    CHECK(spc_acc_rate(&c2, &r4, 0.6) < 0.1 && spc_acc_rate(&c2, &r3, 0.6) == a3);
+    /* proposals not worth verifying count as misses for the rate */
+    spc_req r5;
+    spc_req_init(&r5);
+    for (int i = 0; i < 10; i++) spc_observe(&c2, &r5, 0, 0.5f, true);
+    double a5 = spc_acc_rate(&c2, &r5, 0.6);
+    for (int i = 0; i < 40; i++) spc_observe_miss(&c2, &r5);
+    CHECKF(a5 > 0.99 && spc_acc_rate(&c2, &r5, 0.6) < 0.2, "misses: %.3f -> %.3f", a5, spc_acc_rate(&c2, &r5, 0.6));
+    spc_cost_free(&c2);
     spc_cost_free(&c);
     TEST_DONE();
 }

@@ -148,6 +148,7 @@ static void agents_usage(FILE *f) {
             "  --block-size N      KV positions per block (default: the engine's)\n"
             "  --kv-type T         f16 (default), f32, q8_0, k8v4\n"
             "  --spec MODE         speculative decoding: " CLI_SPEC_HELP "\n"
+            "  --draft FILE        " CLI_DRAFT_HELP "\n"
             "  --step-tokens N     token budget per engine step (default: the engine's)\n"
             "  --kv-bytes SIZE     cap on KV memory (e.g. 2G)\n"
             "  --ctx N             context per sequence (default: enough for the workload)\n"
@@ -158,6 +159,7 @@ static int bench_agents(int argc, char **argv) {
     const char *model = NULL, *device = NULL;
     long S = 4, P = 1024, T = 3, U = 48, G = 16, threads = 0, bsz = 0, step = 0, ctx = 0, seed = 1;
     int kv_type = ENG_KV_F16, spec = ENG_SPEC_AUTO;
+    const char *draft = NULL;
     size_t kv_bytes = 0;
     bool prefix = true;
     for (int i = 1; i < argc; i++) {
@@ -189,6 +191,7 @@ static int bench_agents(int argc, char **argv) {
             else if (!strcmp(a, "--spec")) {
                 if (!cli_spec_parse("bench agents", v, &spec)) return 2;
             }
+            else if (!strcmp(a, "--draft")) draft = v;
             else if (!strcmp(a, "--kv-bytes")) ok = parse_bytes(v, &kv_bytes);
             else ok = false;
         }
@@ -220,6 +223,7 @@ static int bench_agents(int argc, char **argv) {
     ep.kv_max_bytes = kv_bytes;
     ep.kv_type = kv_type;
     ep.spec = spec;
+    ep.draft_path = draft;
     ep.prefix_cache = prefix;
     ep.cache_idle_ms = -1; /* this benchmark drops the cache itself, at the end */
     eng_engine *e;
@@ -398,6 +402,12 @@ static int bench_agents(int argc, char **argv) {
            eng_spec_name(es.spec), (unsigned long long)(es.spec_drafted - es0.spec_drafted),
            (unsigned long long)(es.spec_accepted - es0.spec_accepted),
            (unsigned long long)(es.spec_verify_steps - es0.spec_verify_steps));
+    if (es.draft_loaded)
+        printf("  draft model         %.1f MiB weights (file) + %.1f MiB heap, KV peak %.1f MiB; %llu drafter steps "
+               "(%llu rows), %llu tokens proposed\n",
+               mib(es.draft_file_bytes), mib(es.draft_model_bytes), mib(es.draft_kv_peak_bytes),
+               (unsigned long long)(es.draft_steps - es0.draft_steps), (unsigned long long)(es.draft_tokens - es0.draft_tokens),
+               (unsigned long long)(es.draft_drafted - es0.draft_drafted));
     if (es.ckpt_max > 0)
         printf("  recurrent state     peak %.1f MiB (live slots + checkpoints); after the sessions end %.1f MiB, "
                "%d of %d checkpoints, %llu prefixes resumed from one; after dropping the cache %.1f MiB\n",

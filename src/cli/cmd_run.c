@@ -56,6 +56,7 @@ static void usage(FILE *f) {
             "  --device NAME           backend: auto (default: the best available), cpu, cuda\n"
             "  --kv-type T             KV cache elements: f16 (default), f32, q8_0, k8v4\n"
             "  --spec MODE             speculative decoding: " CLI_SPEC_HELP "\n"
+            "  --draft FILE            " CLI_DRAFT_HELP "\n"
             "                          (also HONE_NO_TUNE=1; by default the first start tunes, up to 30 s)\n"
             "  -h, --help              this help\n");
 }
@@ -189,6 +190,7 @@ static void on_sigint(int sig) {
 int cmd_run(int argc, char **argv) {
     const char *path = NULL, *prompt = NULL, *tokens = NULL, *device = NULL;
     int kv_type = ENG_KV_F16, spec = ENG_SPEC_AUTO;
+    const char *draft = NULL;
     long n_gen = 64;
     int n_threads = 0;
     bool print_ids = false, ignore_eos = false, no_tune = false;
@@ -228,6 +230,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--spec")) {
             if (!cli_spec_parse("run", v, &spec)) return 2;
         }
+        else if (!strcmp(a, "--draft")) draft = v;
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "--tokens")) tokens = v;
         else if (!strcmp(a, "-n")) n_gen = strtol(v, &end, 10);
@@ -282,6 +285,7 @@ int cmd_run(int argc, char **argv) {
     ep.device = device;
     ep.kv_type = kv_type;
     ep.spec = spec;
+    ep.draft_path = draft;
     ep.n_threads = n_threads;
     ep.max_running = 1;
     ep.step_tokens = 256;

@@ -68,6 +68,7 @@ static void usage(FILE *f) {
             "  --kv-type T          KV cache elements: f16 (default), f32, q8_0, k8v4 (8-bit K, 4-bit V)\n"
             "  --block-size N       KV positions per block (default 16)\n"
             "  --spec MODE          speculative decoding: " CLI_SPEC_HELP "\n"
+            "  --draft FILE         " CLI_DRAFT_HELP "\n"
             "  --no-prefix-cache    compute every prompt from scratch (no reuse across requests). The cache\n"
             "                       is shared by all requests of one API key (of all requests without\n"
             "                       keys or with --cache-isolation off): a response's cached_tokens (and\n"
@@ -139,6 +140,7 @@ int cmd_serve(int argc, char **argv) {
     size_t kv_bytes = 0;
     bool test_engine = false, prefix_cache = true, no_tune = false;
     int kv_type = ENG_KV_F16, spec = ENG_SPEC_AUTO;
+    const char *draft = NULL;
     long block_size = 0, cache_idle = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -185,6 +187,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--spec")) {
             if (!cli_spec_parse("serve", v, &spec)) return 2;
         }
+        else if (!strcmp(a, "--draft")) draft = v;
         else if (!strcmp(a, "--block-size") && parse_int(v, 1, 4096, &block_size)) {}
         else if (!strcmp(a, "--cache-idle") && parse_int(v, 0, 86400 * 30, &cache_idle)) {}
         else if (!strcmp(a, "--max-body") && parse_size(v, &cfg.max_body) && cfg.max_body >= 1024) {}
@@ -262,6 +265,7 @@ int cmd_serve(int argc, char **argv) {
         ep.kv_max_bytes = kv_bytes;
         ep.kv_type = kv_type;
         ep.spec = spec;
+        ep.draft_path = draft;
         ep.block_size = (int)block_size;
         ep.prefix_cache = prefix_cache;
         if (cache_idle >= 0) ep.cache_idle_ms = cache_idle ? (int32_t)(cache_idle * 1000) : -1;

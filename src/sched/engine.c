@@ -50,6 +50,7 @@
 #include "../kv/kv.h"
 #include "../model/model.h"
 #include "../spec/ctl.h"
+#include "../spec/draft.h"
 #include "../spec/suffix.h"
 #include "../tokenizer/tokenizer.h"
 
@@ -58,6 +59,7 @@
 #define ENG_DEFAULT_IDLE_MS (5 * 60 * 1000)
 #define ENG_SPEC_MAX 64        /* most drafted tokens per request and step */
 #define ENG_SPEC_DEFAULT 16
+#define DRAFT_PROBE_LEN 2      /* a switched-off draft model's probe (each token a drafter step) */
 
 typedef struct ereq {
     eng_req_id id;
@@ -90,6 +92,15 @@ typedef struct ereq {
     int32_t draft[ENG_SPEC_MAX];
     float draft_p[ENG_SPEC_MAX];
     spc_req ctl;
+    /* the draft model: its sequence of this request (NULL: none), and this
+     * step's proposal (n_mprop tokens in draft/draft_p; draft_model: this
+     * step's draft is the model's, draft_force: verify at least a probe) */
+    drf_seq *dseq;
+    int32_t n_mprop;
+    bool draft_model, draft_force, draft_noted;
+    bool dprobe;          /* this step's model draft is a probe of a switched-off request */
+    int32_t dprobe_fails; /* probes in a row that had no token accepted (each doubles the interval, to 16x) */
+    spc_req dctl;
     /* hybrids, this step: its verified rows' state snapshots are spare[snap0 ..
      * snap0 + n_draft) (-1: none); after verify, v_pos is the position of
      * its decode row */
@@ -153,6 +164,12 @@ struct eng_engine {
     int32_t spec_max, spec_rows; /* per request; drafted rows per step (logits rows beyond max_running) */
     spc_cost cost;
     uint64_t spec_drafted, spec_accepted, spec_verify_steps;
+    /* the draft model (NULL: none): its jobs of a step, its tokens' calibration
+     * (by confidence bucket) and its weight bytes over the target's (the cost prior) */
+    drf_drafter *drf;
+    drf_job *djobs;
+    spc_cost dcal;
+    double draft_ratio;
 };
 
 eng_params eng_default_params(void) {
@@ -176,19 +193,19 @@ bool eng_kv_type_from_name(const char *name, int *out) {
 
 const char *eng_kv_type_name(int t) { return t >= 0 && t < 4 ? kv_names[t] : "unknown"; }
 
-static const char *const spec_names[] = {"off", "auto", "suffix"};
+static const char *const spec_names[] = {"off", "auto", "suffix", "draft"};
 
 int eng_spec_from_name(const char *name, int *out) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (!strcmp(name, spec_names[i])) {
             *out = i;
             return 0;
         }
-    if (!strcmp(name, "draft") || !strcmp(name, "mtp") || !strcmp(name, "dflash")) return 2;
+    if (!strcmp(name, "mtp") || !strcmp(name, "dflash")) return 2;
     return 1;
 }
 
-const char *eng_spec_name(int s) { return s >= 0 && s < 3 ? spec_names[s] : "unknown"; }
+const char *eng_spec_name(int s) { return s >= 0 && s < 4 ? spec_names[s] : "unknown"; }
 
 const double eng_ttft_bounds_ms[ENG_HIST_N] = {10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, INFINITY};
 const double eng_itl_bounds_ms[ENG_HIST_N] = {1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, INFINITY};
@@ -231,6 +248,7 @@ static void finish_free(eng_engine *e, ereq *q, eng_finish fin, hn_status st, co
     eng_event ev = {.type = ENG_EV_DONE, .id = q->id, .finish = fin, .status = st, .error = msg, .stats = q->st};
     q->r.on_event(q->r.ctx, &ev);
     kv_seq_free(&q->seq, NULL);
+    if (q->dseq) drf_seq_free(e->drf, q->dseq);
     sfx_free(q->sfx);
     smp_free(q->smp);
     hn_free(q->toks);
@@ -466,6 +484,30 @@ static void spares_release(eng_engine *e) {
  * the step's planned rows and expected tokens so far (updated). */
 static int32_t choose_draft(eng_engine *e, ereq *q, int32_t *rows_left, int32_t *rows, double *toks, int32_t ctx) {
     q->n_draft = 0;
+    if (q->draft_model) { /* the draft model's proposal (model_drafts): its cost is paid, choose how many to verify */
+        int32_t np = q->n_mprop;
+        if (np > *rows_left) np = *rows_left;
+        if (np > 0 && e->hybrid) np = spare_room(e, np); /* a snapshot slot per drafted row */
+        if (np <= 0) return 0;
+        double qv[ENG_SPEC_MAX], ex = 0;
+        for (int32_t j = 0; j < np; j++)
+            qv[j] = spc_calib(&e->dcal, &q->dctl, spc_conf_bucket(q->draft_p[j])) * q->draft_p[j];
+        int32_t k = spc_choose_q(&e->cost, qv, np, ctx, *rows, *toks, 0, q->draft_force, &ex);
+        if (k == 0 && !q->draft_noted) /* drafted but not worth a row: a miss for the acceptance rate,
+                                          else a drafter too unsure to be verified would never be switched off */
+            spc_observe_miss(&e->dcal, &q->dctl);
+        q->draft_noted = true; /* (plan() may run twice after a preemption) */
+        q->n_draft = k;
+        if (e->hybrid && k > 0) {
+            q->snap0 = e->spare_used;
+            q->v_pos = INT32_MAX; /* verify sets it */
+            e->spare_used += k;
+        }
+        *rows_left -= k;
+        *rows += k;
+        *toks += ex;
+        return k;
+    }
     if (!q->sfx) return 0;
     if (sfx_len(q->sfx) != q->n_toks) { /* cannot happen; never draft from a text that is not the request's */
         sfx_free(q->sfx);
@@ -497,6 +539,86 @@ static int32_t choose_draft(eng_engine *e, ereq *q, int32_t *rows_left, int32_t 
     *rows += k;
     *toks += ex;
     return k;
+}
+
+/* The most tokens a decoding request may draft now (context, max_tokens, the engine's cap). */
+static int32_t draft_room(const eng_engine *e, const ereq *q) {
+    int32_t kmax = e->spec_max, L = q->seq.n_tokens;
+    if (kmax > e->n_ctx - 1 - L) kmax = e->n_ctx - 1 - L;
+    if (q->max_gen > 0 && kmax > q->max_gen - q->n_gen - 1) kmax = q->max_gen - q->n_gen - 1;
+    return kmax;
+}
+
+/* Speculation with a draft model, before the plan: for each decoding
+ * request the controller decides from the expected acceptance (spc_acc_rate)
+ * and the drafter's cost per token whether drafting pays and how far (in
+ * auto mode a suffix proposal worth verifying comes first and the model is
+ * not run for it; in draft mode it always drafts, at least a probe's
+ * length; a switched-off request is probed every SPC_PROBE_EVERY steps);
+ * then one drf_draft call drafts for all of them, every drafter step
+ * batching all sessions' rows, each stopping once its calibrated running
+ * acceptance falls below what one more token costs. choose_draft then
+ * picks how many of the proposal to verify. */
+static void model_drafts(eng_engine *e) {
+    int32_t nd = 0, ctx = 0, nj = 0;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        ereq *q = e->running[i];
+        q->draft_model = q->draft_force = q->draft_noted = q->dprobe = false;
+        q->n_mprop = 0;
+        if (q->n_toks - q->seq.n_tokens == 1) {
+            nd++;
+            if (q->n_toks > ctx) ctx = q->n_toks;
+        }
+    }
+    if (!nd) return;
+    const double dcost = drf_token_cost(e->drf, &e->cost, ctx, nd, e->draft_ratio);
+    const double floor = spc_draft_floor(&e->cost, ctx, nd, nd, dcost), c1 = spc_cost_est(&e->cost, ctx, 1);
+    int32_t per = e->spec_rows / nd > 0 ? e->spec_rows / nd : 1;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        ereq *q = e->running[i];
+        if (q->n_toks - q->seq.n_tokens != 1 || !q->dseq) continue;
+        int32_t kmax = draft_room(e, q);
+        if (kmax > per) kmax = per;
+        if (kmax <= 0) continue;
+        if (e->spec == ENG_SPEC_AUTO && q->sfx && sfx_len(q->sfx) == q->n_toks) {
+            int32_t np = sfx_propose(q->sfx, 1, kmax, q->draft, q->draft_p);
+            double ex = 0;
+            if (np > 0 && spc_choose(&e->cost, &q->ctl, spc_len_bucket(sfx_match_len(q->sfx)), q->draft_p, np, ctx, nd,
+                                     nd, false, &ex) > 0)
+                continue; /* the free drafter's proposal pays: plan() takes it */
+        }
+        double a = spc_acc_rate(&e->dcal, &q->dctl, 0.6), qa[ENG_SPEC_MAX], ex = 0;
+        for (int32_t j = 0; j < kmax; j++) qa[j] = a;
+        bool force = e->spec == ENG_SPEC_DRAFT;
+        int32_t k = spc_choose_q(&e->cost, qa, kmax, ctx, nd, nd, dcost, force, &ex);
+        /* switched off: a short probe now and then, rarer as the drafter's steps cost more than
+         * a target step (so that probing costs at most about 1/SPC_PROBE_EVERY of the time) and
+         * after each probe that had nothing accepted */
+        int32_t every = (SPC_PROBE_EVERY << (q->dprobe_fails < 4 ? q->dprobe_fails : 4)) *
+                        (1 + (int32_t)(DRAFT_PROBE_LEN * dcost / c1));
+        if (k == 0 && ++q->dctl.idle >= every) {
+            k = kmax < DRAFT_PROBE_LEN ? kmax : DRAFT_PROBE_LEN;
+            force = q->dprobe = true;
+        }
+        if (k == 0) continue;
+        q->dctl.idle = 0;
+        q->draft_force = force;
+        drf_job *j = &e->djobs[nj++];
+        *j = (drf_job){.seq = q->dseq, .toks = q->toks, .n_toks = q->n_toks, .k = kmax,
+                       .min_k = force ? (k < DRAFT_PROBE_LEN ? k : DRAFT_PROBE_LEN) : 1, .min_run = (float)floor,
+                       .out = q->draft, .p = q->draft_p};
+        for (int b = 0; b < SPC_LEN_B; b++) j->cal[b] = spc_calib(&e->dcal, &q->dctl, b);
+        q->draft_model = true;
+    }
+    if (!nj) return;
+    hn_err err;
+    drf_draft(e->drf, e->djobs, nj, &err); /* a failed job drafts nothing; the target decodes plainly */
+    for (int32_t i = 0, j = 0; i < e->n_running && j < nj; i++) {
+        ereq *q = e->running[i];
+        if (!q->draft_model) continue;
+        q->n_mprop = e->djobs[j++].n_out;
+        if (q->n_mprop == 0) q->draft_model = false;
+    }
 }
 
 /* Plans the batch; returns its token count (0: nothing to run). Preempts
@@ -684,12 +806,15 @@ static bool verify(eng_engine *e, ereq *q, float *rows, eng_finish *fin, hn_stat
         }
         int acc = 0;
         int32_t tok = j < k ? smp_sample_draft(q->smp, row, q->draft[j], &acc) : smp_sample(q->smp, row);
-        if (j < k) spc_observe(&e->cost, &q->ctl, q->draft_bucket, q->draft_p[j], acc != 0);
+        if (j < k && q->draft_model)
+            spc_observe(&e->dcal, &q->dctl, spc_conf_bucket(q->draft_p[j]), q->draft_p[j], acc != 0);
+        else if (j < k) spc_observe(&e->cost, &q->ctl, q->draft_bucket, q->draft_p[j], acc != 0);
         acc_n += acc;
         go = deliver(e, q, tok, fin, st, msg);
         /* a cancel from the callback (a stop string) takes no further tokens */
         if (!go || !acc || atomic_load(&q->cancel)) break;
     }
+    if (q->draft_model) q->dprobe_fails = acc_n > 0 ? 0 : q->dprobe ? q->dprobe_fails + 1 : q->dprobe_fails;
     q->st.n_drafted += k;
     q->st.n_accepted += acc_n;
     e->spec_drafted += (uint64_t)k;
@@ -764,6 +889,7 @@ static void debug_check(eng_engine *e) {
 static void step(eng_engine *e) {
     handle_cancels(e);
     admit(e);
+    if (e->drf) model_drafts(e);
     int32_t n_seqs = 0;
     int32_t n = plan(e, &n_seqs);
     if (n > 0) {
@@ -914,6 +1040,18 @@ static void publish_stats(eng_engine *e) {
     s->spec_drafted = e->spec_drafted;
     s->spec_accepted = e->spec_accepted;
     s->spec_verify_steps = e->spec_verify_steps;
+    if (e->drf) {
+        drf_stats ds;
+        drf_get_stats(e->drf, &ds);
+        s->draft_loaded = true;
+        s->draft_model_bytes = ds.model_bytes;
+        s->draft_file_bytes = ds.file_bytes;
+        s->draft_kv_bytes = ds.kv_bytes;
+        s->draft_kv_peak_bytes = ds.kv_peak_bytes;
+        s->draft_steps = ds.steps;
+        s->draft_tokens = ds.tokens;
+        s->draft_drafted = ds.drafted;
+    }
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -938,6 +1076,7 @@ static void *engine_main(void *arg) {
             if (!trimmed && e->p.cache_idle_ms > 0 && hn_now_ms() - idle_since >= e->p.cache_idle_ms) {
                 pthread_mutex_unlock(&e->mu);
                 kv_trim(e->kv, 0);
+                if (e->drf) drf_trim(e->drf);
                 trimmed = true;
                 publish_stats(e);
                 continue;
@@ -952,6 +1091,7 @@ static void *engine_main(void *arg) {
         if (stop) break;
         if (trim != e->trim_done) {
             kv_trim(e->kv, 0);
+            if (e->drf) drf_trim(e->drf);
             publish_stats(e);
             pthread_mutex_lock(&e->mu);
             e->trim_done = trim;
@@ -1015,9 +1155,13 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     pthread_cond_init(&e->trim_cv, NULL);
-    if (p.spec < ENG_SPEC_OFF || p.spec > ENG_SPEC_SUFFIX || p.spec_max_draft < 0) {
+    if (p.spec < ENG_SPEC_OFF || p.spec > ENG_SPEC_DRAFT || p.spec_max_draft < 0) {
         eng_free(e);
         return hn_errf(err, HN_ERR_INVALID, "engine: bad speculation parameters");
+    }
+    if (p.spec == ENG_SPEC_DRAFT && !p.draft_path) {
+        eng_free(e);
+        return hn_errf(err, HN_ERR_INVALID, "engine: --spec draft needs a draft model (--draft FILE)");
     }
     e->spec = p.spec;
     e->spec_max = p.spec_max_draft > 0 ? p.spec_max_draft : ENG_SPEC_DEFAULT;
@@ -1055,6 +1199,25 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     kc.n_blocks = (int32_t)nb;
     e->hybrid = hp->hybrid;
     if (e->spec && (st = spc_cost_init(&e->cost, e->cap_batch, err))) goto fail;
+    if (e->spec && (e->spec == ENG_SPEC_DRAFT || e->spec == ENG_SPEC_AUTO) && p.draft_path) {
+        /* the draft model: on a backend of the target's kind, its own KV pool
+         * with as many blocks as the target's (one drafter block per target block) */
+        drf_params dp = {.path = p.draft_path, .device = model_backend(e->m)->ops->name, .target = model_backend(e->m),
+                         .n_threads = p.n_threads,
+                         .n_ctx = e->n_ctx, .max_seqs = p.max_running, .max_draft = e->spec_max,
+                         .n_blocks = (int32_t)nb, .block_size = p.block_size, .k_type = kc.type, .v_type = kc.v_type,
+                         .prefix_cache = p.prefix_cache, .vocab = e->vocab};
+        if ((st = drf_new(&dp, &e->drf, err))) goto fail;
+        if ((st = spc_cost_init(&e->dcal, 1, err))) goto fail;
+        e->djobs = hn_calloc((size_t)p.max_running, sizeof *e->djobs);
+        if (!e->djobs) {
+            st = hn_errf(err, HN_ERR_NOMEM, "engine: out of memory");
+            goto fail;
+        }
+        drf_stats ds;
+        drf_get_stats(e->drf, &ds);
+        e->draft_ratio = e->model_file_bytes ? (double)ds.file_bytes / (double)e->model_file_bytes : 1;
+    }
     if (e->hybrid) {
         /* live states (one per running sequence) plus checkpoints capped at
          * a tenth of the KV budget (at least 2), on top of the KV blocks */
@@ -1102,6 +1265,11 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     kv_stats ks0;
     kv_get_stats(e->kv, &ks0);
     e->engine_bytes = hn_alloc_bytes() - bytes0 - ks0.bytes; /* the engine thread has not started: nothing else ran */
+    if (e->drf) {
+        drf_stats ds;
+        drf_get_stats(e->drf, &ds);
+        e->engine_bytes -= ds.kv_bytes;
+    }
     publish_stats(e);
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         st = hn_errf(err, HN_ERR_NOMEM, "engine: cannot start its thread");
@@ -1124,6 +1292,9 @@ void eng_free(eng_engine *e) {
         pthread_mutex_unlock(&e->mu);
         pthread_join(e->thread, NULL);
     }
+    drf_free(e->drf);
+    hn_free(e->djobs);
+    spc_cost_free(&e->dcal);
     kv_free(e->kv);
     tok_free(e->vocab);
     model_free(e->m);
@@ -1190,7 +1361,11 @@ hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err
         return st;
     }
     q->seq.ns = r->cache_ns; /* prefix-cache namespace (kv.h) */
-    if (e->spec) {
+    if (e->drf) {
+        q->dseq = drf_seq_new(e->drf, r->cache_ns); /* without memory the request just does not use the draft model */
+        spc_req_init(&q->dctl);
+    }
+    if (e->spec && e->spec != ENG_SPEC_DRAFT) {
         /* the drafter over the prompt (built here, off the engine thread); sized for the
          * prompt and a first part of the reply; without memory the request just does not draft */
         int32_t gen = q->max_gen > 0 && q->max_gen < 4096 ? q->max_gen : 4096;

@@ -44,6 +44,8 @@ typedef struct eng_params {
     bool debug_check;         /* verify every KV cache invariant after each step (slow; for tests) */
     int spec;                 /* eng_spec: speculative decoding (default off here; the CLI defaults to auto) */
     int32_t spec_max_draft;   /* most drafted tokens per request and step; 0: default (16) */
+    const char *draft_path;   /* a draft model (spec/draft.h) with the target's vocabulary: used by
+                                 ENG_SPEC_DRAFT (required) and ENG_SPEC_AUTO; NULL: none */
     /* called once with the loaded model before the engine thread starts (e.g. to
      * apply tuned kernel parameters); an error fails eng_create. NULL: none */
     hn_status (*on_load)(void *ctx, struct model *m, hn_err *err);
@@ -59,16 +61,19 @@ const char *eng_kv_type_name(int kv_type);
 /* Speculative decoding (DESIGN.md, "speculative decoding"): drafted tokens
  * are verified as extra rows of the same step; output at temperature 0 is
  * plain decoding's, token for token, and with sampling it keeps the
- * sampler's distribution. OFF: none. AUTO: the best drafter available (the
- * suffix drafter today) under the cost controller, which switches drafting
- * off per request while its expected gain is below 1. SUFFIX: the suffix
- * drafter, verifying whatever it proposes (lengths still adapted).
- * Hybrid (recurrent) models do not speculate yet: their state would need
- * rolling back. */
-typedef enum eng_spec { ENG_SPEC_OFF = 0, ENG_SPEC_AUTO, ENG_SPEC_SUFFIX } eng_spec;
-/* Parses "off", "auto", "suffix": returns 0 and sets *out; 1 for an unknown
- * name; 2 for a drafter that is named by the design but not built yet
- * ("draft", "mtp", "dflash"). */
+ * sampler's distribution. OFF: none. AUTO: the best drafter available
+ * under the cost controller, which switches drafting off per request while
+ * its expected gain is below 1: the suffix drafter, and where it proposes
+ * nothing worth verifying, the draft model when one is given (draft_path).
+ * SUFFIX: the suffix drafter, verifying whatever it proposes (lengths still
+ * adapted). DRAFT: the draft model alone, always drafting (lengths adapted;
+ * its cost, k drafter steps for k tokens, is part of the controller's
+ * gain). Hybrid (recurrent) targets speculate too, their state rolled back
+ * (DESIGN.md); a hybrid draft model is refused. */
+typedef enum eng_spec { ENG_SPEC_OFF = 0, ENG_SPEC_AUTO, ENG_SPEC_SUFFIX, ENG_SPEC_DRAFT } eng_spec;
+/* Parses "off", "auto", "suffix", "draft": returns 0 and sets *out; 1 for an
+ * unknown name; 2 for a drafter that is named by the design but not built
+ * yet ("mtp", "dflash"). */
 int eng_spec_from_name(const char *name, int *out);
 const char *eng_spec_name(int spec);
 
@@ -193,6 +198,13 @@ typedef struct eng_stats {
      * and steps that verified a draft */
     int32_t spec;              /* eng_spec in effect (OFF for a hybrid model) */
     uint64_t spec_drafted, spec_accepted, spec_verify_steps;
+    /* the draft model (when loaded): its heap (repacked weights, activations:
+     * also inside engine_bytes), weights in the file mapping, its own KV
+     * slabs (not in kv_bytes), steps and rows it ran, and of spec_drafted
+     * the tokens it proposed */
+    bool draft_loaded;
+    size_t draft_model_bytes, draft_file_bytes, draft_kv_bytes, draft_kv_peak_bytes;
+    uint64_t draft_steps, draft_tokens, draft_drafted;
 } eng_stats;
 
 /* Per request, as eng_get_sessions reports it. A request is a session's turn:

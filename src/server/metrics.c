@@ -107,6 +107,14 @@ void srv_metrics_text(srv_server *s, sbuf *o) {
            (double)st.spec_accepted);
     metric(o, "hone_spec_verify_steps_total", "counter", "Engine steps that verified a drafted block.",
            (double)st.spec_verify_steps);
+    if (st.draft_loaded) { /* the draft model (--draft): its own KV pool, beside hone_kv_bytes */
+        metric(o, "hone_draft_kv_bytes", "gauge", "Memory backing the draft model's KV pool now.", (double)st.draft_kv_bytes);
+        metric(o, "hone_draft_model_bytes", "gauge", "What loading the draft model allocated (inside hone_engine_bytes).",
+               (double)st.draft_model_bytes);
+        metric(o, "hone_draft_steps_total", "counter", "Draft-model steps run.", (double)st.draft_steps);
+        metric(o, "hone_draft_proposed_tokens_total", "counter", "Tokens the draft model proposed.",
+               (double)st.draft_drafted);
+    }
     metric(o, "hone_engine_bytes", "gauge", "The engine's fixed cost: everything but the KV pool.",
            (double)st.engine_bytes);
     metric(o, "hone_model_bytes", "gauge", "Of it, what loading the model allocated (repacked weights, activations).",

@@ -72,34 +72,42 @@ double spc_cost_est(const spc_cost *c, int32_t ctx, int32_t rows) {
     return 1 + PRIOR_SLOPE * (rows - 1);
 }
 
-static double calib(const spc_cost *c, const spc_req *r, int b) {
+double spc_calib(const spc_cost *c, const spc_req *r, int b) {
     if (r && r->cal_den[b] >= 4) return r->cal_num[b] / r->cal_den[b];
     if (c->cal_den[b] >= 4) return c->cal_num[b] / c->cal_den[b];
     return 1.0; /* no evidence yet: believe the drafter */
 }
 
-int32_t spc_choose(const spc_cost *c, const spc_req *r, int b, const float *p, int32_t nprop, int32_t ctx,
-                   int32_t base_rows, double base_tokens, bool force, double *expect) {
+int spc_conf_bucket(float p) { return p < 0.3f ? 0 : p < 0.6f ? 1 : p < 0.9f ? 2 : 3; }
+
+bool spc_cost_known(const spc_cost *c, int32_t ctx) {
+    const uint32_t *n = c->n + (size_t)spc_ctx_bucket(ctx) * (size_t)(c->cap + 1);
+    for (int32_t r = 1; r <= c->cap; r++)
+        if (n[r] >= 2) return true;
+    return false;
+}
+
+static double clip_q(double q) { return q > 0.99 ? 0.99 : q < 0 ? 0 : q; }
+
+int32_t spc_choose_q(const spc_cost *c, const double *q, int32_t nprop, int32_t ctx, int32_t base_rows,
+                     double base_tokens, double draft_cost, bool force, double *expect) {
     *expect = 0;
     if (nprop <= 0 || base_rows < 1) return 0;
     if (base_tokens <= 0) base_tokens = 1;
     if (base_rows + nprop > c->cap) nprop = c->cap - base_rows;
     if (nprop <= 0) return 0;
-    double cal = calib(c, r, b);
+    if (draft_cost < 0) draft_cost = 0;
     double c0 = spc_cost_est(c, ctx, base_rows);
     double plain = base_tokens / c0;
     double best = (1 + c->margin) * plain, e = 0, run = 1;
     int32_t bk = 0;
     double be = 0;
     for (int32_t k = 1; k <= nprop; k++) {
-        double q = cal * p[k - 1];
-        if (q > 0.99) q = 0.99;
-        if (q < 0) q = 0;
-        run *= q;
+        run *= clip_q(q[k - 1]);
         e += run;
         double ck = spc_cost_est(c, ctx, base_rows + k);
         if (ck < c0) ck = c0; /* noise: more rows never cost less */
-        double g = (base_tokens + e) / ck;
+        double g = (base_tokens + e) / (ck + k * draft_cost);
         if (g > best) {
             best = g;
             bk = k;
@@ -112,8 +120,7 @@ int32_t spc_choose(const spc_cost *c, const spc_req *r, int b, const float *p, i
         be = 0;
         run = 1;
         for (int32_t k = 1; k <= bk; k++) {
-            double q = cal * p[k - 1];
-            run *= q > 0.99 ? 0.99 : q < 0 ? 0 : q;
+            run *= clip_q(q[k - 1]);
             be += run;
         }
     }
@@ -121,9 +128,44 @@ int32_t spc_choose(const spc_cost *c, const spc_req *r, int b, const float *p, i
     return bk;
 }
 
+int32_t spc_choose(const spc_cost *c, const spc_req *r, int b, const float *p, int32_t nprop, int32_t ctx,
+                   int32_t base_rows, double base_tokens, bool force, double *expect) {
+    enum { QMAX = 256 };
+    double q[QMAX];
+    if (nprop > QMAX) nprop = QMAX;
+    double cal = spc_calib(c, r, b);
+    for (int32_t k = 0; k < nprop; k++) q[k] = cal * p[k];
+    return spc_choose_q(c, q, nprop, ctx, base_rows, base_tokens, 0, force, expect);
+}
+
+double spc_draft_floor(const spc_cost *c, int32_t ctx, int32_t base_rows, double base_tokens, double draft_cost) {
+    if (base_rows < 1) base_rows = 1;
+    if (base_tokens <= 0) base_tokens = 1;
+    double c0 = spc_cost_est(c, ctx, base_rows), c1 = spc_cost_est(c, ctx, base_rows + 1);
+    double row = c1 > c0 ? c1 - c0 : 0;
+    return (draft_cost + row) * base_tokens / c0;
+}
+
+double spc_acc_rate(const spc_cost *c, const spc_req *r, double prior) {
+    if (r && r->acc_den >= 4) return r->acc_num / r->acc_den;
+    if (c->acc_den >= 4) return c->acc_num / c->acc_den;
+    return prior;
+}
+
 void spc_observe(spc_cost *c, spc_req *r, int b, float p, bool acc) {
     r->cal_num[b] = DECAY * r->cal_num[b] + (acc ? 1 : 0);
     r->cal_den[b] = DECAY * r->cal_den[b] + p;
     c->cal_num[b] = DECAY * c->cal_num[b] + (acc ? 1 : 0);
     c->cal_den[b] = DECAY * c->cal_den[b] + p;
+    r->acc_num = DECAY * r->acc_num + (acc ? 1 : 0);
+    r->acc_den = DECAY * r->acc_den + 1;
+    c->acc_num = DECAY * c->acc_num + (acc ? 1 : 0);
+    c->acc_den = DECAY * c->acc_den + 1;
+}
+
+void spc_observe_miss(spc_cost *c, spc_req *r) {
+    r->acc_num *= DECAY;
+    r->acc_den = DECAY * r->acc_den + 1;
+    c->acc_num *= DECAY;
+    c->acc_den = DECAY * c->acc_den + 1;
 }

@@ -26,8 +26,19 @@
  * others' decoding for less than they give. The best k wins; none when
  * no k passes. A request whose drafts are switched off is re-probed (a
  * short draft) every 32 steps, so that acceptance that has become likely
- * (the reply started quoting) is noticed. Nothing here allocates after
- * spc_cost_init. */
+ * (the reply started quoting) is noticed.
+ *
+ * A drafter that costs time (a draft model: spec/draft.h) adds its own
+ * cost: k drafted tokens cost k drafter steps, d each (the drafter's own
+ * step table, per session, in the target table's units), so the choice is
+ * (T + E(k)) / (cost(R + k) + k d) against plain; spc_choose_q takes the
+ * calibrated q_j directly (a draft model's p_j is its softmax probability,
+ * calibrated per confidence bucket, spc_conf_bucket) and that d, and
+ * spc_draft_floor is the running acceptance probability below which one
+ * more drafted token no longer pays for its drafter step and its row.
+ * Before anything is drafted a request's expected per-token acceptance is
+ * spc_acc_rate (decayed, per request, starting from the engine-wide
+ * figure). Nothing here allocates after spc_cost_init. */
 #ifndef HN_SPEC_CTL_H
 #define HN_SPEC_CTL_H
 
@@ -44,11 +55,13 @@ typedef struct spc_cost {
     uint32_t *n;         /* [SPC_CTX_B][cap + 1] samples */
     double cal_num[SPC_LEN_B], cal_den[SPC_LEN_B]; /* engine-wide calibration */
     double margin;       /* gain needed over plain (0.02) */
+    double acc_num, acc_den; /* engine-wide acceptance per verified position (decayed) */
 } spc_cost;
 
 typedef struct spc_req {
     double cal_num[SPC_LEN_B], cal_den[SPC_LEN_B];
     int32_t idle;        /* steps since its last draft while it had a proposal */
+    double acc_num, acc_den; /* acceptance per verified position (decayed) */
 } spc_req;
 
 hn_status spc_cost_init(spc_cost *c, int32_t cap_rows, hn_err *err);
@@ -72,5 +85,29 @@ int32_t spc_choose(const spc_cost *c, const spc_req *r, int len_bucket, const fl
                    int32_t base_rows, double base_tokens, bool force, double *expect);
 /* One verified position: its drafted probability and whether it was accepted. */
 void spc_observe(spc_cost *c, spc_req *r, int len_bucket, float p, bool accepted);
+
+/* A drafted position that was not verified (not worth its row): a miss for
+ * spc_acc_rate only (the calibration sees verified positions). */
+void spc_observe_miss(spc_cost *c, spc_req *r);
+/* The calibration (accepted / sum of p) of bucket b: the request's when it
+ * has evidence, else the engine-wide one, else 1. */
+double spc_calib(const spc_cost *c, const spc_req *r, int b);
+/* A draft model's confidence bucket of a drafted token's probability p
+ * (<0.3, <0.6, <0.9, >=0.9), used in place of the match-length bucket. */
+int spc_conf_bucket(float p);
+/* Whether any step of context bucket ctx was measured (spc_cost_est is then
+ * in ms, else in units of a one-row step). */
+bool spc_cost_known(const spc_cost *c, int32_t ctx);
+/* spc_choose with calibrated probabilities q[0..nprop) (each clipped to
+ * [0, 0.99]) and draft_cost, the cost of each drafted token beyond its row
+ * (a drafter step; 0 when already paid or free), in cost(R)'s units. */
+int32_t spc_choose_q(const spc_cost *c, const double *q, int32_t nprop, int32_t ctx, int32_t base_rows,
+                     double base_tokens, double draft_cost, bool force, double *expect);
+/* The running acceptance probability below which drafting one more token
+ * does not pay: (draft_cost + the marginal row's cost) * tokens / cost. */
+double spc_draft_floor(const spc_cost *c, int32_t ctx, int32_t base_rows, double base_tokens, double draft_cost);
+/* Expected acceptance of a drafted position (decayed mean over verified
+ * positions: the request's, else the engine-wide one, else prior). */
+double spc_acc_rate(const spc_cost *c, const spc_req *r, double prior);
 
 #endif
