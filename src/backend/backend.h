@@ -79,7 +79,14 @@ enum {
     BE_W_DROP_SOURCE = 1u << 2,
 };
 
-/* What scratch the ops need, given at load. */
+/* The rows of one activation tensor that the coming steps touch at most (be_limits.act). */
+typedef struct be_act_rows {
+    const be_tensor *t;
+    int64_t rows;
+} be_act_rows;
+
+/* What scratch the ops need: given at load, and again whenever the steps to
+ * come need more (or, to give memory back, less); see reserve. */
 typedef struct be_limits {
     int max_rows;       /* most activation rows in one matmul (tokens x experts used for moe) */
     int64_t max_k;      /* longest row length of any matmul input */
@@ -87,6 +94,13 @@ typedef struct be_limits {
     int max_group;      /* query heads per kv head */
     int max_experts;    /* expert_count (0 for dense models) */
     size_t arena_bytes; /* activation tensors the caller will make (sum of be_tensor_bytes) */
+    /* For tensors already made: the first `rows` rows of act[i].t are all
+     * that ops will touch until the next reserve (at most the tensor's own
+     * ne[1]). A backend may back only those with memory and give the rest
+     * back, at the same address. Tensors not listed, and all of them when
+     * act is NULL: whole. */
+    const be_act_rows *act;
+    int n_act;
 } be_limits;
 
 typedef enum { BE_ROPE_NORM = 0, BE_ROPE_NEOX = 2 } be_rope_mode;
@@ -160,7 +174,16 @@ typedef struct be_ops {
     int version;       /* BE_OPS_VERSION the backend was built against */
     const char *name;  /* "cpu", "cuda" */
     void (*free)(be_backend *b);
-    /* Sizes scratch and the activation arena (may allocate; at load). */
+    /* Sizes scratch and the activation arena (may allocate). First at load,
+     * before any tensor; then again between steps (after a sync, nothing
+     * queued) whenever the coming steps need other limits, larger or smaller
+     * (scratch for the rows actually run, grown on a new high-water mark and
+     * given back when idle). A later call: arena_bytes counts only tensors
+     * still to be made (0: none), every handle made stays valid with the
+     * same data pointer (memory grows and shrinks in place), and the ops of
+     * the steps after it keep within its limits (max_rows, the act rows).
+     * Limits the backend already meets allocate nothing. After a failed
+     * call, steps fail (at sync) until a reserve succeeds. */
     hn_status (*reserve)(be_backend *b, const be_limits *lim, hn_err *err);
 
     /* ---- tensors (at load, after reserve) ---- */
@@ -277,6 +300,11 @@ typedef struct be_ops {
     /* Copies whole state slots: slot dst[i] = slot src[i] for i < n (the
      * arrays are copied at the call). Checkpoints and their restore. */
     void (*state_copy)(be_backend *b, const kv_cache *kv, int n, const int32_t *src, const int32_t *dst);
+
+    /* ---- version 7: accounting ---- */
+    /* Bytes of memory the backend's scratch and activation tensors hold now
+     * (what reserve sized; weights and the KV pool not counted). */
+    size_t (*scratch_bytes)(be_backend *b);
 } be_ops;
 
 struct be_backend {
