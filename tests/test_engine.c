@@ -15,7 +15,10 @@
  *   - a stress run of random submit / cancel / finish interleavings on a
  *     small pool with every KV invariant checked after every step;
  *   - the idle timer and eng_trim give the KV memory back; eng_free with
- *     requests in flight ends each of them.
+ *     requests in flight ends each of them;
+ *   - scratch that follows the load: small after load, grown by a long
+ *     prompt, back down when trimmed; no allocation in a steady decode loop;
+ *   - logits and greedy tokens identical to scratch fixed at its largest.
  * Most of these run again on the hybrid qwen35-tiny model (recurrent state
  * slots, prefix cache through state checkpoints), plus: an edit in the
  * middle of a conversation resumes from the ladder checkpoint before it, the
@@ -620,6 +623,145 @@ static void test_memory(void) {
     coll_destroy(&c);
 }
 
+/* ---- scratch that follows the load ---- */
+
+static bool logits_equal(const float *a, const float *b, int n) { return memcmp(a, b, sizeof(float) * (size_t)n) == 0; }
+
+/* The model API: a dynamic and a fixed-scratch model run the same prefill
+ * (over two steps) and decode; logits must be the same bits at every step.
+ * The dynamic one's scratch starts small, grows with the prompt, stays put
+ * (and nothing at all is allocated) over a steady decode loop, and trims
+ * back to where it started. */
+static void test_scratch_model(void) {
+    model *md = NULL, *mf = NULL;
+    model_params pd = {.n_threads = 2, .max_batch = 256, .max_logits = 16};
+    model_params pf = pd;
+    pf.scratch_fixed = true;
+    if (model_load(model_path, &pd, &md, &e) || model_load(model_path, &pf, &mf, &e)) {
+        CHECKF(0, "load: %s", e.msg);
+        model_free(md);
+        return;
+    }
+    const size_t s0 = model_scratch_bytes(md), sf = model_scratch_bytes(mf);
+    CHECKF(s0 > 0 && s0 * 8 < sf, "after load the scratch holds one token (%zu bytes; fixed %zu)", s0, sf);
+    kv_cache *kv[2];
+    kv_seq sq[2];
+    model *ms[2] = {md, mf};
+    for (int j = 0; j < 2; j++) {
+        kv_config c = model_kv_config(ms[j], 64, 16);
+        kv_create(&c, &kv[j], &e);
+        kv_seq_init(&sq[j], kv[j], 1024, &e);
+        if (model_hp(ms[j])->hybrid) kv_seq_state_acquire(kv[j], &sq[j], &e);
+    }
+    const int nv = model_hp(md)->n_vocab, NP = 300, ND = 24;
+    float *lg[2] = {hn_malloc(sizeof(float) * (size_t)nv * 4), hn_malloc(sizeof(float) * (size_t)nv * 4)};
+    int32_t tok[300], pos[300], sid[300] = {0};
+    bool want[300] = {false};
+    make_tokens(tok, NP, 5, nv);
+    for (int i = 0; i < NP; i++) pos[i] = i;
+    want[NP - 1] = want[NP - 2] = want[100] = true; /* three logits rows */
+    bool same = true;
+    for (int j = 0; j < 2; j++) {
+        kv_seq *seqs[1] = {&sq[j]};
+        model_batch b = {.n_tokens = NP, .token = tok, .pos = pos, .seq_id = sid, .want_logits = want, .seqs = seqs,
+                         .n_seqs = 1};
+        CHECK(model_forward(ms[j], kv[j], &b, lg[j], 4, &e) == HN_OK);
+    }
+    same = same && logits_equal(lg[0], lg[1], 3 * nv);
+    const size_t s1 = model_scratch_bytes(md);
+    CHECKF(s1 > s0 && s1 < sf, "a 300-token prompt grew the scratch (%zu -> %zu bytes; fixed %zu)", s0, s1, sf);
+    CHECK(model_scratch_bytes(mf) == sf);
+    /* decode: greedy from the dynamic model's logits, the same tokens fed to both */
+    int32_t next = 0;
+    size_t a0 = 0, k0 = 0;
+    for (int g = 0; g < ND; g++) {
+        const float *l = lg[0];
+        for (int i = 1; i < nv; i++)
+            if (l[i] > l[next]) next = i;
+        int32_t t1[1] = {next}, p1[1] = {NP + g}, z[1] = {0};
+        if (g == 8) { /* a steady loop from here (model_forward's plan has grown for this depth) */
+            a0 = hn_alloc_bytes();
+            k0 = model_scratch_bytes(md);
+        }
+        for (int j = 0; j < 2; j++) {
+            kv_seq *seqs[1] = {&sq[j]};
+            model_batch b = {.n_tokens = 1, .token = t1, .pos = p1, .seq_id = z, .seqs = seqs, .n_seqs = 1};
+            CHECK(model_forward(ms[j], kv[j], &b, lg[j], 1, &e) == HN_OK);
+        }
+        same = same && logits_equal(lg[0], lg[1], nv);
+    }
+    CHECKF(hn_alloc_bytes() == a0 && model_scratch_bytes(md) == k0,
+           "a steady decode loop allocates nothing (%zd bytes, scratch %zd)", (ssize_t)(hn_alloc_bytes() - a0),
+           (ssize_t)(model_scratch_bytes(md) - k0));
+    CHECK(model_scratch_bytes(md) == s1);
+    /* trimmed back down, then a decode step grows only what one token needs */
+    CHECK(model_scratch_trim(md, &e) == HN_OK);
+    CHECKF(model_scratch_bytes(md) == s0, "trimmed back to the load's %zu bytes (%zu)", s0, model_scratch_bytes(md));
+    for (int g = 0; g < 4; g++) {
+        int32_t t1[1] = {(next + g) % nv}, p1[1] = {NP + ND + g}, z[1] = {0};
+        for (int j = 0; j < 2; j++) {
+            kv_seq *seqs[1] = {&sq[j]};
+            model_batch b = {.n_tokens = 1, .token = t1, .pos = p1, .seq_id = z, .seqs = seqs, .n_seqs = 1};
+            CHECK(model_forward(ms[j], kv[j], &b, lg[j], 1, &e) == HN_OK);
+        }
+        same = same && logits_equal(lg[0], lg[1], nv);
+    }
+    CHECKF(same, "the logits are the same bits as with the scratch fixed at its largest");
+    CHECK(model_scratch_bytes(md) == s0);
+    for (int j = 0; j < 2; j++) {
+        hn_free(lg[j]);
+        kv_seq_free(&sq[j], kv[j]);
+        kv_free(kv[j]);
+        model_free(ms[j]);
+    }
+}
+
+/* The engine: scratch small at start, grown by a long prompt, given back by
+ * eng_trim; greedy tokens the same as an engine with scratch_fixed. */
+static void test_scratch_engine(void) {
+    int32_t t[400], toks[2][64];
+    make_tokens(t, 400, 31, n_vocab);
+    size_t start = 0, grown = 0, trimmed = 0, fixed = 0;
+    for (int j = 0; j < 2; j++) {
+        eng_params p = eng_default_params();
+        p.spec = spec_mode;
+        p.model_path = model_path;
+        p.n_threads = 2;
+        p.n_ctx = 1024;
+        p.step_tokens = 256;
+        p.scratch_fixed = j == 1;
+        eng_engine *g;
+        if (eng_create(&p, &g, &e) != HN_OK) {
+            CHECKF(0, "eng_create: %s", e.msg);
+            return;
+        }
+        eng_stats s;
+        eng_get_stats(g, &s);
+        if (j == 0) start = s.scratch_bytes;
+        else fixed = s.scratch_bytes;
+        coll c;
+        coll_init(&c, g);
+        CHECK(submit(g, &c, t, 400, 32, NULL) == HN_OK);
+        CHECK(coll_wait(&c, 120));
+        CHECK(c.n == 32);
+        memcpy(toks[j], c.toks, sizeof(int32_t) * 32);
+        wait_idle(g, &s);
+        if (j == 0) grown = s.scratch_bytes;
+        CHECK(s.scratch_peak_bytes >= s.scratch_bytes);
+        eng_trim(g);
+        eng_get_stats(g, &s);
+        if (j == 0) trimmed = s.scratch_bytes;
+        else CHECKF(s.scratch_bytes == fixed, "fixed scratch stays (%zu)", s.scratch_bytes);
+        coll_destroy(&c);
+        eng_free(g);
+    }
+    CHECKF(start > 0 && start * 8 < fixed, "the engine starts with scratch for one token (%zu bytes; fixed %zu)", start,
+           fixed);
+    CHECKF(grown > start && grown < fixed, "a 400-token prompt grew it (%zu bytes)", grown);
+    CHECKF(trimmed == start, "eng_trim gave it back (%zu bytes, %zu at start)", trimmed, start);
+    CHECKF(memcmp(toks[0], toks[1], sizeof(int32_t) * 32) == 0, "greedy tokens as with the scratch fixed");
+}
+
 /* ---- hybrids ---- */
 
 /* One conversation of 200 tokens, then a prompt that keeps its first 150
@@ -829,6 +971,8 @@ int main(void) {
     test_stress();
     test_memory();
     test_accounting();
+    test_scratch_model();
+    test_scratch_engine();
     /* the hybrid family: the same behaviour through recurrent-state slots and checkpoints */
     test_data_path(model_path, sizeof model_path, "data/models/qwen35-tiny-f32.gguf");
     if (model_load(model_path, &mp, &m, &e)) {
@@ -845,6 +989,8 @@ int main(void) {
     test_cancel();
     if (!sanitized) test_stress();
     test_memory();
+    test_scratch_model();
+    test_scratch_engine();
     test_hybrid_edit();
     test_hybrid_cap();
     /* and with speculation (drafts always verified): rejected drafts roll the

@@ -225,6 +225,7 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "%s ps --port %d --api-key %s --json", hone, port, KEY);
     rc = run_capture(cmd, out, sizeof out);
     CHECK(rc == 0 && strstr(out, "\"sessions\":[{"));
+    CHECK(strstr(out, "\"scratch_bytes\":") != NULL); /* the model's scratch, in the status object */
 
     st = http("GET", "/metrics", true, NULL, buf, sizeof buf);
     CHECK(st == 200);
@@ -238,6 +239,10 @@ int main(void) {
     CHECKF(used > 0 && metric(buf, "hone_kv_blocks{state=\"cached\"}") >= 0 && metric(buf, "hone_kv_bytes") >= used * bb,
            "KV blocks used %g", used);
     CHECK(metric(buf, "hone_engine_bytes") > 0 && metric(buf, "hone_model_file_bytes") > 0);
+    /* the scratch, sized for the steps run: some, at most its peak */
+    CHECKF(metric(buf, "hone_scratch_bytes") > 0 &&
+               metric(buf, "hone_scratch_bytes") <= metric(buf, "hone_scratch_peak_bytes"),
+           "scratch bytes %g (peak %g)", metric(buf, "hone_scratch_bytes"), metric(buf, "hone_scratch_peak_bytes"));
     /* speculation (the serve default, auto): its mode and counters, consistent with each other */
     double drafted = metric(buf, "hone_spec_drafted_tokens_total"), accepted = metric(buf, "hone_spec_accepted_tokens_total");
     CHECK(metric(buf, "hone_spec_mode{mode=\"auto\"}") == 1);

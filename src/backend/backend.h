@@ -41,8 +41,10 @@
  * (Gated DeltaNet) ops, copy_cols .. state_copy. Version 6: ssm_conv and
  * delta_net also write the state after a token into the plan's snapshot
  * slot for it (plan->state_snap), which speculation rolls back to. Version
- * 7: mem_info, the device memory a model must fit in. */
-#define BE_OPS_VERSION 7
+ * 7: mem_info, the device memory a model must fit in. Version 8:
+ * scratch_bytes, and reserve may be called again (the scratch follows the
+ * load). */
+#define BE_OPS_VERSION 8
 
 /* most weights in one matmul_multi call */
 #define BE_MULTI_MAX 8
@@ -80,7 +82,14 @@ enum {
     BE_W_DROP_SOURCE = 1u << 2,
 };
 
-/* What scratch the ops need, given at load. */
+/* The rows of one activation tensor that the coming steps touch at most (be_limits.act). */
+typedef struct be_act_rows {
+    const be_tensor *t;
+    int64_t rows;
+} be_act_rows;
+
+/* What scratch the ops need: given at load, and again whenever the steps to
+ * come need more (or, to give memory back, less); see reserve. */
 typedef struct be_limits {
     int max_rows;       /* most activation rows in one matmul (tokens x experts used for moe) */
     int64_t max_k;      /* longest row length of any matmul input */
@@ -88,6 +97,13 @@ typedef struct be_limits {
     int max_group;      /* query heads per kv head */
     int max_experts;    /* expert_count (0 for dense models) */
     size_t arena_bytes; /* activation tensors the caller will make (sum of be_tensor_bytes) */
+    /* For tensors already made: the first `rows` rows of act[i].t are all
+     * that ops will touch until the next reserve (at most the tensor's own
+     * ne[1]). A backend may back only those with memory and give the rest
+     * back, at the same address. Tensors not listed, and all of them when
+     * act is NULL: whole. */
+    const be_act_rows *act;
+    int n_act;
 } be_limits;
 
 typedef enum { BE_ROPE_NORM = 0, BE_ROPE_NEOX = 2 } be_rope_mode;
@@ -161,7 +177,16 @@ typedef struct be_ops {
     int version;       /* BE_OPS_VERSION the backend was built against */
     const char *name;  /* "cpu", "cuda" */
     void (*free)(be_backend *b);
-    /* Sizes scratch and the activation arena (may allocate; at load). */
+    /* Sizes scratch and the activation arena (may allocate). First at load,
+     * before any tensor; then again between steps (after a sync, nothing
+     * queued) whenever the coming steps need other limits, larger or smaller
+     * (scratch for the rows actually run, grown on a new high-water mark and
+     * given back when idle). A later call: arena_bytes counts only tensors
+     * still to be made (0: none), every handle made stays valid with the
+     * same data pointer (memory grows and shrinks in place), and the ops of
+     * the steps after it keep within its limits (max_rows, the act rows).
+     * Limits the backend already meets allocate nothing. After a failed
+     * call, steps fail (at sync) until a reserve succeeds. */
     hn_status (*reserve)(be_backend *b, const be_limits *lim, hn_err *err);
 
     /* ---- tensors (at load, after reserve) ---- */
@@ -285,6 +310,11 @@ typedef struct be_ops {
      * model_load refuses a model whose weights do not fit. false (host
      * memory, nothing to check) leaves *free_b and *total_b untouched. */
     bool (*mem_info)(be_backend *b, size_t *free_b, size_t *total_b);
+
+    /* ---- version 8: accounting ---- */
+    /* Bytes of memory the backend's scratch and activation tensors hold now
+     * (what reserve sized; weights and the KV pool not counted). */
+    size_t (*scratch_bytes)(be_backend *b);
 } be_ops;
 
 struct be_backend {

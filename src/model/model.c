@@ -344,10 +344,14 @@ static hn_status bind_layer(model *m, int il, model_layer *L, hn_err *err) {
 
 /* The activation tensors: sized, then reserved in the backend's arena with
  * the other limits, then made. */
+/* what a tensor's rows count: the step's tokens, its tokens x experts used, its logits rows */
+enum { SC_TOKENS, SC_TOKENS_K, SC_OUT };
+
 typedef struct scratch_part {
     be_tensor **t;
     qt_type type;
     int64_t ne0, ne1;
+    int scale;
 } scratch_part;
 
 static int scratch_parts(model *m, scratch_part *parts) {
@@ -357,7 +361,7 @@ static int scratch_parts(model *m, scratch_part *parts) {
     int64_t E = hp->n_embd, NQ = (int64_t)hp->n_head * hp->head_dim, NKV = (int64_t)hp->n_head_kv * hp->head_dim;
     int64_t FF = hp->n_expert > 0 ? K * hp->n_ff_exp : hp->n_ff;
     int n = 0;
-#define P(field, ty, a, b) parts[n++] = (scratch_part){&s->field, ty, a, b}
+#define P(field, ty, a, b) parts[n++] = (scratch_part){&s->field, ty, a, b, SC_TOKENS}
     P(x, QT_F32, E, B);
     P(xb, QT_F32, E, B);
     P(xb2, QT_F32, E, B);
@@ -368,11 +372,13 @@ static int scratch_parts(model *m, scratch_part *parts) {
     P(hb, QT_F32, FF, B);
     P(hb2, QT_F32, FF, B);
     P(logits, QT_F32, hp->n_vocab, m->params.max_logits);
+    parts[n - 1].scale = SC_OUT;
     if (hp->n_expert > 0) {
         P(router, QT_F32, hp->n_expert, B);
         P(exp_ids, QT_I32, K, B);
         P(exp_w, QT_F32, K, B);
         P(moe_out, QT_F32, E, B * K);
+        parts[n - 1].scale = SC_TOKENS_K;
     }
     if (hp->hybrid) {
         int64_t S = hp->ssm_state, NK = (int64_t)hp->ssm_k_heads * S, NV = (int64_t)hp->ssm_v_heads * S;
@@ -474,8 +480,18 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
     };
     if ((st = m->be->ops->reserve(m->be, &lim, err))) goto fail;
     if ((st = check_fit(m, err))) goto fail;
-    for (int i = 0; i < n_parts; i++)
+    for (int i = 0; i < n_parts; i++) {
         if ((st = m->be->ops->tensor_new(m->be, parts[i].type, parts[i].ne0, parts[i].ne1, parts[i].t, err))) goto fail;
+        m->sc_act[i] = (be_act_rows){*parts[i].t, parts[i].ne1};
+        m->sc_scale[i] = (uint8_t)parts[i].scale;
+    }
+    m->n_sc = n_parts;
+    m->lim = lim;
+    m->lim.arena_bytes = 0; /* every tensor is made */
+    m->sc_rows = m->params.max_batch;
+    m->sc_out = m->params.max_logits;
+    /* backed for one token until a step needs more */
+    if (!m->params.scratch_fixed && (st = model_scratch_fit(m, 1, 1, err))) goto fail;
     /* weights: the embedding table for get_rows, and the output matrix (a
      * second handle on the same bytes when tied: matmuls may repack it while
      * get_rows keeps reading the file's rows) */
@@ -540,6 +556,57 @@ void model_free(model *m) {
     hn_free(m->seq_next);
     if (m->owned) gguf_close(m->owned);
     hn_free(m);
+}
+
+/* ---- scratch that follows the load ---- */
+
+hn_status model_scratch_fit(model *m, int32_t rows, int32_t outs, hn_err *err) {
+    if (rows < 1) rows = 1;
+    if (outs < 1) outs = 1;
+    if (rows > m->params.max_batch) rows = m->params.max_batch;
+    if (outs > m->params.max_logits) outs = m->params.max_logits;
+    if (outs > rows) outs = rows; /* a step's logits rows are some of its tokens */
+    const int64_t K = m->hp.n_expert > 0 ? m->hp.n_expert_used : 1;
+    for (int i = 0; i < m->n_sc; i++) {
+        int64_t r = m->sc_scale[i] == SC_OUT ? outs : m->sc_scale[i] == SC_TOKENS_K ? rows * K : rows;
+        int64_t ne1 = m->sc_act[i].t->ne[1];
+        m->sc_act[i].rows = r < ne1 ? r : ne1;
+    }
+    be_limits lim = m->lim;
+    lim.max_rows = (int)(rows * K);
+    lim.act = m->sc_act;
+    lim.n_act = m->n_sc;
+    hn_status st = m->be->ops->reserve(m->be, &lim, err);
+    if (st) {
+        m->sc_rows = m->sc_out = 0; /* unknown: the next step reserves again */
+        return st;
+    }
+    m->sc_rows = rows;
+    m->sc_out = outs;
+    return HN_OK;
+}
+
+/* The smallest power of two >= n (n >= 1), at most cap. */
+static int32_t sc_class(int32_t n, int32_t cap) {
+    int32_t c = 1;
+    while (c < n && c < cap) c *= 2;
+    return c < cap ? c : cap;
+}
+
+hn_status model_scratch_need(model *m, int32_t rows, int32_t outs, hn_err *err) {
+    if (m->params.scratch_fixed || (rows <= m->sc_rows && outs <= m->sc_out)) return HN_OK;
+    int32_t r = rows > m->sc_rows ? sc_class(rows, m->params.max_batch) : m->sc_rows;
+    int32_t o = outs > m->sc_out ? sc_class(outs, m->params.max_logits) : m->sc_out;
+    return model_scratch_fit(m, r, o > r ? r : o, err);
+}
+
+hn_status model_scratch_trim(model *m, hn_err *err) {
+    if (m->params.scratch_fixed || (m->sc_rows == 1 && m->sc_out == 1)) return HN_OK;
+    return model_scratch_fit(m, 1, 1, err);
+}
+
+size_t model_scratch_bytes(const model *m) {
+    return m->be->ops->scratch_bytes ? m->be->ops->scratch_bytes(m->be) : 0;
 }
 
 const model_hparams *model_hp(const model *m) { return &m->hp; }

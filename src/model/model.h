@@ -84,6 +84,9 @@ typedef struct model_params {
     int max_logits;  /* most logits rows per step; 0: 64 (at most max_batch) */
     const char *device;  /* backend name (registry.h): "auto" (NULL), "cpu", "cuda" */
     be_backend *backend; /* a backend to use instead (borrowed: outlives the model) */
+    /* back the scratch for max_batch tokens whole from load, as before it
+     * followed the load (comparisons, tests) */
+    bool scratch_fixed;
 } model_params;
 
 /* A ragged batch (see step_batch in sched/plan.h). */
@@ -123,6 +126,22 @@ hn_status model_state_copy(model *m, const kv_cache *kv, int n, const int32_t *s
 hn_status model_step(model *m, kv_cache *kv, const step_plan *p, const uint32_t *const *masks, hn_err *err);
 /* The last step's logits: n_out rows of n_vocab floats, in plan order (host memory). */
 const float *model_logits(const model *m);
+/* Scratch that follows the load. The activation tensors and the backend's
+ * scratch are made at load for max_batch tokens and max_logits rows, but
+ * memory backs only what the steps need: after load one token's worth; a
+ * step of more tokens or logits rows than backed grows it (to the next power
+ * of two, at most the limits: growth on a new high-water mark only, so a
+ * steady token loop allocates nothing), and model_scratch_trim gives it back
+ * down to one token (the engine does when idle). Not with scratch_fixed. */
+/* Backs scratch for steps of at most rows tokens and outs logits rows
+ * exactly (between steps; model_step calls model_scratch_need itself). */
+hn_status model_scratch_fit(model *m, int32_t rows, int32_t outs, hn_err *err);
+/* Grows the scratch, if needed, for a step of rows tokens and outs logits rows. */
+hn_status model_scratch_need(model *m, int32_t rows, int32_t outs, hn_err *err);
+/* Gives the scratch back down to one token's worth (between steps). */
+hn_status model_scratch_trim(model *m, hn_err *err);
+/* Bytes the backend's scratch and activations hold now (be_ops.scratch_bytes; 0 if it does not say). */
+size_t model_scratch_bytes(const model *m);
 /* Limits a plan for this model must keep (max_batch tokens, max_logits wanted rows). */
 int32_t model_max_batch(const model *m);
 int32_t model_max_logits(const model *m);

@@ -222,6 +222,9 @@ hn_status model_step(model *m, kv_cache *kv, const step_plan *p, const uint32_t 
     if (p->n_tokens == 0) return HN_OK;
     hn_status st;
     if (hp->hybrid && (st = check_recurrent(m, kv, p, err))) return st;
+    /* scratch for this step's rows: grows only on a new high-water mark */
+    int32_t rows = m->be->pads && p->n_pad > p->n_tokens ? p->n_pad : p->n_tokens;
+    if ((st = model_scratch_need(m, rows, p->n_out, err))) return st;
     m->be->ops->plan_set(m->be, p);
     forward(m, kv, p, masks);
     return m->be->ops->sync(m->be, err);

@@ -41,7 +41,9 @@ typedef struct model_layer {
     be_tensor *nextn_eh_proj, *nextn_enorm, *nextn_hnorm, *nextn_head_norm;
 } model_layer;
 
-/* Activations, backend tensors sized for max_batch tokens (logits for max_logits rows) at load. */
+/* Activations, backend tensors sized for max_batch tokens (logits for
+ * max_logits rows) at load; memory backs only the rows of the largest step
+ * since the last trim (model_scratch_fit). */
 typedef struct model_scratch {
     be_tensor *x;       /* (B, n_embd) residual stream */
     be_tensor *xb;      /* (B, n_embd) normed input of a sub-block */
@@ -86,6 +88,13 @@ struct model {
     const float *logits_host; /* the last step's logits rows, fetched */
     step_plan plan;         /* model_forward's own plans (grown on demand) */
     int32_t *seq_next;      /* hybrids: [max_seqs] model_step's continuity check */
+    /* scratch that follows the load: the limits of load time, each activation
+     * tensor with what its rows count (SC_*), and the row classes backed now */
+    be_limits lim;
+    be_act_rows sc_act[40];
+    uint8_t sc_scale[40];
+    int n_sc;
+    int32_t sc_rows, sc_out; /* tokens and logits rows the backed scratch holds */
 };
 
 #endif

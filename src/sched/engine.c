@@ -1002,6 +1002,8 @@ static void publish_stats(eng_engine *e) {
     for (int32_t i = 0; i < e->n_running; i++) snap_request(e, e->running[i], true, now);
     for (ereq *q = e->wait_head; q; q = q->qnext) snap_request(e, q, false, now);
     eng_stats *s = &e->stats;
+    s->scratch_bytes = model_scratch_bytes(e->m);
+    if (s->scratch_bytes > s->scratch_peak_bytes) s->scratch_peak_bytes = s->scratch_bytes;
     s->blocks_total = ks.blocks_backed;
     s->blocks_used = ks.blocks_used;
     s->blocks_cached = ks.blocks_cached;
@@ -1055,6 +1057,13 @@ static void publish_stats(eng_engine *e) {
     pthread_mutex_unlock(&e->mu);
 }
 
+/* Gives the model's scratch back down to one token (idle: nothing runs; the
+ * next step grows it again). A failure only leaves it to the next step. */
+static void scratch_trim(eng_engine *e) {
+    hn_err err = {0};
+    (void)model_scratch_trim(e->m, &err);
+}
+
 static void *engine_main(void *arg) {
     eng_engine *e = arg;
     double idle_since = hn_now_ms();
@@ -1077,6 +1086,7 @@ static void *engine_main(void *arg) {
                 pthread_mutex_unlock(&e->mu);
                 kv_trim(e->kv, 0);
                 if (e->drf) drf_trim(e->drf);
+                scratch_trim(e);
                 trimmed = true;
                 publish_stats(e);
                 continue;
@@ -1092,6 +1102,7 @@ static void *engine_main(void *arg) {
         if (trim != e->trim_done) {
             kv_trim(e->kv, 0);
             if (e->drf) drf_trim(e->drf);
+            scratch_trim(e);
             publish_stats(e);
             pthread_mutex_lock(&e->mu);
             e->trim_done = trim;
@@ -1170,7 +1181,8 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     e->spec_rows = !e->spec ? 0 : 64;
     e->cap_batch = p.step_tokens + p.max_running + e->spec_rows;
     model_params mp = {.n_threads = p.n_threads, .max_batch = e->cap_batch, .max_seqs = p.max_running,
-                       .max_logits = p.max_running + e->spec_rows, .device = p.device};
+                       .max_logits = p.max_running + e->spec_rows, .device = p.device,
+                       .scratch_fixed = p.scratch_fixed};
     const size_t bytes_m = hn_alloc_bytes();
     hn_status st = model_load(p.model_path, &mp, &e->m, err);
     if (st) goto fail;

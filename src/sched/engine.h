@@ -50,6 +50,7 @@ typedef struct eng_params {
      * apply tuned kernel parameters); an error fails eng_create. NULL: none */
     hn_status (*on_load)(void *ctx, struct model *m, hn_err *err);
     void *on_load_ctx;
+    bool scratch_fixed;       /* model_params.scratch_fixed: scratch for the largest step from load (comparisons) */
 } eng_params;
 
 typedef enum eng_kv_type { ENG_KV_F32 = 0, ENG_KV_F16, ENG_KV_Q8_0, ENG_KV_K8V4 } eng_kv_type;
@@ -182,6 +183,11 @@ typedef struct eng_stats {
      * (and on_load) allocated: repacked weights, activations, scratch.
      * Weights read in place from the file mapping are model_file_bytes. */
     size_t engine_bytes, model_bytes, model_file_bytes;
+    /* the backend's scratch and activations now, and their peak: they
+     * follow the steps run (sized for the largest step since the engine
+     * last went idle, given back to one token's worth when idle);
+     * model_bytes holds them as they were after load */
+    size_t scratch_bytes, scratch_peak_bytes;
     int32_t kv_type;                           /* eng_kv_type */
     uint64_t requests;                         /* submitted */
     uint64_t finished[ENG_FINISH_ERROR + 1];   /* ended, by eng_finish */

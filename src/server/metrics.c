@@ -121,6 +121,10 @@ void srv_metrics_text(srv_server *s, sbuf *o) {
            (double)st.model_bytes);
     metric(o, "hone_model_file_bytes", "gauge", "Weight bytes in the model file (mapped, read in place).",
            (double)st.model_file_bytes);
+    metric(o, "hone_scratch_bytes", "gauge",
+           "The backend's activations and scratch now: sized for the largest step since idle (in model_bytes as after load).",
+           (double)st.scratch_bytes);
+    metric(o, "hone_scratch_peak_bytes", "gauge", "The most hone_scratch_bytes has been.", (double)st.scratch_peak_bytes);
     sb_adds(o, "# HELP hone_session_kv_bytes KV bytes of each live request: its own blocks, and its share of blocks "
                "shared with others (a block with refcount r counts 1/r).\n# TYPE hone_session_kv_bytes gauge\n");
     for (int i = 0; i < n; i++) {
@@ -156,6 +160,8 @@ json_t *srv_status_json(srv_server *s) {
         JSET(model, "file_bytes", JI(st.model_file_bytes));
         JSET(model, "alloc_bytes", JI(st.model_bytes));
         JSET(model, "engine_bytes", JI(st.engine_bytes));
+        JSET(model, "scratch_bytes", JI(st.scratch_bytes));
+        JSET(model, "scratch_peak_bytes", JI(st.scratch_peak_bytes));
     }
     JSET(o, "model", model);
     if (!have) {

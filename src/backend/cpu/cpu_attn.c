@@ -318,10 +318,13 @@ void cpu_attn_free(cpu_be *cb) {
     cb->attn = NULL;
     hn_free(cb->attn_part);
     cb->attn_part = NULL;
+    cb->attn_bytes = 0;
 }
 
+/* Sizes the scratch for cb->lim. It only grows: a later call with fewer rows
+ * keeps it (it is small, and the ranges a call is cut into, at most tile_cap
+ * tokens, stay those of the first limits whatever the later ones). */
 hn_status cpu_attn_reserve(cpu_be *cb, hn_err *err) {
-    cpu_attn_free(cb);
     const be_limits *lim = &cb->lim;
     size_t g = (size_t)(lim->max_group > 0 ? lim->max_group : 1);
     size_t hd = (size_t)(lim->max_head_dim > 0 ? lim->max_head_dim : 1);
@@ -331,6 +334,13 @@ hn_status cpu_attn_reserve(cpu_be *cb, hn_err *err) {
     size_t ml = heads > ML_MIN ? heads : ML_MIN;
     if (rows < heads) rows = heads; /* scores of every head of a token at once */
     int tokens = lim->max_rows > 0 ? lim->max_rows : 1;
+    const attn_work *w0 = cb->attn_work;
+    if (w0 && w0->tiles && w0->items && cb->attn && cb->attn_part && w0->tile_cap >= tokens && w0->ml_cap >= ml &&
+        w0->s_rows >= rows && cb->attn_stride >= 2 * ml + rows * CPU_ATTN_SCORE_CAP + 2 * (size_t)CPU_ATTN_SCORE_CAP * hd + 16 &&
+        cb->attn_part_cap >= (size_t)CPU_ATTN_SLOTS * heads * (hd + 2))
+        return HN_OK;
+    if (w0 && w0->tile_cap > tokens) tokens = w0->tile_cap;
+    cpu_attn_free(cb);
     attn_work *w = hn_calloc(1, sizeof *w);
     cb->attn_work = w;
     if (!w) return hn_errf(err, HN_ERR_NOMEM, "cpu backend: cannot allocate attention scratch");
@@ -349,6 +359,8 @@ hn_status cpu_attn_reserve(cpu_be *cb, hn_err *err) {
     cb->attn_part = hn_malloc(sizeof(float) * cb->attn_part_cap);
     if (!w->tiles || !w->items || !cb->attn || !cb->attn_part)
         return hn_errf(err, HN_ERR_NOMEM, "cpu backend: cannot allocate attention scratch");
+    cb->attn_bytes = sizeof *w + sizeof(attn_tile) * (size_t)w->tile_cap + sizeof(attn_item) * (size_t)w->item_cap +
+                     sizeof(float) * (cb->attn_stride * (size_t)cb->nth + cb->attn_part_cap);
     return HN_OK;
 }
 
@@ -724,7 +736,7 @@ void cpu_attention(cpu_be *cb, const cpu_attn_args *a) {
 void cpu_op_attention(be_backend *b, const be_attn_args *ba) {
     cpu_be *cb = cpu_of(b);
     const step_plan *p = cpu_plan(cb, "attention");
-    if (!p) return;
+    if (!p || !cpu_rows_ok(cb, 1, "attention")) return;
     cpu_attn_args a = {
         .q = ba->q->data, .out = ba->out->data, .n_tokens = ba->n_tokens, .n_head = ba->n_head,
         .n_head_kv = ba->n_head_kv, .head_dim = ba->head_dim, .scale = ba->scale, .window = ba->window,

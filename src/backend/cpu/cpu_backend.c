@@ -302,6 +302,24 @@ static hn_status track(cpu_be *cb, be_tensor *t, hn_err *err) {
     return HN_OK;
 }
 
+/* Backs the first `bytes` of activation tensor a (page-rounded, at most its
+ * reservation) with memory, committing or giving back the difference. */
+static hn_status act_back(cpu_be *cb, struct cpu_act *a, size_t bytes, hn_err *err) {
+    const size_t pg = hn_page_size();
+    size_t want = (bytes + pg - 1) / pg * pg;
+    if (want > a->vm) want = a->vm;
+    unsigned char *base = a->t->data;
+    if (want > a->backed) {
+        if (!hn_vm_commit(base + a->backed, want - a->backed))
+            return hn_errf(err, HN_ERR_NOMEM, "cpu backend: cannot back %zu bytes of activations", want - a->backed);
+    } else if (want < a->backed) {
+        hn_vm_decommit(base + want, a->backed - want);
+    }
+    cb->act_backed = cb->act_backed - a->backed + want;
+    a->backed = want;
+    return HN_OK;
+}
+
 static hn_status op_tensor_new(be_backend *b, qt_type type, int64_t ne0, int64_t ne1, be_tensor **out, hn_err *err) {
     cpu_be *cb = cpu_of(b);
     *out = NULL;
@@ -312,17 +330,39 @@ static hn_status op_tensor_new(be_backend *b, qt_type type, int64_t ne0, int64_t
     if (bytes > cb->arena_cap - cb->arena_used)
         return hn_errf(err, HN_ERR_RANGE, "cpu backend: activation arena full (%zu of %zu bytes used, %zu more asked)",
                        cb->arena_used, cb->arena_cap, bytes);
+    if (cb->n_acts == cb->cap_acts) {
+        int cap = cb->cap_acts ? 2 * cb->cap_acts : 64;
+        void *np = hn_realloc(cb->acts, sizeof *cb->acts * (size_t)cap);
+        if (!np) return hn_errf(err, HN_ERR_NOMEM, "cpu backend: out of memory");
+        cb->acts = np;
+        cb->cap_acts = cap;
+    }
     be_tensor *t = hn_calloc(1, sizeof *t);
     if (!t) return hn_errf(err, HN_ERR_NOMEM, "cpu backend: out of memory");
+    /* its own address range, backed whole until a reserve says fewer rows */
+    void *vm = hn_vm_reserve(bytes);
+    if (!vm) {
+        hn_free(t);
+        return hn_errf(err, HN_ERR_NOMEM, "cpu backend: cannot reserve %zu bytes of address space", bytes);
+    }
     t->type = type;
     t->ne[0] = ne0;
     t->ne[1] = ne1;
     t->ne[2] = 1;
     t->row_bytes = (size_t)ne0 * 4;
     t->mat_bytes = t->row_bytes * (size_t)ne1;
-    t->data = cb->arena + cb->arena_used;
+    t->data = vm;
+    struct cpu_act *a = &cb->acts[cb->n_acts];
+    *a = (struct cpu_act){.t = t, .vm = (bytes + hn_page_size() - 1) / hn_page_size() * hn_page_size()};
+    hn_status st = act_back(cb, a, bytes, err);
+    if (st) {
+        hn_vm_release(vm, a->vm);
+        hn_free(t);
+        return st;
+    }
+    cb->n_acts++;
     cb->arena_used += bytes;
-    hn_status st = track(cb, t, err);
+    st = track(cb, t, err);
     if (!st) *out = t;
     return st;
 }
@@ -370,9 +410,14 @@ static void op_set_reference(be_backend *b, bool on) { be_cpu_force_reference(b,
 
 static void op_free(be_backend *b) {
     cpu_be *cb = cpu_of(b);
+    for (int i = 0; i < cb->n_acts; i++) {
+        struct cpu_act *a = &cb->acts[i];
+        if (a->backed) hn_vm_decommit(a->t->data, a->backed);
+        hn_vm_release(a->t->data, a->vm);
+    }
+    hn_free(cb->acts);
     for (int i = 0; i < cb->n_tensors; i++) hn_free(cb->tensors[i]);
     hn_free(cb->tensors);
-    if (cb->arena) hn_pages_free(cb->arena, cb->arena_cap);
     cpu_matmul_free(cb);
     cpu_packs_free(cb);
     cpu_attn_free(cb);
@@ -384,22 +429,35 @@ static void op_free(be_backend *b) {
 static hn_status op_reserve(be_backend *b, const be_limits *lim, hn_err *err) {
     cpu_be *cb = cpu_of(b);
     if (lim->max_head_dim > 4096 || lim->max_group > 1024 || lim->max_rows < 0 || lim->max_k < 0 ||
-        lim->max_experts < 0)
+        lim->max_experts < 0 || lim->n_act < 0 || (lim->n_act > 0 && !lim->act))
         return hn_errf(err, HN_ERR_RANGE, "cpu backend: limits out of range");
+    if (lim->arena_bytes > cb->arena_cap - cb->arena_used && cb->arena_used)
+        return hn_errf(err, HN_ERR_INVALID, "cpu backend: the arena grows only before its first tensor");
+    /* the act rows name tensors of this backend, each at most once */
+    for (int i = 0; i < lim->n_act; i++) {
+        int j = 0;
+        while (j < cb->n_acts && cb->acts[j].t != lim->act[i].t) j++;
+        if (j == cb->n_acts || lim->act[i].rows < 0)
+            return hn_errf(err, HN_ERR_INVALID, "cpu backend: reserve: act row %d is not an activation tensor", i);
+        for (int k = 0; k < i; k++)
+            if (lim->act[k].t == lim->act[i].t)
+                return hn_errf(err, HN_ERR_INVALID, "cpu backend: reserve: a tensor listed twice in the act rows");
+    }
     cb->lim = *lim;
+    cb->lim.act = NULL; /* borrowed for this call only */
+    cb->lim.n_act = 0;
     hn_status st = cpu_matmul_reserve(cb, err);
+    if (!st) st = cpu_attn_reserve(cb, err);
+    cb->unreserved = st != HN_OK;
     if (st) return st;
-    st = cpu_attn_reserve(cb, err);
-    if (st) return st;
-    if (lim->arena_bytes > cb->arena_cap - cb->arena_used) {
-        if (cb->arena_used)
-            return hn_errf(err, HN_ERR_INVALID, "cpu backend: the arena grows only before its first tensor");
-        if (cb->arena) hn_pages_free(cb->arena, cb->arena_cap);
-        cb->arena_cap = 0;
-        cb->arena = hn_pages_alloc(lim->arena_bytes);
-        if (!cb->arena)
-            return hn_errf(err, HN_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes of activations", lim->arena_bytes);
-        cb->arena_cap = lim->arena_bytes;
+    if (lim->arena_bytes > cb->arena_cap - cb->arena_used) cb->arena_cap = lim->arena_bytes;
+    /* activation rows: backed as listed, the others whole */
+    for (int j = 0; j < cb->n_acts; j++) {
+        struct cpu_act *a = &cb->acts[j];
+        int64_t rows = a->t->ne[1];
+        for (int i = 0; i < lim->n_act; i++)
+            if (lim->act[i].t == a->t && lim->act[i].rows < rows) rows = lim->act[i].rows;
+        if ((st = act_back(cb, a, (size_t)rows * a->t->row_bytes, err))) return st;
     }
     return HN_OK;
 }
@@ -408,6 +466,11 @@ static hn_status op_reserve(be_backend *b, const be_limits *lim, hn_err *err) {
 static bool cpu_op_mem_info(be_backend *b, size_t *free_b, size_t *total_b) {
     (void)b, (void)free_b, (void)total_b;
     return false;
+}
+
+static size_t op_scratch_bytes(be_backend *b) {
+    cpu_be *cb = cpu_of(b);
+    return cb->act_backed + cb->mm_bytes + cb->attn_bytes;
 }
 
 static const be_ops cpu_ops = {
@@ -452,6 +515,7 @@ static const be_ops cpu_ops = {
     .delta_net = cpu_op_delta_net,
     .state_copy = cpu_op_state_copy,
     .mem_info = cpu_op_mem_info,
+    .scratch_bytes = op_scratch_bytes,
 };
 
 hn_status be_cpu_create(pool *p, be_backend **out, hn_err *err) {

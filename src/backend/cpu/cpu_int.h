@@ -160,6 +160,8 @@ typedef struct cpu_be {
     /* matmul scratch */
     unsigned char *act;   /* converted activation rows: max_rows x (4 * max_k) bytes */
     size_t act_cap;
+    size_t mm_rows, mm_k, mm_ne; /* what the matmul scratch is sized for (cpu_matmul_reserve) */
+    size_t mm_bytes, attn_bytes; /* bytes the matmul and attention scratch hold */
     unsigned char *prep;  /* the rows rearranged for a gemm kernel with a prep pass: same size as act */
     float *deq;           /* per-thread dequantized weight row: nth x max_k */
     int32_t *ident;       /* 0..max_rows-1 */
@@ -184,9 +186,15 @@ typedef struct cpu_be {
     const step_plan *plan; /* plan_set's */
     hn_status err;         /* the first error since the last sync */
     char err_msg[128];
-    /* the activation arena (reserve) and the tensor handles made from it and by weight_load */
-    unsigned char *arena;
+    /* the activation arena: a budget (reserve's arena_bytes) that tensor_new
+     * draws on; each activation tensor is its own address-space reservation,
+     * of which only the rows the limits ask for are backed (reserve again
+     * grows or shrinks that in place) */
+    struct cpu_act { be_tensor *t; size_t vm, backed; } *acts;
+    int n_acts, cap_acts;
     size_t arena_cap, arena_used;
+    bool unreserved;      /* the last reserve failed: matmuls and attention fail until one succeeds */
+    size_t act_backed;    /* bytes backing activation tensors now (sum of acts[].backed) */
     be_tensor **tensors;
     int n_tensors, cap_tensors;
     pool *own_pool;       /* made by the registry (freed with the backend), or NULL */
@@ -202,6 +210,20 @@ static inline const step_plan *cpu_plan(cpu_be *cb, const char *op) {
         snprintf(cb->err_msg, sizeof cb->err_msg, "cpu backend: %s before plan_set", op);
     }
     return cb->plan;
+}
+
+/* Whether an op of n activation rows keeps within the reserved limits (else the error is reported at sync). */
+static inline bool cpu_rows_ok(cpu_be *cb, int n, const char *op) {
+    if (!cb->unreserved && n <= (cb->lim.max_rows > 0 ? cb->lim.max_rows : 1)) return true;
+    if (!cb->err) {
+        cb->err = cb->unreserved ? HN_ERR_INVALID : HN_ERR_RANGE;
+        if (cb->unreserved)
+            snprintf(cb->err_msg, sizeof cb->err_msg, "cpu backend: %s after a failed reserve", op);
+        else
+            snprintf(cb->err_msg, sizeof cb->err_msg, "cpu backend: %s of %d rows over the %d reserved", op, n,
+                     cb->lim.max_rows);
+    }
+    return false;
 }
 
 /* f32 dot product with independent partial sums (vectorizes without -ffast-math). */

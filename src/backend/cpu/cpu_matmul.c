@@ -76,12 +76,15 @@ typedef struct mm_task {
     _Atomic int next;
 } mm_task;
 
+/* Sizes the scratch for cb->lim; a second call with the same row count, row
+ * length and expert count keeps what there is (allocates nothing). */
 hn_status cpu_matmul_reserve(cpu_be *cb, hn_err *err) {
-    cpu_matmul_free(cb);
     const be_limits *l = &cb->lim;
     size_t rows = (size_t)(l->max_rows > 0 ? l->max_rows : 1);
     size_t k = (size_t)(l->max_k > 0 ? l->max_k : 1);
     size_t ne = (size_t)(l->max_experts > 0 ? l->max_experts : 1);
+    if (cb->act && rows == cb->mm_rows && k == cb->mm_k && ne == cb->mm_ne) return HN_OK;
+    cpu_matmul_free(cb);
     /* 4 bytes per element bounds every act_type's row size (q8_0: 34/32, q8_K: 292/256, f16: 2) */
     cb->act_cap = rows * 4 * k + 64;
     cb->act = hn_pages_alloc(cb->act_cap);
@@ -100,6 +103,11 @@ hn_status cpu_matmul_reserve(cpu_be *cb, hn_err *err) {
         return hn_errf(err, HN_ERR_NOMEM, "cpu backend: cannot allocate matmul scratch (%zu rows x %zu)", rows, k);
     }
     for (size_t i = 0; i < rows; i++) cb->ident[i] = (int32_t)i;
+    cb->mm_rows = rows;
+    cb->mm_k = k;
+    cb->mm_ne = ne;
+    cb->mm_bytes = 3 * cb->act_cap + sizeof(float) * (size_t)cb->nth * k + 3 * sizeof(int32_t) * rows +
+                   sizeof(int32_t) * (ne + 1) + sizeof(mm_group) * ne + sizeof(float) * ne;
     return HN_OK;
 }
 
@@ -119,6 +127,8 @@ void cpu_matmul_free(cpu_be *cb) {
     cb->ident = cb->order_in = cb->order_out = cb->counts = NULL;
     cb->groups = NULL;
     cb->route = NULL;
+    cb->mm_rows = cb->mm_k = cb->mm_ne = 0;
+    cb->mm_bytes = 0;
 }
 
 /* phase 1: convert activation rows, shared among the threads that show up */
@@ -433,6 +443,7 @@ static void mm_run(cpu_be *cb, const float *x, int n_x, mm_group *groups, int n_
 
 void cpu_op_matmul(be_backend *b, const be_tensor *w, int mat, const be_tensor *xt, int n, be_tensor *yt) {
     cpu_be *cb = cpu_of(b);
+    if (!cpu_rows_ok(cb, n, "matmul")) return;
     mm_group g = mm_group_for(cb, w, n);
     g.mat = mat;
     g.in = g.out = cb->ident;
@@ -443,6 +454,7 @@ void cpu_op_matmul(be_backend *b, const be_tensor *w, int mat, const be_tensor *
 void cpu_op_matmul_multi(be_backend *b, int n_w, const be_tensor *const *ws, const be_tensor *xt, int n,
                          be_tensor *const *yts) {
     cpu_be *cb = cpu_of(b);
+    if (!cpu_rows_ok(cb, n, "matmul_multi")) return;
     const float *x = xt->data;
     mm_group g[BE_MULTI_MAX];
     int at = 0;
@@ -475,6 +487,7 @@ void cpu_op_moe_matmul(be_backend *b, const be_tensor *w, const be_tensor *xt, b
     float *y = yt->data;
     int n_exp = (int)w->ne[2];
     int total = n * k;
+    if (!cpu_rows_ok(cb, total, "moe_matmul")) return;
     /* counting sort of the (row, slot) items by expert */
     int32_t *cnt = cb->counts;
     memset(cnt, 0, sizeof(int32_t) * (size_t)(n_exp + 1));

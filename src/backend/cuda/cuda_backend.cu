@@ -630,6 +630,17 @@ static void rec_launch(cu_be *cb) {
     cu_cuda(cb, cudaGraphLaunch(g->exec, cb->stream), "graph launch");
 }
 
+/* Forgets every captured graph (they hold the scratch's device pointers:
+ * after reserve reallocates scratch, a replay would read freed memory). */
+static void graphs_drop(cu_be *cb) {
+    if (!cb->gcache) return;
+    for (int i = 0; i < GRAPH_CACHE; i++) {
+        if (cb->gcache[i].exec) cudaGraphExecDestroy(cb->gcache[i].exec);
+        cb->gcache[i].exec = NULL;
+        cb->gcache[i].n_rec = 0;
+    }
+}
+
 static void graphs_free(cu_be *cb) {
     if (cb->gcache)
         for (int i = 0; i < GRAPH_CACHE; i++) {
@@ -1368,6 +1379,17 @@ static void op_free(be_backend *b) {
     free(cb);
 }
 
+/* Device scratch and the activation arena (held whole: the act rows of a
+ * later reserve are not used here), plus the pinned fetch buffer. */
+static size_t op_scratch_bytes(be_backend *b) {
+    cu_be *cb = cu_of(b);
+    const hc_gemv_scratch *g = &cb->gs;
+    size_t gs = g->xq ? (size_t)g->max_rows * (size_t)g->max_k * (1 + 2 * sizeof(float) / 32) : 0;
+    return cb->arena_cap + gs + (cb->xr_cap + cb->att_part_cap) * sizeof(float) + cb->fetch_cap;
+}
+
+/* Called again with other limits (backend.h): buffers grow when the limits
+ * do and are kept when they shrink; the arena and the act rows stay whole. */
 static hn_status op_reserve(be_backend *b, const be_limits *lim, hn_err *err) {
     cu_be *cb = cu_of(b);
     if (lim->max_head_dim > 512 || lim->max_group > 1024 || lim->max_rows < 0 || lim->max_k < 0 ||
@@ -1380,6 +1402,7 @@ static hn_status op_reserve(be_backend *b, const be_limits *lim, hn_err *err) {
     if ((k32 > cb->gs.max_k || grows > cb->gs.max_rows) && (k32 > 0 || cb->gs.max_k > 0)) {
         const int64_t kk = k32 > cb->gs.max_k ? k32 : cb->gs.max_k;
         const int rr = grows > cb->gs.max_rows ? grows : cb->gs.max_rows;
+        graphs_drop(cb);
         hc_gemv_scratch_free(&cb->gs);
         hn_status st = hc_gemv_scratch_init_rows(&cb->gs, kk, rr, err);
         if (st) return st;
@@ -1392,6 +1415,7 @@ static hn_status op_reserve(be_backend *b, const be_limits *lim, hn_err *err) {
     }
     const size_t xr_need = (size_t)(lim->max_rows > 0 ? lim->max_rows : 1) * (size_t)((lim->max_k + 255) / 256 * 256);
     if (xr_need > cb->xr_cap) {
+        graphs_drop(cb);
         hc_free(cb->xr);
         cb->xr = NULL;
         cb->xr_cap = 0;
@@ -1531,6 +1555,7 @@ static const be_ops cuda_ops = {
     .delta_net = op_delta_net,
     .state_copy = op_state_copy,
     .mem_info = op_mem_info,
+    .scratch_bytes = op_scratch_bytes,
 };
 
 extern "C" {
