@@ -242,7 +242,6 @@ int cmd_serve(int argc, char **argv) {
             fprintf(stderr, "hone serve: %s: %s\n", model, err.msg);
             goto out;
         }
-        cli_device_note("serve", device, eng_device(eng));
         int64_t trained = 0;
         char key[128];
         const char *arch = gguf_get_str(g, "general.architecture");
