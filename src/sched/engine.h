@@ -202,7 +202,7 @@ typedef struct eng_stats {
     uint64_t ckpt_hits;        /* prefixes resumed from a checkpoint */
     /* speculative decoding: tokens drafted, accepted (= decode steps saved),
      * and steps that verified a draft */
-    int32_t spec;              /* eng_spec in effect (OFF for a hybrid model) */
+    int32_t spec;              /* eng_spec in effect */
     uint64_t spec_drafted, spec_accepted, spec_verify_steps;
     /* the draft model (when loaded): its heap (repacked weights, activations:
      * also inside engine_bytes), weights in the file mapping, its own KV
