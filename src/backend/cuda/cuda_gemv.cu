@@ -1063,6 +1063,14 @@ static hn_status check_args(const hc_weight *w, const float *x, int na, const fl
     return HN_OK;
 }
 
+/* the quantized-x scratch holds rows of w's length */
+static hn_status scratch_check(const hc_weight *w, const hc_gemv_scratch *s, hn_err *err) {
+    if (!s || !s->xq || w->k > s->max_k)
+        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv: row length %lld over the scratch's %lld", (long long)w->k,
+                       (long long)(s ? s->max_k : 0));
+    return HN_OK;
+}
+
 /* x [na][k] quantized for w's type into the scratch (unless reuse), and its view */
 static hn_status quant_rows(const hc_weight *w, const float *x, int na, hc_gemv_scratch *s, bool reuse, cudaStream_t cs,
                             xview *xv, hn_err *err) {
@@ -1098,9 +1106,7 @@ hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_
         HC_LAUNCHED(err, "gemv kernel");
         return HN_OK;
     }
-    if (!s || !s->xq || w->k > s->max_k)
-        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv: row length %lld over the scratch's %lld", (long long)w->k,
-                       (long long)(s ? s->max_k : 0));
+    if ((st = scratch_check(w, s, err))) return st;
     xview xv;
     st = quant_rows(w, x, na, s, p && p->reuse_x, cs, &xv, err);
     if (st) return st;
@@ -1133,13 +1139,12 @@ hn_status hc_gemv_multi(int n_w, const hc_weight *const *w, const float *x, int 
         hn_status st = check_args(w[i], x, na, y[i], err);
         if (st) return st;
     }
-    if (!s || !s->xq || w[0]->k > s->max_k)
-        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv: row length %lld over the scratch's %lld", (long long)w[0]->k,
-                       (long long)(s ? s->max_k : 0));
+    hn_status st = scratch_check(w[0], s, err);
+    if (st) return st;
     cudaStream_t cs = (cudaStream_t)stream;
     const int rpw = default_rpw(w[0]->type, na, w[0]->n);
     xview xv;
-    hn_status st = quant_rows(w[0], x, na, s, reuse_x != 0, cs, &xv, err);
+    st = quant_rows(w[0], x, na, s, reuse_x != 0, cs, &xv, err);
     if (st) return st;
     mwview mw;
     memset(&mw, 0, sizeof mw);
