@@ -476,6 +476,29 @@ static void spares_release(eng_engine *e) {
     e->spare_used = 0;
 }
 
+/* The most tokens a decoding request may draft now (context, max_tokens, the engine's cap). */
+static int32_t draft_room(const eng_engine *e, const ereq *q) {
+    int32_t kmax = e->spec_max, L = q->seq.n_tokens;
+    if (kmax > e->n_ctx - 1 - L) kmax = e->n_ctx - 1 - L;
+    if (q->max_gen > 0 && kmax > q->max_gen - q->n_gen - 1) kmax = q->max_gen - q->n_gen - 1;
+    return kmax;
+}
+
+/* k drafted rows taken for q in this step (k may be 0): the step's row and
+ * token budget, and on a hybrid a snapshot slot per drafted row */
+static int32_t take_draft(eng_engine *e, ereq *q, int32_t k, double ex, int32_t *rows_left, int32_t *rows, double *toks) {
+    q->n_draft = k;
+    if (e->hybrid && k > 0) {
+        q->snap0 = e->spare_used;
+        q->v_pos = INT32_MAX; /* verify sets it */
+        e->spare_used += k;
+    }
+    *rows_left -= k;
+    *rows += k;
+    *toks += ex;
+    return k;
+}
+
 /* Speculation: drafts tokens to verify after a decoding request's token
  * this step (q->n_draft, q->draft), as many as the controller finds worth
  * their rows (spec/ctl.h) within what is left of the step's drafted rows
@@ -497,16 +520,7 @@ static int32_t choose_draft(eng_engine *e, ereq *q, int32_t *rows_left, int32_t 
                                           else a drafter too unsure to be verified would never be switched off */
             spc_observe_miss(&e->dcal, &q->dctl);
         q->draft_noted = true; /* (plan() may run twice after a preemption) */
-        q->n_draft = k;
-        if (e->hybrid && k > 0) {
-            q->snap0 = e->spare_used;
-            q->v_pos = INT32_MAX; /* verify sets it */
-            e->spare_used += k;
-        }
-        *rows_left -= k;
-        *rows += k;
-        *toks += ex;
-        return k;
+        return take_draft(e, q, k, ex, rows_left, rows, toks);
     }
     if (!q->sfx) return 0;
     if (sfx_len(q->sfx) != q->n_toks) { /* cannot happen; never draft from a text that is not the request's */
@@ -514,10 +528,8 @@ static int32_t choose_draft(eng_engine *e, ereq *q, int32_t *rows_left, int32_t 
         q->sfx = NULL;
         return 0;
     }
-    int32_t kmax = e->spec_max, L = q->seq.n_tokens;
+    int32_t kmax = draft_room(e, q);
     if (kmax > *rows_left) kmax = *rows_left;
-    if (kmax > e->n_ctx - 1 - L) kmax = e->n_ctx - 1 - L;
-    if (q->max_gen > 0 && kmax > q->max_gen - q->n_gen - 1) kmax = q->max_gen - q->n_gen - 1;
     if (kmax <= 0) return 0;
     int32_t np = sfx_propose(q->sfx, 1, kmax, q->draft, q->draft_p);
     if (np > 0 && e->hybrid) np = spare_room(e, np); /* a snapshot slot per drafted row */
@@ -528,25 +540,8 @@ static int32_t choose_draft(eng_engine *e, ereq *q, int32_t *rows_left, int32_t 
     if (k == 0 && ++q->ctl.idle >= SPC_PROBE_EVERY) /* switched off: a short probe now and then */
         k = spc_choose(&e->cost, &q->ctl, b, q->draft_p, np, ctx, *rows, *toks, true, &ex);
     if (k > 0) q->ctl.idle = 0;
-    q->n_draft = k;
     q->draft_bucket = b;
-    if (e->hybrid && k > 0) {
-        q->snap0 = e->spare_used;
-        q->v_pos = INT32_MAX; /* verify sets it */
-        e->spare_used += k;
-    }
-    *rows_left -= k;
-    *rows += k;
-    *toks += ex;
-    return k;
-}
-
-/* The most tokens a decoding request may draft now (context, max_tokens, the engine's cap). */
-static int32_t draft_room(const eng_engine *e, const ereq *q) {
-    int32_t kmax = e->spec_max, L = q->seq.n_tokens;
-    if (kmax > e->n_ctx - 1 - L) kmax = e->n_ctx - 1 - L;
-    if (q->max_gen > 0 && kmax > q->max_gen - q->n_gen - 1) kmax = q->max_gen - q->n_gen - 1;
-    return kmax;
+    return take_draft(e, q, k, ex, rows_left, rows, toks);
 }
 
 /* Speculation with a draft model, before the plan: for each decoding
