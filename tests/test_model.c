@@ -24,6 +24,10 @@
 #include "kv/kv.h"
 #include "model/model.h"
 #include "model/model_int.h"
+#include "quant/quant.h"
+#ifdef HN_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "test.h"
 
 /* HONE_TEST_DEVICE=cuda runs the golden and batching tests on that backend
@@ -724,6 +728,94 @@ static void test_mtp(void) {
     rig_close(&r);
 }
 
+/* CUDA: a decode step's records run fused (rms_norm + quantization, add +
+ * rms_norm + quantization, swiglu + quantization, q/k norm + rope + KV
+ * store) and give the bits of the unfused kernels: the same steps on a model
+ * loaded with HONE_CUDA_FUSE=0, the logits compared bit for bit (prompt rows
+ * and decode rows, one and three sequences, KV types kt / vt) */
+static int fusion_rig(rig *r, const char *path, bool fuse, qt_type kt, qt_type vt) {
+    hn_err e;
+    memset(r, 0, sizeof *r);
+    if (!fuse) setenv("HONE_CUDA_FUSE", "0", 1);
+    model_params p = {.n_threads = 1, .max_batch = 64, .device = test_device()};
+    hn_status st = model_load(path, &p, &r->m, &e);
+    if (!fuse) unsetenv("HONE_CUDA_FUSE");
+    if (st) return 0;
+    kv_config c = model_kv_config(r->m, 64, 16);
+    c.type = kt;
+    c.v_type = vt;
+    if (kv_create(&c, &r->kv, &e)) {
+        model_free(r->m);
+        return 0;
+    }
+    for (int i = 0; i < 4; i++) {
+        kv_seq_init(&r->seq[i], r->kv, 256, &e);
+        if (model_hp(r->m)->hybrid && kv_seq_state_acquire(r->kv, &r->seq[i], &e)) return 0;
+    }
+    r->n_vocab = model_hp(r->m)->n_vocab;
+    return 1;
+}
+
+static void test_fusion(const char *file, qt_type kt, qt_type vt) {
+    char path[1024], rel[256];
+    snprintf(rel, sizeof rel, "data/models/%s", file);
+    test_data_path(path, sizeof path, rel);
+    rig a, b;
+    if (!fusion_rig(&a, path, true, kt, vt) || !fusion_rig(&b, path, false, kt, vt)) {
+        CHECKF(0, "fusion: open %s", file);
+        return;
+    }
+    const int V = a.n_vocab;
+    float *la = malloc(sizeof(float) * (size_t)V * 3), *lb = malloc(sizeof(float) * (size_t)V * 3);
+    hn_err e;
+    int32_t toks[3][40];
+    uint32_t rs = 777;
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < 40; i++) {
+            rs = rs * 1103515245u + 12345u;
+            toks[s][i] = (int32_t)((rs >> 8) % (uint32_t)V);
+        }
+    int same = 1, steps = 0;
+    /* each sequence: a 7-token prompt (a recorded step), then decode one token a step */
+    for (int s = 0; s < 3 && same; s++) {
+        CHECK(run_seq(&a, s, toks[s], 7, 0, la, &e) == HN_OK);
+        CHECK(run_seq(&b, s, toks[s], 7, 0, lb, &e) == HN_OK);
+        same &= !memcmp(la, lb, sizeof(float) * (size_t)V);
+        for (int i = 7; i < 20 && same; i++, steps++) {
+            CHECK(run_seq(&a, s, &toks[s][i], 1, i, la, &e) == HN_OK);
+            CHECK(run_seq(&b, s, &toks[s][i], 1, i, lb, &e) == HN_OK);
+            same &= !memcmp(la, lb, sizeof(float) * (size_t)V);
+        }
+    }
+    /* three sequences in one decode step */
+    kv_seq *sa[3] = {&a.seq[0], &a.seq[1], &a.seq[2]}, *sb[3] = {&b.seq[0], &b.seq[1], &b.seq[2]};
+    int32_t dt[3] = {toks[1][20], toks[0][20], toks[2][20]}, dp[3] = {20, 20, 20}, ds[3] = {1, 0, 2};
+    bool want[3] = {1, 1, 1};
+    model_batch ba = {.n_tokens = 3, .token = dt, .pos = dp, .seq_id = ds, .want_logits = want, .seqs = sa, .n_seqs = 3};
+    model_batch bb = ba;
+    bb.seqs = sb;
+    CHECK(model_forward(a.m, a.kv, &ba, la, 3, &e) == HN_OK);
+    CHECK(model_forward(b.m, b.kv, &bb, lb, 3, &e) == HN_OK);
+    same &= !memcmp(la, lb, sizeof(float) * (size_t)V * 3);
+    CHECKF(same, "%s (KV %s/%s): fused and unfused decode differ (after %d steps)", file, qt_name(kt), qt_name(vt), steps);
+#ifdef HN_HAVE_CUDA
+    long long fa = 0, fb = 0, hits = 0;
+    be_cuda_counters(a.m->be, &fa, &hits, NULL);
+    be_cuda_counters(b.m->be, &fb, NULL, NULL);
+    /* fusion happens when records run (a step run directly, or captured into a graph; a replay runs none):
+     * every layer fuses at least its first norm with the q/k/v or delta-net projections */
+    CHECKF(fa >= model_hp(a.m)->n_layer && fb == 0 && hits > 0,
+           "%s: %lld fused kernels in %d steps of %d layers (unfused model: %lld), %lld graph replays", file, fa,
+           steps, (int)model_hp(a.m)->n_layer, fb, hits);
+    printf("%s KV %s/%s: fused = unfused bit for bit over %d decode steps (%lld fused kernels recorded, %lld graph "
+           "replays)\n", file, qt_name(kt), qt_name(vt), steps, fa, hits);
+#endif
+    free(la);
+    free(lb);
+    rig_close(&a);
+    rig_close(&b);
+}
+
 static void test_kv_exhaustion(void) {
     char path[1024];
     hn_err e;
@@ -767,6 +859,13 @@ int main(void) {
         test_batching("qwen2-2k-q8_0.gguf", 2);
         test_batching("qwen35-tiny-q8_0.gguf", 2);
         test_hybrid_ckpt("qwen35moe-tiny-q4_k_m.gguf");
+        test_fusion("qwen3-2k-q8_0.gguf", QT_F16, QT_F16);
+        test_fusion("qwen3-2k-q8_0.gguf", QT_Q8_0, QT_Q4_0);
+        test_fusion("llama-2k-q4_k_m.gguf", QT_F16, QT_F16);
+        test_fusion("llama-2k-q8_0.gguf", QT_F32, QT_F32);
+        test_fusion("qwen2-2k-q8_0.gguf", QT_F16, QT_F16);
+        test_fusion("qwen3moe-2k-q4_k_m.gguf", QT_F16, QT_F16);
+        test_fusion("qwen35-tiny-q8_0.gguf", QT_F16, QT_F16);
         TEST_DONE();
     }
     test_batching("qwen3-2k-q8_0.gguf", 2);

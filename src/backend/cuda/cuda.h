@@ -161,6 +161,20 @@ hn_status hc_gemv_multi(int n_w, const hc_weight *const *w, const float *x, int 
 /* The scalar reference: same contract, one thread per output, no scratch. */
 hn_status hc_gemv_ref(const hc_weight *w, const float *x, int na, float *y, void *stream, hn_err *err);
 
+/* Fused producers of a quantized x for the next hc_gemv / hc_gemv_multi /
+ * hc_mmq with reuse_x (a decode step's records fuse them): each writes its
+ * f32 output AND leaves it in the scratch quantized for act (Q8_0 or Q8_K),
+ * the bits of the unfused kernels followed by the gemv's own quantization.
+ * hc_norm_quant: [x = x + r (r may be NULL);] y = rms_norm(x) * w (w may be
+ * NULL), n rows of dim. hc_swiglu_quant: y = silu(g) * u, n rows of k.
+ * hc_quant_fusable: whether they take that act, row length and row count. */
+#define HC_NORM_QUANT_MAX 8192
+bool hc_quant_fusable(hc_act act, int64_t dim, int na, const hc_gemv_scratch *s);
+hn_status hc_norm_quant(float *x, const float *r, const float *w, int n, int dim, float eps, float *y, hc_act act,
+                        hc_gemv_scratch *s, void *stream, hn_err *err);
+hn_status hc_swiglu_quant(const float *g, const float *u, int n, int64_t k, float *y, hc_act act,
+                          hc_gemv_scratch *s, void *stream, hn_err *err);
+
 /* ---- matrix-matrix products (prefill) ----
  *
  * hc_mmq: y = W x for na rows (1..s->max_rows), the integer types only

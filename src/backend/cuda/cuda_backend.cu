@@ -93,6 +93,9 @@ typedef struct cu_be {
     float *att_part;
     size_t att_part_cap; /* floats */
     bool att_split;
+    /* decode steps' records fused where a kernel does several (rec_run; HONE_CUDA_FUSE=0: off) */
+    bool fuse;
+    long long fused;
     /* the activation arena and every handle made */
     unsigned char *arena;
     size_t arena_cap, arena_used;
@@ -526,6 +529,7 @@ typedef struct cu_graph {
 } cu_graph;
 
 static void rec_exec(cu_be *cb, const cu_rec *r);
+static void rec_run(cu_be *cb, const cu_rec *r, int n);
 
 /* a zeroed record of this kind (padding included, so that records compare
  * with memcmp), or NULL when the step has left recording (the op then runs directly) */
@@ -551,7 +555,7 @@ static cu_rec *rec_push(cu_be *cb, int kind) {
 static void rec_flush_direct(cu_be *cb) {
     if (!cb->recording) return;
     cb->recording = false;
-    for (int i = 0; i < cb->n_rec; i++) rec_exec(cb, &cb->rec[i]);
+    rec_run(cb, cb->rec, cb->n_rec);
     cb->n_rec = 0;
 }
 
@@ -583,7 +587,7 @@ static void rec_launch(cu_be *cb) {
         cu_cuda(cb, e, "graph capture");
         return;
     }
-    for (int i = 0; i < n; i++) rec_exec(cb, &cb->rec[i]);
+    rec_run(cb, cb->rec, n);
     e = cudaStreamEndCapture(cb->stream, &graph);
     if (e != cudaSuccess || cb->err) {
         if (graph) cudaGraphDestroy(graph);
@@ -902,23 +906,15 @@ static void op_matmul(be_backend *b, const be_tensor *w, int mat, const be_tenso
     matmul1(cb, w, mat, x, n, y, 0);
 }
 
-static void op_matmul_multi(be_backend *b, int n_w, const be_tensor *const *ws, const be_tensor *x, int n,
-                            be_tensor *const *ys) {
-    cu_be *cb = cu_of(b);
-    if (n_w >= 0 && n_w <= BE_MULTI_MAX)
-        if (cu_rec *r = rec_push(cb, R_MULTI)) {
-            r->u.multi.n_w = n_w, r->u.multi.n = n, r->u.multi.x = x;
-            for (int i = 0; i < n_w; i++) r->u.multi.ws[i] = ws[i], r->u.multi.ys[i] = ys[i];
-            return;
-        }
+/* weights sharing x convert it once: the scratch holds all n rows of x
+ * quantized for row length qk and activation type qa (qk 0: it does not;
+ * a fused producer may have left it there: rec_run) */
+static void matmul_multi_q(cu_be *cb, int n_w, const be_tensor *const *ws, const be_tensor *x, int n,
+                           be_tensor *const *ys, int64_t qk, hc_act qa) {
     if (n_w < 0 || n_w > BE_MULTI_MAX) {
         cu_errf(cb, HN_ERR_RANGE, "cuda backend: matmul_multi of %d weights", n_w);
         return;
     }
-    /* weights sharing x convert it once: the scratch holds all n rows of x
-     * quantized for row length qk (qk 0: it does not) */
-    int64_t qk = 0;
-    hc_act qa = HC_ACT_F32;
     if (!cb->ref && n >= 1 && n <= HC_GEMV_MAX_ROWS) {
         /* decode: runs of weights of one integer type and row length in one launch each */
         for (int i = 0; i < n_w;) {
@@ -968,6 +964,18 @@ static void op_matmul_multi(be_backend *b, int n_w, const be_tensor *const *ws, 
             qa = a;
         }
     }
+}
+
+static void op_matmul_multi(be_backend *b, int n_w, const be_tensor *const *ws, const be_tensor *x, int n,
+                            be_tensor *const *ys) {
+    cu_be *cb = cu_of(b);
+    if (n_w >= 0 && n_w <= BE_MULTI_MAX)
+        if (cu_rec *r = rec_push(cb, R_MULTI)) {
+            r->u.multi.n_w = n_w, r->u.multi.n = n, r->u.multi.x = x;
+            for (int i = 0; i < n_w; i++) r->u.multi.ws[i] = ws[i], r->u.multi.ys[i] = ys[i];
+            return;
+        }
+    matmul_multi_q(cb, n_w, ws, x, n, ys, 0, HC_ACT_F32);
 }
 
 static void op_rms_norm(be_backend *b, const be_tensor *x, const be_tensor *w, int n, int dim, float eps,
@@ -1458,8 +1466,8 @@ static void rec_exec(cu_be *cb, const cu_rec *r) {
     case R_HEADER: break;
     case R_GET_ROWS: op_get_rows(b, g.w, g.i0, y); break;
     case R_MATMUL: matmul1(cb, g.w, g.i0, g.x, g.i1, y, 0); break;
-    case R_MULTI: op_matmul_multi(b, r->u.multi.n_w, r->u.multi.ws, r->u.multi.x, r->u.multi.n,
-                                  (be_tensor *const *)r->u.multi.ys); break;
+    case R_MULTI: matmul_multi_q(cb, r->u.multi.n_w, r->u.multi.ws, r->u.multi.x, r->u.multi.n,
+                                 (be_tensor *const *)r->u.multi.ys, 0, HC_ACT_F32); break;
     case R_RMS_NORM: op_rms_norm(b, g.x, g.w, g.i0, g.i1, g.f0, y); break;
     case R_ROPE: op_rope(b, y, g.i0, g.i1, g.i2, g.i3, g.f0, (be_rope_mode)g.i4); break;
     case R_ADD: op_add(b, g.x, g.w, y, g.z0); break;
@@ -1497,6 +1505,142 @@ static void rec_exec(cu_be *cb, const cu_rec *r) {
     case R_DELTA_NET: op_delta_net(b, &r->u.delta); break;
     case R_STATE_COPY: op_state_copy(b, r->u.copy.kv, r->u.copy.n, r->u.copy.src, r->u.copy.dst); break;
     default: cu_errf(cb, HN_ERR_INVALID, "cuda backend: a record of unknown kind %d", r->kind);
+    }
+}
+
+/* ---- fusion: a decode step's records, run with a look ahead ----
+ * Where records that follow each other can be one kernel, rec_run runs that
+ * kernel instead (the records, and so the graphs' keys, are unchanged):
+ *  - [add x += r,] rms_norm of x, then matmul(s) of the normed x that
+ *    quantize it (Q8_0 / Q8_K): hc_norm_quant, and the matmuls reuse the x
+ *    it quantized;
+ *  - swiglu, then the matmul of its output: hc_swiglu_quant, likewise.
+ * Each fused kernel gives the bits of the records it replaces (tested:
+ * tests/test_model.c runs decode steps with HONE_CUDA_FUSE=0 and without and
+ * compares the logits bit for bit). */
+
+/* the activation type a matmul record quantizes its x for on the gemv path (HC_ACT_F32: it does not) */
+static hc_act rec_quantizes(const cu_be *cb, const be_tensor *w, int n) {
+    if (cb->ref || n < 1 || n > HC_GEMV_MAX_ROWS || !gemv_path(cb, w, n) || w->ne[2] != 1) return HC_ACT_F32;
+    const hc_act a = hc_gemv_act(w->type);
+    return a == HC_ACT_Q8_0 || a == HC_ACT_Q8_K ? a : HC_ACT_F32;
+}
+
+/* the weight whose quantization of x a consumer record does first, and its row count; false if not a matmul of x */
+static bool rec_consumer(const cu_rec *r, const be_tensor *x, const be_tensor **w, int *n) {
+    if (r->kind == R_MATMUL && r->u.g.x == x && r->u.g.i0 == 0) {
+        *w = r->u.g.w;
+        *n = r->u.g.i1;
+        return true;
+    }
+    if (r->kind == R_MULTI && r->u.multi.x == x && r->u.multi.n_w >= 1) {
+        *w = r->u.multi.ws[0];
+        *n = r->u.multi.n;
+        return true;
+    }
+    return false;
+}
+
+/* runs the consumer record with x already quantized for (k, a) */
+static void rec_consume(cu_be *cb, const cu_rec *r, int64_t k, hc_act a) {
+    if (r->kind == R_MATMUL) {
+        matmul1(cb, r->u.g.w, 0, r->u.g.x, r->u.g.i1, (be_tensor *)r->u.g.y, 1);
+        return;
+    }
+    matmul_multi_q(cb, r->u.multi.n_w, r->u.multi.ws, r->u.multi.x, r->u.multi.n, (be_tensor *const *)r->u.multi.ys,
+                   k, a);
+}
+
+/* how many records from r[0] one fused kernel ran (0: none) */
+static int rec_fuse(cu_be *cb, const cu_rec *r, int left) {
+    hn_err e;
+    const be_tensor *w;
+    int n;
+    /* [add,] rms_norm, matmul */
+    int at = 0;
+    const cu_rec *add = NULL;
+    if (r[0].kind == R_ADD && left >= 3 && r[0].u.g.y == r[0].u.g.x && r[1].kind == R_RMS_NORM &&
+        r[1].u.g.x == r[0].u.g.y && r[0].u.g.z0 == (size_t)r[1].u.g.i0 * (size_t)r[1].u.g.i1 && r[1].u.g.y != r[1].u.g.x) {
+        add = &r[0];
+        at = 1;
+    }
+    if (left >= at + 2 && r[at].kind == R_RMS_NORM && r[at].u.g.y != r[at].u.g.x &&
+        rec_consumer(&r[at + 1], r[at].u.g.y, &w, &n)) {
+        const auto &g = r[at].u.g;
+        const hc_act a = rec_quantizes(cb, w, n);
+        if (a != HC_ACT_F32 && n == g.i0 && w->ne[0] == g.i1 && hc_quant_fusable(a, g.i1, n, &cb->gs)) {
+            hn_status st = hc_norm_quant(F(g.x), add ? F(add->u.g.w) : NULL, g.w ? F(g.w) : NULL, n, g.i1, g.f0,
+                                         F(g.y), a, &cb->gs, cb->stream, &e);
+            if (st) {
+                cu_hn(cb, st, &e, "rms_norm");
+                return at + 2;
+            }
+            rec_consume(cb, &r[at + 1], g.i1, a);
+            cb->fused++;
+            return at + 2;
+        }
+    }
+    /* [rms_norm q, rms_norm k,] rope q, rope k, kv_store */
+    {
+        const cu_rec *nq = NULL, *nk = NULL;
+        int j = 0;
+        if (left >= 5 && r[0].kind == R_RMS_NORM && r[1].kind == R_RMS_NORM && r[2].kind == R_ROPE) {
+            nq = &r[0];
+            nk = &r[1];
+            j = 2;
+        }
+        if (left >= j + 3 && r[j].kind == R_ROPE && r[j + 1].kind == R_ROPE && r[j + 2].kind == R_KV_STORE) {
+            const auto &rq = r[j].u.g, &rk = r[j + 1].u.g, &st = r[j + 2].u.g;
+            const int nt = rq.i0, H = rq.i1, HKV = rk.i1, HD = rq.i2;
+            bool ok = rk.i0 == nt && rk.i2 == HD && rk.i3 == rq.i3 && rk.f0 == rq.f0 && rk.i4 == rq.i4 &&
+                      st.x == rk.y && st.i1 == nt && st.kv && st.i0 >= 0 && st.i0 < st.kv->cfg.n_layer &&
+                      st.kv->cfg.n_head_kv == HKV && st.kv->cfg.head_dim == HD && cb->have_plan && nt >= 1 &&
+                      nt <= cb->n_rows && st.w != st.x;
+            if (ok && nq)
+                ok = nq->u.g.x == rq.y && nq->u.g.y == rq.y && nq->u.g.i0 == nt * H && nq->u.g.i1 == HD &&
+                     nk->u.g.x == rk.y && nk->u.g.y == rk.y && nk->u.g.i0 == nt * HKV && nk->u.g.i1 == HD &&
+                     nq->u.g.w && nk->u.g.w;
+            ck_kv g;
+            if (ok && kv_geo(cb, st.kv, "kv_store", &g) && ck_qk_rope_store_ok(HD, rq.i3, &g)) {
+                const float theta_scale = powf(rq.f0, -2.0f / (float)rq.i3);
+                cu_cuda(cb,
+                        ck_qk_rope_store(cb->stream, F(rq.y), F(rk.y), F(st.w), nq ? F(nq->u.g.w) : NULL,
+                                         nk ? F(nk->u.g.w) : NULL, nt, H, HKV, HD, nq ? nq->u.g.f0 : 0.0f,
+                                         nk ? nk->u.g.f0 : 0.0f, rq.i3, theta_scale, rq.i4 == (int)BE_ROPE_NEOX,
+                                         cb->d_pos, &g, st.i0, cb->d_slot),
+                        "kv_store");
+                cb->fused++;
+                return j + 3;
+            }
+        }
+    }
+    /* swiglu, matmul */
+    if (left >= 2 && r[0].kind == R_SWIGLU && rec_consumer(&r[1], r[0].u.g.y, &w, &n)) {
+        const auto &g = r[0].u.g;
+        const hc_act a = rec_quantizes(cb, w, n);
+        if (a != HC_ACT_F32 && g.z0 == (size_t)n * (size_t)w->ne[0] && hc_quant_fusable(a, w->ne[0], n, &cb->gs)) {
+            hn_status st = hc_swiglu_quant(F(g.x), F(g.w), n, w->ne[0], F(g.y), a, &cb->gs, cb->stream, &e);
+            if (st) {
+                cu_hn(cb, st, &e, "swiglu");
+                return 2;
+            }
+            rec_consume(cb, &r[1], w->ne[0], a);
+            cb->fused++;
+            return 2;
+        }
+    }
+    return 0;
+}
+
+static void rec_run(cu_be *cb, const cu_rec *r, int n) {
+    for (int i = 0; i < n;) {
+        const int k = cb->fuse && !cb->ref ? rec_fuse(cb, r + i, n - i) : 0;
+        if (k) {
+            i += k;
+            continue;
+        }
+        rec_exec(cb, &r[i]);
+        i++;
     }
 }
 
@@ -1560,6 +1704,13 @@ static const be_ops cuda_ops = {
 
 extern "C" {
 
+void be_cuda_counters(const be_backend *b, long long *fused, long long *graph_hits, long long *graph_builds) {
+    const cu_be *cb = (const cu_be *)b->impl;
+    if (fused) *fused = cb->fused;
+    if (graph_hits) *graph_hits = cb->graph_hits;
+    if (graph_builds) *graph_builds = cb->graph_builds;
+}
+
 bool be_cuda_available(const char **why) {
     if (hc_device_count() <= 0) {
         if (why) *why = "no CUDA device or driver";
@@ -1584,6 +1735,8 @@ hn_status be_cuda_create(int device, be_backend **out, hn_err *err) {
     cb->graphs = !(gv && !strcmp(gv, "0"));
     /* the split (flash-decoding) attention unless HONE_CUDA_ATTN_SPLIT=0 (the one-block-per-head form) */
     cb->att_split = !(av && !strcmp(av, "0"));
+    const char *fv = getenv("HONE_CUDA_FUSE");
+    cb->fuse = !(fv && !strcmp(fv, "0"));
     cb->gcache = (cu_graph *)calloc(GRAPH_CACHE, sizeof(cu_graph));
     if (!cb->gcache) {
         free(cb);

@@ -17,6 +17,9 @@ extern "C" {
 hn_status be_cuda_create(int device, be_backend **out, hn_err *err);
 /* Whether the backend may be used here; *why (static text) when not. */
 bool be_cuda_available(const char **why);
+/* How many times a decode step's records ran as one fused kernel (cuda_backend.cu, "fusion"), and CUDA graph
+ * replays and captures, since the backend was made: what tests check actually ran. */
+void be_cuda_counters(const be_backend *b, long long *fused, long long *graph_hits, long long *graph_builds);
 
 #ifdef __cplusplus
 }

@@ -118,5 +118,11 @@ bool ck_attention_split_ok(int n_head, int n_head_kv, int head_dim);
 size_t ck_attention_part_floats(int n_head, int head_dim, int32_t max_positions);
 /* K/V element types kv_store and attention take */
 bool ck_kv_type_ok(qt_type t, bool is_v);
+/* fused q/k per-head rms-norm (qw, kw may be NULL: none), rope of both, and the KV store (cuda_kern.cu) */
+bool ck_qk_rope_store_ok(int head_dim, int n_rot, const ck_kv *g);
+cudaError_t ck_qk_rope_store(cudaStream_t s, float *q, float *k, const float *v, const float *qw, const float *kw,
+                             int n, int n_head, int n_head_kv, int head_dim, float eps_q, float eps_k, int n_rot,
+                             float theta_scale, bool neox, const int32_t *pos, const ck_kv *g, int layer,
+                             const int32_t *slot);
 
 #endif

@@ -837,6 +837,187 @@ static __global__ void quant_x256(const float *__restrict__ x, int64_t k, int8_t
     }
 }
 
+/* ---- fused producers of a quantized x (decode: the step's records fuse
+ * them, cuda_backend.cu) ----
+ * The quantization of one 32-block (Q8_0) or one 256-block (Q8_K) by one
+ * warp, from values in shared memory: the bits of quant_x32 / quant_x256
+ * (Q8_K's max is a total order, largest magnitude then the larger value, so
+ * the order it is taken in does not matter, and the code sums are integers). */
+template <int ACT>
+static __device__ __forceinline__ void warp_quant_block(const float *v, int64_t b, int lane, int8_t *q, float *qd,
+                                                        float *qs) {
+    if (ACT == HC_ACT_Q8_0) {
+        const float x = v[b * 32 + lane];
+        const float amax = act_warp_amax(x);
+        const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+        const float dd = __half2float(__float2half_rn(__fdiv_rn(amax, 127.0f)));
+        const int c = act_q8(__fmul_rn(x, id));
+        int sum = c;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        q[b * 32 + lane] = (int8_t)c;
+        if (lane == 0) {
+            qd[b] = dd;
+            qs[b] = __fmul_rn(dd, (float)sum);
+        }
+    } else { /* Q8_K: b is the 256-block */
+        float xv[8], m = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            xv[i] = v[b * 256 + 32 * i + lane];
+            if (i == 0 || fabsf(xv[i]) > fabsf(m) || (fabsf(xv[i]) == fabsf(m) && xv[i] > m)) m = xv[i];
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float u = __shfl_xor_sync(0xffffffffu, m, o);
+            if (fabsf(u) > fabsf(m) || (fabsf(u) == fabsf(m) && u > m)) m = u;
+        }
+        const float iscale = m != 0.0f ? __fdiv_rn(-127.0f, m) : 0.0f;
+        const float dd = m != 0.0f ? __fdiv_rn(1.0f, iscale) : 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const int c = m != 0.0f ? act_q8(__fmul_rn(iscale, xv[i])) : 0;
+            int sum = c;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            q[b * 256 + 32 * i + lane] = (int8_t)c;
+            if (lane == 0) {
+                qd[b * 8 + i] = dd;
+                qs[b * 8 + i] = __fmul_rn(dd, (float)sum);
+            }
+        }
+    }
+}
+
+/* [x = x + r;] y = rms_norm(x) * w (cuda_kern.cu's k_rms_norm, bit for bit:
+ * the same threads, values a thread and sums), and y quantized for ACT into
+ * the scratch; one block a row, y kept in shared memory between the two */
+#define NQ_VPT 4
+template <int ACT>
+static __global__ void k_norm_quant(float *__restrict__ x, const float *__restrict__ r, const float *__restrict__ w,
+                                    int dim, float eps, float *__restrict__ y, int8_t *__restrict__ q,
+                                    float *__restrict__ qd, float *__restrict__ qs) {
+    extern __shared__ float ys[];
+    __shared__ double sh[32];
+    float *xr = x + (int64_t)blockIdx.x * dim;
+    const float *rr = r ? r + (int64_t)blockIdx.x * dim : NULL;
+    float *yr = y + (int64_t)blockIdx.x * dim;
+    const int nt = blockDim.x, lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+    double ss = 0.0;
+    float v[NQ_VPT];
+#pragma unroll
+    for (int j = 0; j < NQ_VPT; j++) {
+        const int i = threadIdx.x + j * nt;
+        v[j] = i < dim ? xr[i] : 0.0f;
+        if (rr && i < dim) {
+            v[j] = __fadd_rn(v[j], rr[i]);
+            xr[i] = v[j];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NQ_VPT; j++) ss += (double)__fmul_rn(v[j], v[j]);
+    for (int i = threadIdx.x + NQ_VPT * nt; i < dim; i += nt) {
+        float u = xr[i];
+        if (rr) {
+            u = __fadd_rn(u, rr[i]);
+            xr[i] = u;
+        }
+        ys[i] = u;
+        ss += (double)__fmul_rn(u, u);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (nt > 32) {
+        if (lane == 0) sh[warp] = ss;
+        __syncthreads();
+        if (warp == 0) {
+            ss = lane < nt / 32 ? sh[lane] : 0.0;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            if (lane == 0) sh[0] = ss;
+        }
+        __syncthreads();
+        ss = sh[0];
+    }
+    const float mean = (float)(ss / dim);
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+#pragma unroll
+    for (int j = 0; j < NQ_VPT; j++) {
+        const int i = threadIdx.x + j * nt;
+        if (i < dim) {
+            const float u = __fmul_rn(v[j], scale);
+            ys[i] = yr[i] = w ? __fmul_rn(u, w[i]) : u;
+        }
+    }
+    for (int i = threadIdx.x + NQ_VPT * nt; i < dim; i += nt) {
+        const float u = __fmul_rn(ys[i], scale);
+        ys[i] = yr[i] = w ? __fmul_rn(u, w[i]) : u;
+    }
+    __syncthreads();
+    const int64_t nb = dim / 32, row = blockIdx.x;
+    const int64_t nblk = ACT == HC_ACT_Q8_0 ? nb : nb / 8;
+    for (int64_t b = warp; b < nblk; b += nt / 32) warp_quant_block<ACT>(ys, b, lane, q + row * dim, qd + row * nb, qs + row * nb);
+}
+
+/* y = silu(g) * u (cuda_kern.cu's k_swiglu, bit for bit) over rows of k, and
+ * y quantized for ACT into the scratch; a block of 4 warps a (row, 4 blocks) */
+template <int ACT>
+static __global__ void k_swiglu_quant(const float *__restrict__ g, const float *__restrict__ u, int64_t k,
+                                      float *__restrict__ y, int8_t *__restrict__ q, float *__restrict__ qd,
+                                      float *__restrict__ qs) {
+    constexpr int BL = ACT == HC_ACT_Q8_0 ? 32 : 256;
+    __shared__ float vs[4 * BL];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+    const int64_t row = blockIdx.y, nb = k / 32, b = (int64_t)blockIdx.x * 4 + warp;
+    if (b * BL >= k) return;
+    const int64_t o = row * k + b * BL;
+    float *v = vs + warp * BL;
+    for (int i = lane; i < BL; i += 32) {
+        const float gv = g[o + i];
+        v[i] = y[o + i] = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), u[o + i]);
+    }
+    __syncwarp();
+    warp_quant_block<ACT>(v, 0, lane, q + o, qd + row * nb + b * (BL / 32), qs + row * nb + b * (BL / 32));
+}
+
+extern "C" bool hc_quant_fusable(hc_act act, int64_t dim, int na, const hc_gemv_scratch *s) {
+    if (act != HC_ACT_Q8_0 && act != HC_ACT_Q8_K) return false;
+    if (!s || !s->xq || dim > s->max_k || na < 1 || na > s->max_rows) return false;
+    return dim % (act == HC_ACT_Q8_K ? 256 : 32) == 0 && dim <= HC_NORM_QUANT_MAX;
+}
+
+extern "C" hn_status hc_norm_quant(float *x, const float *r, const float *w, int n, int dim, float eps, float *y,
+                                   hc_act act, hc_gemv_scratch *s, void *stream, hn_err *err) {
+    if (!hc_quant_fusable(act, dim, n, s))
+        return hn_errf(err, HN_ERR_INVALID, "cuda: norm_quant: %d rows of %d for activation type %d", n, dim, (int)act);
+    int nt = ((dim + NQ_VPT - 1) / NQ_VPT + 31) / 32 * 32;
+    nt = nt < 32 ? 32 : nt > 1024 ? 1024 : nt;
+    const size_t smem = sizeof(float) * (size_t)dim;
+    cudaStream_t cs = (cudaStream_t)stream;
+    if (act == HC_ACT_Q8_0)
+        k_norm_quant<HC_ACT_Q8_0><<<(unsigned)n, (unsigned)nt, smem, cs>>>(x, r, w, dim, eps, y, s->xq, s->xd, s->xs);
+    else
+        k_norm_quant<HC_ACT_Q8_K><<<(unsigned)n, (unsigned)nt, smem, cs>>>(x, r, w, dim, eps, y, s->xq, s->xd, s->xs);
+    HC_LAUNCHED(err, "norm_quant kernel");
+    return HN_OK;
+}
+
+extern "C" hn_status hc_swiglu_quant(const float *g, const float *u, int n, int64_t k, float *y, hc_act act,
+                                     hc_gemv_scratch *s, void *stream, hn_err *err) {
+    if (!hc_quant_fusable(act, k, n, s))
+        return hn_errf(err, HN_ERR_INVALID, "cuda: swiglu_quant: %d rows of %lld for activation type %d", n,
+                       (long long)k, (int)act);
+    cudaStream_t cs = (cudaStream_t)stream;
+    const int64_t nblk = act == HC_ACT_Q8_0 ? k / 32 : k / 256;
+    const dim3 grid((unsigned)((nblk + 3) / 4), (unsigned)n);
+    if (act == HC_ACT_Q8_0)
+        k_swiglu_quant<HC_ACT_Q8_0><<<grid, 128, 0, cs>>>(g, u, k, y, s->xq, s->xd, s->xs);
+    else
+        k_swiglu_quant<HC_ACT_Q8_K><<<grid, 128, 0, cs>>>(g, u, k, y, s->xq, s->xd, s->xs);
+    HC_LAUNCHED(err, "swiglu_quant kernel");
+    return HN_OK;
+}
+
 /* the scalar reference; BFX: x rounded to bf16 first (hc_gemv's path for
  * bf16 rows that are not 16-byte aligned, which must round as the fast kernel does) */
 template <int T, bool BFX = false>

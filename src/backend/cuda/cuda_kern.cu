@@ -7,6 +7,8 @@
  * correct before fast. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <cuda_fp16.h>
 
@@ -382,6 +384,106 @@ cudaError_t ck_kv_store(cudaStream_t s, const ck_kv *g, int layer, const float *
     return cudaGetLastError();
 }
 
+/* ---- fused: per-head rms-norm of q and k, rope of both, k and v into the
+ * cache (the records rms_norm q, rms_norm k, rope q, rope k, kv_store of a
+ * decode step; the norms optional), bit for bit as those kernels: a warp a
+ * head row (head_dim <= 128: k_rms_norm's one-warp shape, 4 values a lane),
+ * the angles as k_rope builds them, the stores as k_kv_store's. Grid:
+ * (token, groups of 4 head rows: the n_head q rows, then n_head_kv k rows,
+ * then n_head_kv v rows). */
+#define QR_MAX_HD 128
+static __global__ void __launch_bounds__(128)
+    k_qk_rope_store(float *q, float *k, const float *v, const float *qw, const float *kw, int n_head, int n_head_kv,
+                    int hd, float eps_q, float eps_k, int n_rot, float theta_scale, bool neox, const int32_t *pos,
+                    ck_kv g, int layer, const int32_t *slot) {
+    __shared__ float buf[4][QR_MAX_HD];
+    const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int hidx = blockIdx.y * 4 + warp;
+    if (hidx >= n_head + 2 * n_head_kv) return;
+    const bool is_q = hidx < n_head, is_v = hidx >= n_head + n_head_kv;
+    const int h = is_q ? hidx : is_v ? hidx - n_head - n_head_kv : hidx - n_head;
+    float *row = is_q ? q + ((int64_t)t * n_head + h) * hd : NULL;
+    if (!is_q) row = (is_v ? (float *)v : k) + ((int64_t)t * n_head_kv + h) * hd;
+    float *b = buf[warp];
+    if (!is_v) {
+        const float *w = is_q ? qw : kw;
+        float x[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int i = lane + 32 * j;
+            x[j] = i < hd ? row[i] : 0.0f;
+        }
+        if (w) {
+            double ss = 0.0;
+#pragma unroll
+            for (int j = 0; j < 4; j++) ss += (double)__fmul_rn(x[j], x[j]);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            const float mean = (float)(ss / hd);
+            const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, is_q ? eps_q : eps_k)));
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int i = lane + 32 * j;
+                if (i < hd) x[j] = __fmul_rn(__fmul_rn(x[j], scale), w[i]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (lane + 32 * j < hd) b[lane + 32 * j] = x[j];
+        __syncwarp();
+        const int half = n_rot / 2;
+        for (int i = lane; i < half; i += 32) {
+            float theta = (float)pos[t];
+            for (int r = 0; r < i; r++) theta = __fmul_rn(theta, theta_scale);
+            const float cs = cosf(theta), sn = sinf(theta);
+            const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+            const float a = b[i0], c = b[i1];
+            b[i0] = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(c, sn));
+            b[i1] = __fadd_rn(__fmul_rn(a, sn), __fmul_rn(c, cs));
+        }
+        __syncwarp();
+        for (int i = lane; i < hd; i += 32) row[i] = b[i];
+        if (is_q) return;
+    } else {
+        for (int i = lane; i < hd; i += 32) b[i] = row[i];
+        __syncwarp();
+    }
+    const int32_t sl = slot[t];
+    if (sl < 0) return;
+    const qt_type ty = is_v ? g.vt : g.kt;
+    uint8_t *dst = g.base + (size_t)(sl / g.block_size) * g.block_bytes + (size_t)layer * g.layer_bytes +
+                   (is_v ? (size_t)g.block_size * g.k_row_bytes : 0) +
+                   (size_t)(sl % g.block_size) * (is_v ? g.v_row_bytes : g.k_row_bytes);
+    const int64_t e0 = (int64_t)h * hd; /* the head's first element of the row */
+    if (ty == QT_F32) {
+        for (int i = lane; i < hd; i += 32) ((float *)dst)[e0 + i] = b[i];
+    } else if (ty == QT_F16) {
+        for (int i = lane; i < hd; i += 32) ((unsigned short *)dst)[e0 + i] = f2h(b[i]);
+    } else {
+        const size_t bs = block_size_of(ty);
+        for (int bl = 0; bl < hd / 32; bl++) store_block(ty, b[bl * 32 + lane], dst + (size_t)(e0 / 32 + bl) * bs, lane);
+    }
+}
+
+bool ck_qk_rope_store_ok(int head_dim, int n_rot, const ck_kv *g) {
+    if (head_dim < 1 || head_dim > QR_MAX_HD || n_rot < 0 || n_rot > head_dim || (n_rot & 1)) return false;
+    const bool quant = g->kt != QT_F32 && g->kt != QT_F16;
+    const bool vquant = g->vt != QT_F32 && g->vt != QT_F16;
+    return !((quant || vquant) && head_dim % 32);
+}
+
+cudaError_t ck_qk_rope_store(cudaStream_t s, float *q, float *k, const float *v, const float *qw, const float *kw,
+                             int n, int n_head, int n_head_kv, int head_dim, float eps_q, float eps_k, int n_rot,
+                             float theta_scale, bool neox, const int32_t *pos, const ck_kv *g, int layer,
+                             const int32_t *slot) {
+    if (n <= 0) return cudaSuccess;
+    const int rows = n_head + 2 * n_head_kv;
+    k_qk_rope_store<<<dim3((unsigned)n, (unsigned)((rows + 3) / 4)), 128, 0, s>>>(
+        q, k, v, qw, kw, n_head, n_head_kv, head_dim, eps_q, eps_k, n_rot < 2 ? 0 : n_rot, theta_scale, neox, pos, *g,
+        layer, slot);
+    return cudaGetLastError();
+}
+
 /* ---- attention ---- */
 
 /* element d of one kv head's row (f32, f16, q8_0, q4_0, q4_1), as the CPU's to_float */
@@ -662,6 +764,199 @@ static __global__ void __launch_bounds__(AS_THREADS)
         }
 }
 
+/* The f16 cache's form of k_attn_part: the same blocks, chunks, partials and
+ * order of the chunk's work, with lane l owning the ND consecutive dims
+ * [l ND, l ND + ND) of a row (one 2 ND-byte load a row, kept packed in
+ * registers: AS_U rows in flight cost AS_U ND / 2 registers), the V sums of
+ * GB heads a pass (GB = all G heads when G ND <= 32: the V rows are read
+ * once), and shared memory sized to the step's G and head_dim (dynamic), so
+ * that more blocks fit an SM. A token's result depends only on its own
+ * positions, as in k_attn_part. */
+typedef void (*attn_part_fn_t)(const float *, int, int, int, float, int32_t, ck_kv, int, const int32_t *,
+                               const int32_t *, const int32_t *, int32_t, int, int, float *, float *);
+template <int ND> struct hpack;
+template <> struct hpack<2> { typedef unsigned int t; };
+template <> struct hpack<4> { typedef uint2 t; };
+template <> struct hpack<8> { typedef uint4 t; };
+
+template <int ND>
+static __device__ __forceinline__ void unpack_h(const typename hpack<ND>::t &p, float *f) {
+    const __half2 *h = (const __half2 *)&p;
+#pragma unroll
+    for (int i = 0; i < ND / 2; i++) {
+        const float2 v = __half22float2(h[i]);
+        f[2 * i] = v.x;
+        f[2 * i + 1] = v.y;
+    }
+}
+
+template <int ND, int GB>
+static __global__ void __launch_bounds__(AS_THREADS, 6)
+    k_attn_part16(const float *q, int n_head, int n_head_kv, int hd, float scale, int32_t window, ck_kv g, int layer,
+                  const int32_t *pos, const int32_t *seq, const int32_t *bt, int32_t bt_stride, int t0, int n_split,
+                  float *part, float *out) {
+    typedef typename hpack<ND>::t P;
+    constexpr int NW = AS_THREADS / 32;
+    extern __shared__ float4 smem4[];
+    const int G = n_head / n_head_kv, ghd = G * hd;
+    float *slab = (float *)smem4;                 /* [NW][G hd]: the queries while scoring, then each warp's V sums */
+    float *ps = slab + NW * ghd;                  /* [G][AS_CHUNK] */
+    float *s_m = ps + G * AS_CHUNK, *s_l = s_m + G; /* [G] each */
+    const uint8_t **krow = (const uint8_t **)(s_l + ((G + 1) & ~1)); /* [AS_CHUNK] each */
+    const uint8_t **vrow = krow + AS_CHUNK;
+    float *qs = slab;
+    const int t = t0 + blockIdx.x, kh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
+    const int lane = tid & 31, warp = tid >> 5;
+    const int32_t hi = pos[t], lo0 = window > 0 && hi - window + 1 > 0 ? hi - window + 1 : 0;
+    const int32_t c0 = sp * AS_CHUNK, lo = lo0 > c0 ? lo0 : c0, hi1 = hi < c0 + AS_CHUNK - 1 ? hi : c0 + AS_CHUNK - 1;
+    const int stride = hd + 2;
+    float *pt = part ? part + (((size_t)blockIdx.x * n_head + (size_t)kh * G) * n_split + sp) * stride : NULL;
+    if (lo > hi1) {
+        if (pt)
+            for (int gi = tid; gi < G; gi += AS_THREADS) {
+                pt[(size_t)gi * n_split * stride + hd] = -INFINITY;
+                pt[(size_t)gi * n_split * stride + hd + 1] = 0.0f;
+            }
+        return;
+    }
+    const int cnt = hi1 - lo + 1;
+    const float *qr = q + ((int64_t)t * n_head + (int64_t)kh * G) * hd;
+    for (int i = 4 * tid; i < ghd; i += 4 * AS_THREADS) *(float4 *)(qs + i) = __ldg((const float4 *)(qr + i));
+    const int32_t *btr = bt + (int64_t)seq[t] * bt_stride;
+    const size_t v_off = (size_t)g.block_size * g.k_row_bytes;
+    for (int j = tid; j < cnt; j += AS_THREADS) {
+        const int32_t p = lo + j, blk = btr[p / g.block_size], sl = p % g.block_size;
+        const uint8_t *lb = g.base + (size_t)blk * g.block_bytes + (size_t)layer * g.layer_bytes;
+        krow[j] = lb + (size_t)sl * g.k_row_bytes + (size_t)kh * g.k_head_bytes;
+        vrow[j] = lb + v_off + (size_t)sl * g.v_row_bytes + (size_t)kh * g.v_head_bytes;
+    }
+    __syncthreads();
+    const int d0 = lane * ND;
+    /* scores */
+    for (int j0 = warp * AS_U; j0 < cnt; j0 += NW * AS_U) {
+        P kp[AS_U];
+#pragma unroll
+        for (int u = 0; u < AS_U; u++)
+            if (j0 + u < cnt) kp[u] = __ldg((const P *)(krow[j0 + u]) + lane);
+        for (int g0 = 0; g0 < G; g0 += AS_GB) {
+            float a[AS_U][AS_GB];
+#pragma unroll
+            for (int u = 0; u < AS_U; u++) {
+                float kf[ND];
+                if (j0 + u < cnt) unpack_h<ND>(kp[u], kf);
+                else
+#pragma unroll
+                    for (int i = 0; i < ND; i++) kf[i] = 0.0f;
+#pragma unroll
+                for (int gb = 0; gb < AS_GB; gb++) {
+                    float v = 0.0f;
+                    if (g0 + gb < G) {
+                        const float *qq = qs + (g0 + gb) * hd + d0;
+#pragma unroll
+                        for (int i = 0; i < ND; i++) v = __fmaf_rn(qq[i], kf[i], v);
+                    }
+                    a[u][gb] = v;
+                }
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+                for (int u = 0; u < AS_U; u++)
+#pragma unroll
+                    for (int gb = 0; gb < AS_GB; gb++) a[u][gb] += __shfl_xor_sync(0xffffffffu, a[u][gb], o);
+            if (lane == 0)
+#pragma unroll
+                for (int u = 0; u < AS_U; u++)
+#pragma unroll
+                    for (int gb = 0; gb < AS_GB; gb++)
+                        if (j0 + u < cnt && g0 + gb < G) ps[(g0 + gb) * AS_CHUNK + j0 + u] = a[u][gb] * scale;
+        }
+    }
+    __syncthreads();
+    for (int gi = warp; gi < G; gi += NW) {
+        float m = -INFINITY;
+        for (int j = lane; j < cnt; j += 32) m = fmaxf(m, ps[gi * AS_CHUNK + j]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0.0f;
+        for (int j = lane; j < cnt; j += 32) {
+            const float e = expf(ps[gi * AS_CHUNK + j] - m);
+            ps[gi * AS_CHUNK + j] = e;
+            l += e;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) {
+            s_m[gi] = m;
+            s_l[gi] = l;
+        }
+    }
+    __syncthreads();
+    for (int g0 = 0; g0 < G; g0 += GB) {
+        float acc[GB][ND];
+#pragma unroll
+        for (int gb = 0; gb < GB; gb++)
+#pragma unroll
+            for (int i = 0; i < ND; i++) acc[gb][i] = 0.0f;
+        for (int j0 = warp * AS_U; j0 < cnt; j0 += NW * AS_U) {
+            P vp[AS_U];
+#pragma unroll
+            for (int u = 0; u < AS_U; u++)
+                if (j0 + u < cnt) vp[u] = __ldg((const P *)(vrow[j0 + u]) + lane);
+#pragma unroll
+            for (int u = 0; u < AS_U; u++) {
+                if (j0 + u >= cnt) break;
+                float vf[ND];
+                unpack_h<ND>(vp[u], vf);
+#pragma unroll
+                for (int gb = 0; gb < GB; gb++) {
+                    if (g0 + gb >= G) break;
+                    const float pw = ps[(g0 + gb) * AS_CHUNK + j0 + u];
+#pragma unroll
+                    for (int i = 0; i < ND; i++) acc[gb][i] = __fmaf_rn(pw, vf[i], acc[gb][i]);
+                }
+            }
+        }
+#pragma unroll
+        for (int gb = 0; gb < GB; gb++) {
+            if (g0 + gb >= G) break;
+            float *dst = slab + warp * ghd + (g0 + gb) * hd + d0;
+#pragma unroll
+            for (int i = 0; i < ND; i++) dst[i] = acc[gb][i];
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < ghd; i += AS_THREADS) {
+        float r = slab[i];
+#pragma unroll
+        for (int w = 1; w < NW; w++) r = __fadd_rn(r, slab[w * ghd + i]);
+        const int gi = i / hd, d = i % hd;
+        if (pt)
+            pt[(size_t)gi * n_split * stride + d] = r;
+        else
+            out[((int64_t)t * n_head + (int64_t)kh * G + gi) * hd + d] = r / s_l[gi];
+    }
+    if (pt)
+        for (int gi = tid; gi < G; gi += AS_THREADS) {
+            pt[(size_t)gi * n_split * stride + hd] = s_m[gi];
+            pt[(size_t)gi * n_split * stride + hd + 1] = s_l[gi];
+        }
+}
+
+/* the f16 form's kernel for head_dim and G (NULL: it does not take them), and its shared memory */
+static attn_part_fn_t attn_part16(int hd, int G, size_t *smem) {
+    if (hd % 32 || hd / 32 < 2 || hd / 32 > 8 || (hd / 32) & (hd / 32 - 1) || G < 1 || G > AS_MAX_G) return NULL;
+    const int nd = hd / 32;
+    *smem = sizeof(float) * ((size_t)(AS_THREADS / 32) * G * hd + (size_t)G * AS_CHUNK + 2 * (((size_t)G + 1) & ~(size_t)1)) +
+            2 * AS_CHUNK * sizeof(void *);
+    const int gb = G * nd <= 32 ? G : 32 / nd; /* heads a pass over the V rows */
+#define AP16(N) \
+    (gb <= 1 ? k_attn_part16<N, 1> : gb <= 2 ? k_attn_part16<N, 2> : gb <= 4 ? k_attn_part16<N, 4> \
+     : gb <= 8 ? k_attn_part16<N, (8 * N <= 32 ? 8 : 32 / N)> : k_attn_part16<N, (16 * N <= 32 ? 16 : 32 / N)>)
+    return nd == 2 ? AP16(2) : nd == 4 ? AP16(4) : AP16(8);
+#undef AP16
+}
+
 typedef void (*attn_part_fn)(const float *, int, int, int, float, int32_t, ck_kv, int, const int32_t *,
                              const int32_t *, const int32_t *, int32_t, int, int, float *, float *);
 
@@ -717,6 +1012,16 @@ size_t ck_attention_part_floats(int n_head, int head_dim, int32_t max_positions)
     return (size_t)n_head * n_split * (size_t)(head_dim + 2);
 }
 
+/* HONE_CUDA_ATTN_V4=0: the f16 cache takes k_attn_part too (to compare) */
+static bool attn_v4_on(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("HONE_CUDA_ATTN_V4");
+        on = !(v && !strcmp(v, "0"));
+    }
+    return on != 0;
+}
+
 cudaError_t ck_attention(cudaStream_t s, const float *q, float *out, int n_tokens, int n_head, int n_head_kv,
                          int head_dim, float scale, int32_t window, const ck_kv *g, int layer, const int32_t *pos,
                          const int32_t *seq, const int32_t *bt, int32_t bt_stride, float *part, size_t part_cap) {
@@ -728,18 +1033,24 @@ cudaError_t ck_attention(cudaStream_t s, const float *q, float *out, int n_token
     const int n_split = (bt_stride * g->block_size + AS_CHUNK - 1) / AS_CHUNK;
     if (part && ck_attention_split_ok(n_head, n_head_kv, head_dim) && n_split <= AC_MAX_SPLIT &&
         (n_split == 1 || per_tok <= part_cap)) {
-        const attn_part_fn kp = g->kt == QT_F16 && g->vt == QT_F16 ? attn_part_nd<true>(head_dim)
-                                                                    : attn_part_nd<false>(head_dim);
+        attn_part_fn kp = g->kt == QT_F16 && g->vt == QT_F16 ? attn_part_nd<true>(head_dim)
+                                                              : attn_part_nd<false>(head_dim);
+        size_t smem = 0;
+        if (g->kt == QT_F16 && g->vt == QT_F16 && attn_v4_on()) {
+            attn_part_fn_t k16 = attn_part16(head_dim, n_head / n_head_kv, &smem);
+            if (k16) kp = k16;
+            else smem = 0;
+        }
         const int group = n_split == 1 ? n_tokens
                                        : (int)(part_cap / per_tok < (size_t)n_tokens ? part_cap / per_tok : (size_t)n_tokens);
         for (int t0 = 0; t0 < n_tokens; t0 += group) {
             const int nt = n_tokens - t0 < group ? n_tokens - t0 : group;
             if (n_split == 1) { /* one chunk: the output directly, no combine */
-                kp<<<dim3((unsigned)nt, (unsigned)n_head_kv, 1), AS_THREADS, 0, s>>>(
+                kp<<<dim3((unsigned)nt, (unsigned)n_head_kv, 1), AS_THREADS, smem, s>>>(
                     q, n_head, n_head_kv, head_dim, scale, window, *g, layer, pos, seq, bt, bt_stride, t0, 1, NULL, out);
                 continue;
             }
-            kp<<<dim3((unsigned)nt, (unsigned)n_head_kv, (unsigned)n_split), AS_THREADS, 0, s>>>(
+            kp<<<dim3((unsigned)nt, (unsigned)n_head_kv, (unsigned)n_split), AS_THREADS, smem, s>>>(
                 q, n_head, n_head_kv, head_dim, scale, window, *g, layer, pos, seq, bt, bt_stride, t0, n_split, part,
                 out);
             k_attn_combine<<<dim3((unsigned)nt, (unsigned)n_head), 128, 0, s>>>(part, n_head, head_dim, t0, n_split, out);
