@@ -417,12 +417,15 @@ struct mwview {
 };
 
 template <int T, int NA, int RPW>
+#ifndef HC_GEMV_UNITS
+#define HC_GEMV_UNITS 4 /* units of loads a lane has in flight (a build-time experiment; the bits do not change) */
+#endif
 #ifndef HC_GEMV_MINB
 #define HC_GEMV_MINB 1 /* blocks per SM the register budget must allow (a build-time experiment) */
 #endif
 static __global__ void __launch_bounds__(WARPS * 32, HC_GEMV_MINB) mmv_q(mwview mw, xview x) {
     typedef TT<T> U;
-    constexpr int UN = 4 / RPW;
+    constexpr int UN = HC_GEMV_UNITS / RPW;
     const int lane = threadIdx.x & 31;
     /* this block's weight, by selects (no indexing into the parameters) */
     const int wi = mw.nw > 2 && blockIdx.x >= mw.b0[2] ? 2 : mw.nw > 1 && blockIdx.x >= mw.b0[1] ? 1 : 0;
