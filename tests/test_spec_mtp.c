@@ -274,13 +274,15 @@ typedef struct result {
     bool ok;
 } result;
 
+static size_t kv_bytes = (size_t)64 << 20;
+
 static void run(const char *path, int spec, bool prefix_cache, int turns, const workload *w, result *r) {
     memset(r, 0, sizeof *r);
     eng_params p = eng_default_params();
     p.model_path = path;
     p.n_threads = 2;
     p.n_ctx = 2048;
-    p.kv_max_bytes = (size_t)64 << 20;
+    p.kv_max_bytes = kv_bytes;
     p.step_tokens = 64; /* prompts prefill over several steps: catch-up across chunks */
     p.max_running = NS;
     p.prefix_cache = prefix_cache;
@@ -457,6 +459,24 @@ static void engine_case(const char *src) {
     same(&off, &mtp, what);
     check_counters(&mtp, what, false);
     CHECKF(mtp.es.cached_tokens > 0, "%s: nothing came from the prefix cache", what);
+
+    /* a pool too small for the four sessions at once: requests are preempted
+     * (their MTP sequences start again with them) and resumed through both
+     * prefix caches; every invariant holds and every request finishes
+     * (tokens may differ from plain decoding's here: preemption points, so
+     * prefill chunks, follow the blocks drafts take) */
+    kv_bytes = (size_t)600 << 10;
+    run(fx, ENG_SPEC_MTP, true, 1, &w, &mtp);
+    kv_bytes = (size_t)64 << 20;
+    snprintf(what, sizeof what, "%s, preempted, mtp", src);
+    bool all = mtp.ok;
+    for (int i = 0; i < NS; i++) all &= mtp.fin[i] == ENG_FINISH_LENGTH && mtp.n[i] == w.max_tokens[i];
+    CHECKF(all && mtp.es.check_failures == 0 && mtp.es.preemptions > 0 && mtp.es.mtp_steps > 0,
+           "%s: finished %d, %llu preemptions, KV check: %s", what, (int)all, (unsigned long long)mtp.es.preemptions,
+           mtp.es.check_error);
+    printf("%s: %llu preemptions, drafted %llu, %llu requests left out of the MTP\n", what,
+           (unsigned long long)mtp.es.preemptions, (unsigned long long)mtp.es.spec_drafted,
+           (unsigned long long)mtp.es.mtp_left_out);
 
     /* the oracle: sessions restricted to one token each repeat it, which the
      * MTPF_COPY layer drafts: nearly every draft is accepted */
