@@ -993,9 +993,11 @@ static void debug_check(eng_engine *e) {
         n = 0;
         for (int32_t i = 0; i < e->n_running; i++)
             if (e->running[i]->mseq) e->chk[n++] = mtp_seq_kv(e->running[i]->mseq);
-        for (ereq *q = e->wait_head; q; q = q->qnext)
-            if (q->mseq && n < e->p.max_running) e->chk[n++] = mtp_seq_kv(q->mseq);
         st = mtp_check(e->mtp, e->chk, n, &err);
+        for (ereq *q = e->wait_head; q && !st; q = q->qnext) /* waiting requests hold no blocks there either */
+            if (q->mseq && mtp_seq_kv(q->mseq)->n_blocks)
+                st = hn_errf(&err, HN_ERR_INTERNAL, "waiting request %llu holds %d MTP blocks", (unsigned long long)q->id,
+                             (int)mtp_seq_kv(q->mseq)->n_blocks);
         for (int32_t i = 0; i < e->n_running && !st; i++) {
             ereq *q = e->running[i];
             if (q->mseq && q->mtp_ok && mtp_seq_len(q->mseq) != q->seq.n_tokens)
