@@ -26,15 +26,15 @@ int cmd_bench_model(int argc, char **argv);
 #include "../backend/registry.h"
 #include "../sched/engine.h"
 
-#define CLI_SPEC_HELP "auto (default: where it pays, measured: the suffix drafter, then the --draft model), off, suffix or draft (always draft, that drafter only); mtp, dflash: not built yet"
+#define CLI_SPEC_HELP "auto (default: where it pays, measured: the suffix drafter, then the --draft model or else the model's own MTP layer), off, suffix, draft or mtp (always draft, that drafter only; mtp: the model's MTP (nextn) layer); dflash: not built yet"
 #define CLI_DRAFT_HELP "a draft model for --spec draft|auto: any GGUF with the target's vocabulary (not a hybrid)"
 
 /* Parses the value of --spec for command cmd into *out (eng_spec); prints
  * why and returns false for an unknown or not-yet-built drafter. */
 static inline bool cli_spec_parse(const char *cmd, const char *v, int *out) {
     int r = eng_spec_from_name(v, out);
-    if (r == 2) fprintf(stderr, "hone %s: --spec %s is not implemented yet (auto, off, suffix, draft are)\n", cmd, v);
-    else if (r) fprintf(stderr, "hone %s: unknown --spec '%s' (auto, off, suffix, draft)\n", cmd, v);
+    if (r == 2) fprintf(stderr, "hone %s: --spec %s is not implemented yet (auto, off, suffix, draft, mtp are)\n", cmd, v);
+    else if (r) fprintf(stderr, "hone %s: unknown --spec '%s' (auto, off, suffix, draft, mtp)\n", cmd, v);
     return r == 0;
 }
 

@@ -408,6 +408,12 @@ static int bench_agents(int argc, char **argv) {
                mib(es.draft_file_bytes), mib(es.draft_model_bytes), mib(es.draft_kv_peak_bytes),
                (unsigned long long)(es.draft_steps - es0.draft_steps), (unsigned long long)(es.draft_tokens - es0.draft_tokens),
                (unsigned long long)(es.draft_drafted - es0.draft_drafted));
+    if (es.mtp_loaded)
+        printf("  MTP layer           KV peak %.1f MiB; %llu MTP steps (%llu rows, catch-up included), %llu tokens "
+               "proposed, %llu requests stopped following\n",
+               mib(es.mtp_kv_peak_bytes), (unsigned long long)(es.mtp_steps - es0.mtp_steps),
+               (unsigned long long)(es.mtp_tokens - es0.mtp_tokens), (unsigned long long)(es.mtp_drafted - es0.mtp_drafted),
+               (unsigned long long)(es.mtp_left_out - es0.mtp_left_out));
     if (es.ckpt_max > 0)
         printf("  recurrent state     peak %.1f MiB (live slots + checkpoints); after the sessions end %.1f MiB, "
                "%d of %d checkpoints, %llu prefixes resumed from one; after dropping the cache %.1f MiB\n",

@@ -4,6 +4,7 @@
  * is in model_forward.c. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../backend/registry.h"
@@ -299,7 +300,7 @@ static hn_status bind_hybrid_layer(model *m, int il, model_layer *L, int *n_attn
                            qt_name(src.type));
         if ((st = m->be->ops->weight_load(m->be, &src, 0, &L->conv1d, err))) return st;
     } else {
-        L->kv_layer = mtp ? -1 : (*n_attn)++;
+        L->kv_layer = mtp ? 0 : (*n_attn)++; /* an MTP layer: the one layer of its own cache */
         if ((st = bind(m, N("attn_q.weight"), 2, E, 2 * NQ, 1, true, &L->wq, err)) ||
             (st = bind(m, N("attn_k.weight"), 2, E, NKV, 1, true, &L->wk, err)) ||
             (st = bind(m, N("attn_v.weight"), 2, E, NKV, 1, true, &L->wv, err)) ||
@@ -311,8 +312,14 @@ static hn_status bind_hybrid_layer(model *m, int il, model_layer *L, int *n_attn
     if (mtp && ((st = bind(m, N("nextn.eh_proj.weight"), 2, 2 * E, E, 1, true, &L->nextn_eh_proj, err)) ||
                 (st = bind_vec(m, N("nextn.enorm.weight"), E, true, &L->nextn_enorm, err)) ||
                 (st = bind_vec(m, N("nextn.hnorm.weight"), E, true, &L->nextn_hnorm, err)) ||
-                (st = bind_vec(m, N("nextn.shared_head_norm.weight"), E, false, &L->nextn_head_norm, err))))
+                (st = bind_vec(m, N("nextn.shared_head_norm.weight"), E, false, &L->nextn_head_norm, err)) ||
+                (st = bind(m, N("nextn.shared_head_head.weight"), 2, E, hp->n_vocab, 1, false, &L->nextn_head, err))))
         return st;
+    if (mtp) {
+        be_weight_src src;
+        if ((st = find(m->g, N("nextn.embed_tokens.weight"), 2, E, hp->n_vocab, 1, false, &src, err))) return st;
+        if (src.data && (st = m->be->ops->weight_load(m->be, &src, BE_W_ROWS, &L->nextn_embd, err))) return st;
+    }
 #undef N
     return bind_ffn(m, il, L, err);
 }
@@ -398,6 +405,10 @@ static int scratch_parts(model *m, scratch_part *parts) {
             P(shg, QT_F32, 1, B);
             P(shout, QT_F32, E, B);
         }
+        if (m->params.mtp && hp->n_nextn > 0) {
+            P(hid, QT_F32, E, B);
+            P(cat, QT_F32, 2 * E, B);
+        }
     }
 #undef P
     return n;
@@ -462,9 +473,10 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
     }
     m->params.backend = NULL;
     int64_t max_k = hp->n_embd;
+    if (!hp->hybrid || hp->n_nextn == 0) m->params.mtp = false;
     int64_t widths[] = {(int64_t)hp->n_head * hp->head_dim, hp->n_ff, hp->n_ff_exp, hp->n_ff_shexp,
-                        (int64_t)hp->ssm_v_heads * hp->ssm_state};
-    for (int i = 0; i < 5; i++)
+                        (int64_t)hp->ssm_v_heads * hp->ssm_state, m->params.mtp ? 2 * (int64_t)hp->n_embd : 0};
+    for (int i = 0; i < 6; i++)
         if (widths[i] > max_k) max_k = widths[i];
     scratch_part parts[40];
     int n_parts = scratch_parts(m, parts);
@@ -523,6 +535,33 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
     /* the tied output last, as before: its file pages may go once packed (get_rows faults the rows it reads back in) */
     if (hp->tied_output && (st = m->be->ops->weight_load(m->be, &src, BE_W_MATMUL | m->drop, &out_w, err))) goto fail;
     m->output = out_w;
+    if (m->params.mtp) {
+        /* the first MTP layer runs (model_mtp_step); its row-selection plan
+         * has no sequences and rows that store nothing */
+        m->mtp = &m->layers[hp->n_layer - hp->n_nextn];
+        if ((st = plan_init(&m->hplan, m->params.max_batch, 1, 1, err))) goto fail;
+        for (int32_t i = 0; i < m->params.max_batch; i++) {
+            m->hplan.token[i] = m->hplan.pos[i] = m->hplan.seq[i] = 0;
+            m->hplan.slot[i] = m->hplan.state_snap[i] = -1;
+        }
+        if (m->be->pads) {
+            /* a backend that runs padding rows reads hidden rows past the
+             * step's: they must hold finite values (zeros), not what the
+             * arena held */
+            size_t bytes = (size_t)hp->n_embd * sizeof(float), rows = (size_t)m->params.max_batch;
+            float *z = hn_calloc(rows, bytes);
+            if (!z) {
+                st = hn_errf(err, HN_ERR_NOMEM, "model: out of memory");
+                goto fail;
+            }
+            if (m->params.scratch_fixed || (st = model_scratch_fit(m, m->params.max_batch, 1, err)) == HN_OK) {
+                m->be->ops->upload(m->be, m->s.hid, 0, z, rows * bytes);
+                st = m->be->ops->sync(m->be, err);
+            }
+            hn_free(z);
+            if (st || (!m->params.scratch_fixed && (st = model_scratch_fit(m, 1, 1, err)))) goto fail;
+        }
+    }
     *out = m;
     return HN_OK;
 fail:
@@ -552,6 +591,7 @@ void model_free(model *m) {
     if (!m) return;
     if (m->own_be) be_free(m->be);
     plan_free(&m->plan);
+    plan_free(&m->hplan);
     hn_free(m->layers);
     hn_free(m->seq_next);
     if (m->owned) gguf_close(m->owned);
@@ -701,5 +741,40 @@ kv_config model_kv_config(const model *m, int32_t n_blocks, int block_size) {
         .type = QT_F32,
         .storage = m->be->ops->kv_storage(m->be),
     };
+    return c;
+}
+
+/* ---- MTP ---- */
+
+bool model_has_mtp(const model *m) { return m->mtp != NULL; }
+
+void model_mtp_bytes(const model *m, size_t *mtp, size_t *main) {
+    *mtp = *main = 0;
+    char pre[32];
+    snprintf(pre, sizeof pre, "blk.%d.", (int)(m->hp.n_layer - m->hp.n_nextn));
+    size_t pl = strlen(pre);
+    bool own_head = false;
+    for (int64_t i = 0; i < gguf_n_tensors(m->g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(m->g, i);
+        int32_t il = -1;
+        if (!strncmp(t->name, "blk.", 4)) il = (int32_t)strtol(t->name + 4, NULL, 10);
+        if (!strncmp(t->name, pre, pl)) {
+            *mtp += t->nbytes;
+            own_head |= strstr(t->name, "shared_head_head") != NULL;
+        } else if (il < 0 || il < m->hp.n_layer - m->hp.n_nextn) {
+            *main += t->nbytes;
+        }
+    }
+    if (!own_head) { /* it reads the model's output matrix */
+        const gguf_tensor *o = gguf_find_tensor(m->g, "output.weight");
+        if (!o) o = gguf_find_tensor(m->g, "token_embd.weight");
+        if (o) *mtp += o->nbytes;
+    }
+}
+
+kv_config model_mtp_kv_config(const model *m, int32_t n_blocks, int block_size) {
+    kv_config c = model_kv_config(m, n_blocks, block_size);
+    c.n_layer = 1;
+    c.state_bytes = 0;
     return c;
 }

@@ -73,7 +73,8 @@ typedef struct model_hparams {
     int32_t ssm_k_heads;       /* Nk (ssm.group_count) */
     int32_t ssm_v_heads;       /* Nv (ssm.time_step_rank) */
     int32_t n_ff_shexp;        /* shared-expert FFN width (0: none) */
-    int32_t n_nextn;           /* MTP layers at the end of the stack (loaded, not run by the forward) */
+    int32_t n_nextn;           /* MTP layers at the end of the stack (not run by the main forward; the
+                                  first of them is run by model_mtp_step) */
     size_t state_bytes;        /* one sequence's recurrent state */
 } model_hparams;
 
@@ -87,6 +88,10 @@ typedef struct model_params {
     /* back the scratch for max_batch tokens whole from load, as before it
      * followed the load (comparisons, tests) */
     bool scratch_fixed;
+    /* make the MTP (nextn) layer runnable, when the model has one: every
+     * step also keeps its rows' final hidden state (after output_norm) in
+     * the backend for model_mtp_step (no effect on the logits) */
+    bool mtp;
 } model_params;
 
 /* A ragged batch (see step_batch in sched/plan.h). */
@@ -145,6 +150,36 @@ size_t model_scratch_bytes(const model *m);
 /* Limits a plan for this model must keep (max_batch tokens, max_logits wanted rows). */
 int32_t model_max_batch(const model *m);
 int32_t model_max_logits(const model *m);
+
+/* ---- MTP (multi-token prediction, "nextn") ----
+ * A qwen35 / qwen35moe file may end its stack with MTP layers: a gated
+ * attention block plus its FFN, fed with the concatenation of
+ * enorm(embed(x_{p+1})) and hnorm(h_p) projected by eh_proj (2E -> E), where
+ * h_p is the main model's final hidden state at position p (after
+ * output_norm), and read out through shared_head_norm (else output_norm) and
+ * shared_head_head (else the model's output matrix): logits for x_{p+2}.
+ * The layer has its own KV cache (model_mtp_kv_config: one layer), whose
+ * position p holds the pair (h_p, x_{p+1}). Only the first MTP layer is run. */
+
+/* Whether the MTP layer is runnable (nextn layers present and model_params.mtp). */
+bool model_has_mtp(const model *m);
+/* Weight bytes an MTP step reads (the layer, eh_proj, its head) and the
+ * main stack's (every other tensor): the drafter's cost prior. */
+void model_mtp_bytes(const model *m, size_t *mtp, size_t *main);
+/* A KV cache configuration for the MTP layer: one attention layer of the
+ * model's head shape, no recurrent state. */
+kv_config model_mtp_kv_config(const model *m, int32_t n_blocks, int block_size);
+/* One MTP step over plan p (built by plan_build against mkv, a cache of
+ * model_mtp_kv_config): row i's token is x_{p+1}, its position p, and its
+ * hidden input is row i of the model's hidden rows, which the last
+ * model_step filled (row r: that step's row r) and each model_mtp_step
+ * replaces by its wanted rows' own output states (after the head norm, row
+ * j: the step's j-th wanted row) to chain drafts. hsel (NULL: none) first
+ * moves hidden rows hsel[0..n_hsel) (ascending, n_hsel == p->n_tokens) to
+ * rows 0..n_hsel. The wanted rows' logits are at model_logits() after it.
+ * Errors: HN_ERR_INVALID without an MTP layer, for a plan over the limits or
+ * a cache of another shape; the backend's. */
+hn_status model_mtp_step(model *m, kv_cache *mkv, const step_plan *p, const int32_t *hsel, int32_t n_hsel, hn_err *err);
 
 /* Runs the batch. Takes KV blocks from kv as sequences grow; writes the logits
  * of the tokens that want them, in batch order, as rows of n_vocab floats into

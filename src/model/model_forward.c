@@ -167,6 +167,9 @@ static void forward(model *m, kv_cache *kv, const step_plan *p, const uint32_t *
         ops->add(be, s->x, s->xb2, s->x, (size_t)n * (size_t)E);
     }
 
+    // MTP: every row's final hidden state, kept for the MTP layer (model_mtp_step)
+    if (m->mtp) ops->rms_norm(be, s->x, m->output_norm, n, E, hp->rms_eps, s->hid);
+
     if (p->n_out == 0) return;
     // the rows that want logits, the final rms-norm and the output projection
     ops->gather_out(be, s->x, E, s->xb2);
@@ -175,6 +178,45 @@ static void forward(model *m, kv_cache *kv, const step_plan *p, const uint32_t *
     // constraints: each masked row's disallowed tokens to -inf
     for (int i = 0; masks && i < p->n_out; i++)
         if (masks[i]) ops->mask_logits(be, s->logits, i, masks[i], hp->n_vocab);
+    ops->fetch(be, s->logits, p->n_out, (const void **)&m->logits_host);
+}
+
+/* The MTP layer over a planned step of its own cache: its input is the
+ * embedding of each row's token and the hidden row of the same index (a
+ * main step's, or the previous MTP step's output states), its output the
+ * wanted rows' logits, their states left in the hidden rows for a chained
+ * step. */
+static void mtp_forward(model *m, kv_cache *mkv, const step_plan *p) {
+    const model_hparams *hp = &m->hp;
+    const be_ops *ops = m->be->ops;
+    be_backend *be = m->be;
+    model_scratch *s = &m->s;
+    const model_layer *L = m->mtp;
+    const int n = be->pads ? p->n_pad : p->n_tokens;
+    const int E = hp->n_embd;
+
+    // [enorm(embed(token)) | hnorm(hidden)], projected back to the width: the block's residual stream
+    ops->get_rows(be, L->nextn_embd ? L->nextn_embd : m->tok_embd, n, s->x);
+    ops->rms_norm(be, s->x, L->nextn_enorm, n, E, hp->rms_eps, s->xb);
+    ops->rms_norm(be, s->hid, L->nextn_hnorm, n, E, hp->rms_eps, s->xb2);
+    ops->copy_cols(be, s->xb, E, 0, n, E, s->cat, 2 * E, 0);
+    ops->copy_cols(be, s->xb2, E, 0, n, E, s->cat, 2 * E, E);
+    ops->matmul(be, L->nextn_eh_proj, 0, s->cat, n, s->x);
+
+    // one decoder block, as a main attention layer, over the MTP's own cache
+    ops->rms_norm(be, s->x, L->attn_norm, n, E, hp->rms_eps, s->xb);
+    gated_attention(m, mkv, L, n);
+    ops->add(be, s->x, s->xb2, s->x, (size_t)n * (size_t)E);
+    ops->rms_norm(be, s->x, L->ffn_norm, n, E, hp->rms_eps, s->xb);
+    ffn(m, L, n);
+    ops->add(be, s->x, s->xb2, s->x, (size_t)n * (size_t)E);
+
+    if (p->n_out == 0) return;
+    // the wanted rows through the shared head norm: their states (kept for a chained step), then the head
+    ops->gather_out(be, s->x, E, s->xb2);
+    ops->rms_norm(be, s->xb2, L->nextn_head_norm ? L->nextn_head_norm : m->output_norm, p->n_out, E, hp->rms_eps, s->xb);
+    ops->copy_cols(be, s->xb, E, 0, p->n_out, E, s->hid, E, 0);
+    ops->matmul(be, L->nextn_head ? L->nextn_head : m->output, 0, s->xb, p->n_out, s->logits);
     ops->fetch(be, s->logits, p->n_out, (const void **)&m->logits_host);
 }
 
@@ -227,6 +269,44 @@ hn_status model_step(model *m, kv_cache *kv, const step_plan *p, const uint32_t 
     if ((st = model_scratch_need(m, rows, p->n_out, err))) return st;
     m->be->ops->plan_set(m->be, p);
     forward(m, kv, p, masks);
+    return m->be->ops->sync(m->be, err);
+}
+
+hn_status model_mtp_step(model *m, kv_cache *mkv, const step_plan *p, const int32_t *hsel, int32_t n_hsel, hn_err *err) {
+    const model_hparams *hp = &m->hp;
+    if (!m->mtp) return hn_errf(err, HN_ERR_INVALID, "mtp: the model has no runnable MTP layer");
+    if (mkv->cfg.n_layer != 1 || mkv->cfg.n_head_kv != hp->n_head_kv || mkv->cfg.head_dim != hp->head_dim)
+        return hn_errf(err, HN_ERR_INVALID, "mtp: the KV cache was made for another shape");
+    if (p->n_tokens > m->params.max_batch || p->n_pad > m->params.max_batch || p->n_out > m->params.max_logits)
+        return hn_errf(err, HN_ERR_INVALID, "mtp: a step of %d tokens (%d padded) and %d logits rows; the model takes %d and %d",
+                       (int)p->n_tokens, (int)p->n_pad, (int)p->n_out, m->params.max_batch, m->params.max_logits);
+    if (hsel && n_hsel != p->n_tokens)
+        return hn_errf(err, HN_ERR_INVALID, "mtp: %d hidden rows selected for %d tokens", (int)n_hsel, (int)p->n_tokens);
+    for (int32_t i = 0; hsel && i < n_hsel; i++)
+        if (hsel[i] < i || hsel[i] >= m->sc_rows || (i > 0 && hsel[i] <= hsel[i - 1]))
+            return hn_errf(err, HN_ERR_INVALID, "mtp: hidden row selection %d is %d (ascending, below %d)", (int)i,
+                           (int)hsel[i], (int)m->sc_rows);
+    m->logits_host = NULL;
+    if (p->n_tokens == 0) return HN_OK;
+    int32_t rows = m->be->pads && p->n_pad > p->n_tokens ? p->n_pad : p->n_tokens;
+    hn_status st;
+    if ((st = model_scratch_need(m, rows, p->n_out, err))) return st;
+    if (hsel && n_hsel > 0 && hsel[n_hsel - 1] != n_hsel - 1) {
+        /* the selection: a plan of no sequences whose wanted rows are the
+         * selected ones, gathered in place (ascending: a row's source is
+         * never an earlier destination) */
+        step_plan *g = &m->hplan;
+        g->n_tokens = g->n_pad = hsel[n_hsel - 1] + 1;
+        g->n_seqs = 0;
+        g->bt_stride = 0;
+        g->block_size = p->block_size;
+        g->n_out = n_hsel;
+        memcpy(g->out_rows, hsel, sizeof(int32_t) * (size_t)n_hsel);
+        m->be->ops->plan_set(m->be, g);
+        m->be->ops->gather_out(m->be, m->s.hid, hp->n_embd, m->s.hid);
+    }
+    m->be->ops->plan_set(m->be, p);
+    mtp_forward(m, mkv, p);
     return m->be->ops->sync(m->be, err);
 }
 

@@ -37,8 +37,10 @@ typedef struct model_layer {
     be_tensor *ssm_out;       /* (Nv S -> n_embd) */
     be_tensor *gate_inp_sh;   /* (n_embd -> 1) */
     be_tensor *gate_sh, *up_sh, *down_sh; /* shared expert */
-    /* MTP (nextn) layer extras, loaded when present */
+    /* MTP (nextn) layer extras, loaded when present (embed and head: NULL
+     * means the model's token_embd / output) */
     be_tensor *nextn_eh_proj, *nextn_enorm, *nextn_hnorm, *nextn_head_norm;
+    be_tensor *nextn_embd, *nextn_head;
 } model_layer;
 
 /* Activations, backend tensors sized for max_batch tokens (logits for
@@ -70,6 +72,9 @@ typedef struct model_scratch {
     be_tensor *sh, *sh2; /* (B, n_ff_shexp) */
     be_tensor *shg;     /* (B, 1) shared-expert gate */
     be_tensor *shout;   /* (B, n_embd) */
+    /* MTP (model_params.mtp with nextn layers) */
+    be_tensor *hid;     /* (B, n_embd) each row's final hidden state (main step), or an MTP step's output states */
+    be_tensor *cat;     /* (B, 2 n_embd) the MTP's [enorm(embed) | hnorm(hidden)] */
 } model_scratch;
 
 struct model {
@@ -95,6 +100,9 @@ struct model {
     uint8_t sc_scale[40];
     int n_sc;
     int32_t sc_rows, sc_out; /* tokens and logits rows the backed scratch holds */
+    /* MTP: the runnable layer (NULL: none), and the plan of model_mtp_step's row selection */
+    model_layer *mtp;
+    step_plan hplan;
 };
 
 #endif

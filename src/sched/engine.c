@@ -51,6 +51,7 @@
 #include "../model/model.h"
 #include "../spec/ctl.h"
 #include "../spec/draft.h"
+#include "../spec/mtp.h"
 #include "../spec/suffix.h"
 #include "../tokenizer/tokenizer.h"
 
@@ -101,6 +102,12 @@ typedef struct ereq {
     bool dprobe;          /* this step's model draft is a probe of a switched-off request */
     int32_t dprobe_fails; /* probes in a row that had no token accepted (each doubles the interval, to 16x) */
     spc_req dctl;
+    /* the MTP drafter: its sequence of this request (NULL: none; mtp_ok: it
+     * follows the request), and this step's rows: the first (-1: none) and
+     * the sequence's length before the step */
+    mtp_seq *mseq;
+    bool mtp_ok;
+    int32_t row0, L0;
     /* hybrids, this step: its verified rows' state snapshots are spare[snap0 ..
      * snap0 + n_draft) (-1: none); after verify, v_pos is the position of
      * its decode row */
@@ -170,6 +177,13 @@ struct eng_engine {
     drf_job *djobs;
     spc_cost dcal;
     double draft_ratio;
+    /* the MTP drafter (NULL: none; used in the draft model's place, with its
+     * calibration dcal and its cost prior draft_ratio): a step's jobs, their
+     * requests, and requests stopped following */
+    mtp_drafter *mtp;
+    mtp_job *mjobs;
+    ereq **mreq;
+    uint64_t mtp_off;
 };
 
 eng_params eng_default_params(void) {
@@ -193,19 +207,19 @@ bool eng_kv_type_from_name(const char *name, int *out) {
 
 const char *eng_kv_type_name(int t) { return t >= 0 && t < 4 ? kv_names[t] : "unknown"; }
 
-static const char *const spec_names[] = {"off", "auto", "suffix", "draft"};
+static const char *const spec_names[] = {"off", "auto", "suffix", "draft", "mtp"};
 
 int eng_spec_from_name(const char *name, int *out) {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (!strcmp(name, spec_names[i])) {
             *out = i;
             return 0;
         }
-    if (!strcmp(name, "mtp") || !strcmp(name, "dflash")) return 2;
+    if (!strcmp(name, "dflash")) return 2;
     return 1;
 }
 
-const char *eng_spec_name(int s) { return s >= 0 && s < 4 ? spec_names[s] : "unknown"; }
+const char *eng_spec_name(int s) { return s >= 0 && s < 5 ? spec_names[s] : "unknown"; }
 
 const double eng_ttft_bounds_ms[ENG_HIST_N] = {10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, INFINITY};
 const double eng_itl_bounds_ms[ENG_HIST_N] = {1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, INFINITY};
@@ -249,6 +263,7 @@ static void finish_free(eng_engine *e, ereq *q, eng_finish fin, hn_status st, co
     q->r.on_event(q->r.ctx, &ev);
     kv_seq_free(&q->seq, NULL);
     if (q->dseq) drf_seq_free(e->drf, q->dseq);
+    if (q->mseq) mtp_seq_free(e->mtp, q->mseq, q->toks);
     sfx_free(q->sfx);
     smp_free(q->smp);
     hn_free(q->toks);
@@ -282,6 +297,22 @@ static int32_t ckpt_src(const eng_engine *e, const ereq *q, int32_t *src) {
     return at;
 }
 
+/* The request's MTP sequence starts again with its (emptied) KV sequence. */
+static void mtp_restart(eng_engine *e, ereq *q) {
+    if (!q->mseq) return;
+    mtp_seq_reset(e->mtp, q->mseq, q->toks);
+    q->mtp_ok = true;
+}
+
+/* The request's MTP sequence stops following it (this request drafts no
+ * more with the MTP layer). */
+static void mtp_leave(eng_engine *e, ereq *q) {
+    if (!q->mseq || !q->mtp_ok) return;
+    mtp_seq_reset(e->mtp, q->mseq, q->toks);
+    q->mtp_ok = false;
+    e->mtp_off++;
+}
+
 static void release_seq(eng_engine *e, ereq *q) {
     if (e->p.prefix_cache) kv_seq_commit(e->kv, &q->seq, q->toks, q->n_toks);
     if (e->hybrid) {
@@ -302,6 +333,7 @@ static void release_seq(eng_engine *e, ereq *q) {
         q->ck_roll = q->ck_at = -1;
     }
     kv_seq_truncate(e->kv, &q->seq, 0);
+    mtp_restart(e, q);
 }
 
 /* Hybrids: whether the state after position p (a block boundary) of a
@@ -412,6 +444,12 @@ static void match_prefix(eng_engine *e, ereq *q) {
     } else {
         got = kv_seq_match(e->kv, &q->seq, q->toks, q->n_toks - 1);
     }
+    if (got > 0 && q->mseq && q->mtp_ok) {
+        /* the MTP sequence takes the same prefix from its own cache; one that
+         * cannot (evicted there) has no hidden states to catch up with */
+        int32_t n = q->seq.n_tokens;
+        if (mtp_seq_len(q->mseq) != before || mtp_seq_match(e->mtp, q->mseq, q->toks, n) != n) mtp_leave(e, q);
+    }
     if (got > 0 && !q->resumed) {
         int32_t end = before + got < q->n_prompt ? before + got : q->n_prompt;
         int32_t cached = end > before ? end - before : 0;
@@ -432,6 +470,7 @@ static void admit(eng_engine *e) {
         if (e->n_running > 0 && kv_n_free(e->kv) < need) {
             kv_seq_truncate(e->kv, &q->seq, 0); /* keep nothing pinned while it waits */
             if (e->hybrid) kv_seq_state_release(e->kv, &q->seq);
+            mtp_restart(e, q);
             if (!q->resumed) {
                 e->cached_tokens -= (uint64_t)q->st.n_cached;
                 q->st.n_cached = 0;
@@ -544,27 +583,74 @@ static int32_t choose_draft(eng_engine *e, ereq *q, int32_t *rows_left, int32_t 
     return take_draft(e, q, k, ex, rows_left, rows, toks);
 }
 
-/* Speculation with a draft model, before the plan: for each decoding
- * request the controller decides from the expected acceptance (spc_acc_rate)
- * and the drafter's cost per token whether drafting pays and how far (in
- * auto mode a suffix proposal worth verifying comes first and the model is
- * not run for it; in draft mode it always drafts, at least a probe's
- * length; a switched-off request is probed every SPC_PROBE_EVERY steps);
- * then one drf_draft call drafts for all of them, every drafter step
- * batching all sessions' rows, each stopping once its calibrated running
- * acceptance falls below what one more token costs. choose_draft then
- * picks how many of the proposal to verify. */
-static void model_drafts(eng_engine *e) {
-    int32_t nd = 0, ctx = 0, nj = 0;
+/* A model drafter's choice for a decoding request (the draft model's, before
+ * the plan; the MTP layer's, after the step before): 0 when it does not draft
+ * now, else the most tokens to draft, at least *min_k. The controller decides
+ * from the expected acceptance (spc_acc_rate) and the drafter's cost per
+ * token dcost whether drafting pays and how far (in auto mode a suffix
+ * proposal worth verifying comes first and the model is not run for it; in
+ * draft and mtp mode it always drafts, at least a probe's length; a
+ * switched-off request is probed every SPC_PROBE_EVERY steps or rarer).
+ * nd decoding requests at context ctx; c1: a one-row target step; per:
+ * each request's share of the step's drafted rows. */
+static int32_t model_draft_k(eng_engine *e, ereq *q, int32_t ctx, int32_t nd, double dcost, double c1, int32_t per,
+                             int32_t *min_k) {
+    int32_t kmax = draft_room(e, q);
+    if (kmax > per) kmax = per;
+    if (kmax <= 0) return 0;
+    if (e->spec == ENG_SPEC_AUTO && q->sfx && sfx_len(q->sfx) == q->n_toks) {
+        int32_t np = sfx_propose(q->sfx, 1, kmax, q->draft, q->draft_p);
+        double ex = 0;
+        if (np > 0 && spc_choose(&e->cost, &q->ctl, spc_len_bucket(sfx_match_len(q->sfx)), q->draft_p, np, ctx, nd,
+                                 nd, false, &ex) > 0)
+            return 0; /* the free drafter's proposal pays: plan() takes it */
+    }
+    double a = spc_acc_rate(&e->dcal, &q->dctl, 0.6), qa[ENG_SPEC_MAX], ex = 0;
+    for (int32_t j = 0; j < kmax; j++) qa[j] = a;
+    bool force = e->spec == ENG_SPEC_DRAFT || e->spec == ENG_SPEC_MTP;
+    int32_t k = spc_choose_q(&e->cost, qa, kmax, ctx, nd, nd, dcost, force, &ex);
+    /* switched off: a short probe now and then, rarer as the drafter's steps cost more than
+     * a target step (so that probing costs at most about 1/SPC_PROBE_EVERY of the time) and
+     * after each probe that had nothing accepted */
+    int32_t every = (SPC_PROBE_EVERY << (q->dprobe_fails < 4 ? q->dprobe_fails : 4)) *
+                    (1 + (int32_t)(DRAFT_PROBE_LEN * dcost / c1));
+    if (k == 0 && ++q->dctl.idle >= every) {
+        k = kmax < DRAFT_PROBE_LEN ? kmax : DRAFT_PROBE_LEN;
+        force = q->dprobe = true;
+    }
+    if (k == 0) return 0;
+    q->dctl.idle = 0;
+    q->draft_force = force;
+    *min_k = force ? (k < DRAFT_PROBE_LEN ? k : DRAFT_PROBE_LEN) : 1;
+    return kmax;
+}
+
+/* The step's decoding requests (each one token to compute: nd of them) and
+ * their longest context, for a model drafter; each request's proposal is
+ * reset. */
+static int32_t decoding_ctx(eng_engine *e, int32_t *ctx) {
+    int32_t nd = 0;
+    *ctx = 0;
     for (int32_t i = 0; i < e->n_running; i++) {
         ereq *q = e->running[i];
         q->draft_model = q->draft_force = q->draft_noted = q->dprobe = false;
         q->n_mprop = 0;
         if (q->n_toks - q->seq.n_tokens == 1) {
             nd++;
-            if (q->n_toks > ctx) ctx = q->n_toks;
+            if (q->n_toks > *ctx) *ctx = q->n_toks;
         }
     }
+    return nd;
+}
+
+/* Speculation with a draft model, before the plan: for each decoding
+ * request the controller decides whether and how far it drafts
+ * (model_draft_k); then one drf_draft call drafts for all of them, every
+ * drafter step batching all sessions' rows, each stopping once its
+ * calibrated running acceptance falls below what one more token costs.
+ * choose_draft then picks how many of the proposal to verify. */
+static void model_drafts(eng_engine *e) {
+    int32_t ctx, nj = 0, nd = decoding_ctx(e, &ctx);
     if (!nd) return;
     const double dcost = drf_token_cost(e->drf, &e->cost, ctx, nd, e->draft_ratio);
     const double floor = spc_draft_floor(&e->cost, ctx, nd, nd, dcost), c1 = spc_cost_est(&e->cost, ctx, 1);
@@ -572,36 +658,11 @@ static void model_drafts(eng_engine *e) {
     for (int32_t i = 0; i < e->n_running; i++) {
         ereq *q = e->running[i];
         if (q->n_toks - q->seq.n_tokens != 1 || !q->dseq) continue;
-        int32_t kmax = draft_room(e, q);
-        if (kmax > per) kmax = per;
-        if (kmax <= 0) continue;
-        if (e->spec == ENG_SPEC_AUTO && q->sfx && sfx_len(q->sfx) == q->n_toks) {
-            int32_t np = sfx_propose(q->sfx, 1, kmax, q->draft, q->draft_p);
-            double ex = 0;
-            if (np > 0 && spc_choose(&e->cost, &q->ctl, spc_len_bucket(sfx_match_len(q->sfx)), q->draft_p, np, ctx, nd,
-                                     nd, false, &ex) > 0)
-                continue; /* the free drafter's proposal pays: plan() takes it */
-        }
-        double a = spc_acc_rate(&e->dcal, &q->dctl, 0.6), qa[ENG_SPEC_MAX], ex = 0;
-        for (int32_t j = 0; j < kmax; j++) qa[j] = a;
-        bool force = e->spec == ENG_SPEC_DRAFT;
-        int32_t k = spc_choose_q(&e->cost, qa, kmax, ctx, nd, nd, dcost, force, &ex);
-        /* switched off: a short probe now and then, rarer as the drafter's steps cost more than
-         * a target step (so that probing costs at most about 1/SPC_PROBE_EVERY of the time) and
-         * after each probe that had nothing accepted */
-        int32_t every = (SPC_PROBE_EVERY << (q->dprobe_fails < 4 ? q->dprobe_fails : 4)) *
-                        (1 + (int32_t)(DRAFT_PROBE_LEN * dcost / c1));
-        if (k == 0 && ++q->dctl.idle >= every) {
-            k = kmax < DRAFT_PROBE_LEN ? kmax : DRAFT_PROBE_LEN;
-            force = q->dprobe = true;
-        }
-        if (k == 0) continue;
-        q->dctl.idle = 0;
-        q->draft_force = force;
+        int32_t min_k = 1, kmax = model_draft_k(e, q, ctx, nd, dcost, c1, per, &min_k);
+        if (kmax == 0) continue;
         drf_job *j = &e->djobs[nj++];
-        *j = (drf_job){.seq = q->dseq, .toks = q->toks, .n_toks = q->n_toks, .k = kmax,
-                       .min_k = force ? (k < DRAFT_PROBE_LEN ? k : DRAFT_PROBE_LEN) : 1, .min_run = (float)floor,
-                       .out = q->draft, .p = q->draft_p};
+        *j = (drf_job){.seq = q->dseq, .toks = q->toks, .n_toks = q->n_toks, .k = kmax, .min_k = min_k,
+                       .min_run = (float)floor, .out = q->draft, .p = q->draft_p};
         for (int b = 0; b < SPC_LEN_B; b++) j->cal[b] = spc_calib(&e->dcal, &q->dctl, b);
         q->draft_model = true;
     }
@@ -613,6 +674,60 @@ static void model_drafts(eng_engine *e) {
         if (!q->draft_model) continue;
         q->n_mprop = e->djobs[j++].n_out;
         if (q->n_mprop == 0) q->draft_model = false;
+    }
+}
+
+/* Speculation with the MTP layer, right after a step (it reads the step's
+ * hidden states): every request the step computed rows of, whose MTP
+ * sequence follows it, catches up on the rows it kept, and those that will
+ * decode next step draft as model_draft_k decides (the first token from the
+ * catch-up's last row, each further one an MTP step, spec/mtp.h); the
+ * proposal waits in q->draft for the next plan, where choose_draft picks how
+ * many to verify. In auto mode a request whose probes keep missing (the
+ * fourth in a row, at the longest interval) stops following (no catch-up
+ * rows for it from then on). */
+static void mtp_drafts(eng_engine *e) {
+    int32_t ctx, nj = 0, nd = decoding_ctx(e, &ctx);
+    const double dcost = nd ? mtp_token_cost(e->mtp, &e->cost, ctx, nd, e->draft_ratio) : 0;
+    const double floor = nd ? spc_draft_floor(&e->cost, ctx, nd, nd, dcost) : 0, c1 = spc_cost_est(&e->cost, ctx, 1);
+    int32_t per = nd && e->spec_rows / nd > 0 ? e->spec_rows / nd : 1;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        ereq *q = e->running[i];
+        if (q->row0 < 0 || !q->mseq || !q->mtp_ok) continue;
+        int32_t kept = q->seq.n_tokens - q->L0;
+        if (mtp_seq_len(q->mseq) != q->L0 || kept < 0 || (e->spec == ENG_SPEC_AUTO && q->dprobe_fails >= 4)) {
+            mtp_leave(e, q); /* (kept < 0: the target recomputes from scratch, which cannot happen) */
+            continue;
+        }
+        if (kept == 0) continue;
+        int32_t at = nj++; /* in the order of the step's rows */
+        while (at > 0 && e->mreq[at - 1]->row0 > q->row0) {
+            e->mreq[at] = e->mreq[at - 1];
+            at--;
+        }
+        e->mreq[at] = q;
+    }
+    if (!nj) return;
+    for (int32_t i = 0; i < nj; i++) {
+        ereq *q = e->mreq[i];
+        int32_t min_k = 1, k = 0;
+        if (q->n_toks - q->seq.n_tokens == 1) k = model_draft_k(e, q, ctx, nd, dcost, c1, per, &min_k);
+        mtp_job *j = &e->mjobs[i];
+        *j = (mtp_job){.seq = q->mseq, .toks = q->toks, .from = q->L0, .n = q->seq.n_tokens - q->L0, .row0 = q->row0,
+                       .k = k, .min_k = min_k, .min_run = (float)floor, .out = q->draft, .p = q->draft_p};
+        for (int b = 0; b < SPC_LEN_B; b++) j->cal[b] = spc_calib(&e->dcal, &q->dctl, b);
+    }
+    hn_err err;
+    mtp_step(e->mtp, e->mjobs, nj, &err); /* a failed job drafts nothing (and stops following) */
+    for (int32_t i = 0; i < nj; i++) {
+        ereq *q = e->mreq[i];
+        if (e->mjobs[i].failed) {
+            q->mtp_ok = false;
+            e->mtp_off++;
+        }
+        q->n_mprop = e->mjobs[i].n_out;
+        q->draft_model = q->n_mprop > 0;
+        if (!q->draft_model) q->draft_force = q->dprobe = false;
     }
 }
 
@@ -632,6 +747,7 @@ restart:;
         q->logit_row = -1;
         q->n_draft = 0;
         q->snap0 = -1;
+        q->row0 = -1;
         if (q->n_toks - q->seq.n_tokens == 1) {
             spec_rows++;
             if (q->n_toks > spec_ctx) spec_ctx = q->n_toks;
@@ -698,6 +814,8 @@ restart:;
                 goto restart;
             }
             q->plan_end = q->seq.n_tokens + chunk;
+            q->row0 = n;
+            q->L0 = q->seq.n_tokens;
             for (int32_t t = 0; t < chunk; t++) {
                 /* a drafted block: the decode token, then the draft, every row's logits wanted */
                 e->b_tok[n + t] = q->n_draft && t > 0 ? q->draft[t - 1] : q->toks[q->seq.n_tokens + t];
@@ -871,6 +989,22 @@ static void debug_check(eng_engine *e) {
     for (int32_t i = 0; i < e->n_running; i++) e->chk[n++] = &e->running[i]->seq;
     hn_err err;
     hn_status st = kv_check(e->kv, e->chk, n, &err);
+    if (!st && e->mtp) { /* the MTP's cache, and each following sequence's length is its request's */
+        n = 0;
+        for (int32_t i = 0; i < e->n_running; i++)
+            if (e->running[i]->mseq) e->chk[n++] = mtp_seq_kv(e->running[i]->mseq);
+        st = mtp_check(e->mtp, e->chk, n, &err);
+        for (ereq *q = e->wait_head; q && !st; q = q->qnext) /* waiting requests hold no blocks there either */
+            if (q->mseq && mtp_seq_kv(q->mseq)->n_blocks)
+                st = hn_errf(&err, HN_ERR_INTERNAL, "waiting request %llu holds %d MTP blocks", (unsigned long long)q->id,
+                             (int)mtp_seq_kv(q->mseq)->n_blocks);
+        for (int32_t i = 0; i < e->n_running && !st; i++) {
+            ereq *q = e->running[i];
+            if (q->mseq && q->mtp_ok && mtp_seq_len(q->mseq) != q->seq.n_tokens)
+                st = hn_errf(&err, HN_ERR_INTERNAL, "request %llu: its MTP sequence holds %d positions, it %d",
+                             (unsigned long long)q->id, (int)mtp_seq_len(q->mseq), (int)q->seq.n_tokens);
+        }
+    }
     /* waiting requests hold no blocks */
     for (ereq *q = e->wait_head; q && !st; q = q->qnext)
         if (q->seq.n_blocks) st = hn_errf(&err, HN_ERR_INTERNAL, "waiting request %llu holds %d blocks",
@@ -956,6 +1090,7 @@ static void step(eng_engine *e) {
                 spc_cost_record(&e->cost, spec_ctx, n, hn_now_ms() - t0);
                 e->spec_verify_steps += any_draft;
             }
+            if (e->mtp) mtp_drafts(e); /* the MTP layer reads this step's hidden states: now */
         }
     }
     if (e->p.debug_check) debug_check(e);
@@ -1049,6 +1184,17 @@ static void publish_stats(eng_engine *e) {
         s->draft_tokens = ds.tokens;
         s->draft_drafted = ds.drafted;
     }
+    if (e->mtp) {
+        mtp_stats ms;
+        mtp_get_stats(e->mtp, &ms);
+        s->mtp_loaded = true;
+        s->mtp_kv_bytes = ms.kv_bytes;
+        s->mtp_kv_peak_bytes = ms.kv_peak_bytes;
+        s->mtp_steps = ms.steps;
+        s->mtp_tokens = ms.tokens;
+        s->mtp_drafted = ms.drafted;
+        s->mtp_left_out = e->mtp_off;
+    }
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -1081,6 +1227,7 @@ static void *engine_main(void *arg) {
                 pthread_mutex_unlock(&e->mu);
                 kv_trim(e->kv, 0);
                 if (e->drf) drf_trim(e->drf);
+                if (e->mtp) mtp_trim(e->mtp);
                 scratch_trim(e);
                 trimmed = true;
                 publish_stats(e);
@@ -1097,6 +1244,7 @@ static void *engine_main(void *arg) {
         if (trim != e->trim_done) {
             kv_trim(e->kv, 0);
             if (e->drf) drf_trim(e->drf);
+            if (e->mtp) mtp_trim(e->mtp);
             scratch_trim(e);
             publish_stats(e);
             pthread_mutex_lock(&e->mu);
@@ -1161,7 +1309,7 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     pthread_cond_init(&e->trim_cv, NULL);
-    if (p.spec < ENG_SPEC_OFF || p.spec > ENG_SPEC_DRAFT || p.spec_max_draft < 0) {
+    if (p.spec < ENG_SPEC_OFF || p.spec > ENG_SPEC_MTP || p.spec_max_draft < 0) {
         eng_free(e);
         return hn_errf(err, HN_ERR_INVALID, "engine: bad speculation parameters");
     }
@@ -1177,7 +1325,9 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     e->cap_batch = p.step_tokens + p.max_running + e->spec_rows;
     model_params mp = {.n_threads = p.n_threads, .max_batch = e->cap_batch, .max_seqs = p.max_running,
                        .max_logits = p.max_running + e->spec_rows, .device = p.device,
-                       .scratch_fixed = p.scratch_fixed};
+                       .scratch_fixed = p.scratch_fixed,
+                       /* the MTP layer's hidden states, when the model has one and may draft with it */
+                       .mtp = p.spec == ENG_SPEC_MTP || (p.spec == ENG_SPEC_AUTO && !p.draft_path)};
     const size_t bytes_m = hn_alloc_bytes();
     hn_status st = model_load(p.model_path, &mp, &e->m, err);
     if (st) goto fail;
@@ -1205,7 +1355,31 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     if (nb > (1u << 26)) nb = 1u << 26;
     kc.n_blocks = (int32_t)nb;
     e->hybrid = hp->hybrid;
+    if (e->spec == ENG_SPEC_MTP && !model_has_mtp(e->m)) {
+        st = hn_errf(err, HN_ERR_UNSUPPORTED,
+                     "engine: --spec mtp needs a model with an MTP (nextn) layer; %s (%s) has none%s", p.model_path,
+                     hp->arch_name, hp->n_nextn > 0 ? " that hone can run" : "");
+        goto fail;
+    }
     if (e->spec && (st = spc_cost_init(&e->cost, e->cap_batch, err))) goto fail;
+    if (model_has_mtp(e->m)) {
+        /* the MTP layer: its own KV pool with as many blocks as the target's
+         * (a block of one layer), one sequence per request */
+        mtp_params mq = {.n_ctx = e->n_ctx, .max_seqs = p.max_running, .max_draft = e->spec_max, .n_blocks = (int32_t)nb,
+                         .block_size = p.block_size, .k_type = kc.type, .v_type = kc.v_type,
+                         .prefix_cache = p.prefix_cache};
+        if ((st = mtp_new(e->m, &mq, &e->mtp, err))) goto fail;
+        if ((st = spc_cost_init(&e->dcal, 1, err))) goto fail;
+        e->mjobs = hn_calloc((size_t)p.max_running, sizeof *e->mjobs);
+        e->mreq = hn_calloc((size_t)p.max_running, sizeof *e->mreq);
+        if (!e->mjobs || !e->mreq) {
+            st = hn_errf(err, HN_ERR_NOMEM, "engine: out of memory");
+            goto fail;
+        }
+        size_t mb, tb;
+        model_mtp_bytes(e->m, &mb, &tb);
+        e->draft_ratio = tb ? (double)mb / (double)tb : 1;
+    }
     if (e->spec && (e->spec == ENG_SPEC_DRAFT || e->spec == ENG_SPEC_AUTO) && p.draft_path) {
         /* the draft model: on a backend of the target's kind, its own KV pool
          * with as many blocks as the target's (one drafter block per target block) */
@@ -1277,6 +1451,11 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
         drf_get_stats(e->drf, &ds);
         e->engine_bytes -= ds.kv_bytes;
     }
+    if (e->mtp) {
+        mtp_stats ms;
+        mtp_get_stats(e->mtp, &ms);
+        e->engine_bytes -= ms.kv_bytes;
+    }
     publish_stats(e);
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         st = hn_errf(err, HN_ERR_NOMEM, "engine: cannot start its thread");
@@ -1301,6 +1480,9 @@ void eng_free(eng_engine *e) {
     }
     drf_free(e->drf);
     hn_free(e->djobs);
+    mtp_free(e->mtp);
+    hn_free(e->mjobs);
+    hn_free(e->mreq);
     spc_cost_free(&e->dcal);
     kv_free(e->kv);
     tok_free(e->vocab);
@@ -1372,7 +1554,12 @@ hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err
         q->dseq = drf_seq_new(e->drf, r->cache_ns); /* without memory the request just does not use the draft model */
         spc_req_init(&q->dctl);
     }
-    if (e->spec && e->spec != ENG_SPEC_DRAFT) {
+    if (e->mtp) {
+        q->mseq = mtp_seq_new(e->mtp, r->cache_ns); /* without memory the request just does not use the MTP layer */
+        q->mtp_ok = q->mseq != NULL;
+        spc_req_init(&q->dctl);
+    }
+    if (e->spec && e->spec != ENG_SPEC_DRAFT && e->spec != ENG_SPEC_MTP) {
         /* the drafter over the prompt (built here, off the engine thread); sized for the
          * prompt and a first part of the reply; without memory the request just does not draft */
         int32_t gen = q->max_gen > 0 && q->max_gen < 4096 ? q->max_gen : 4096;
@@ -1389,6 +1576,7 @@ hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err
     q->n_toks = r->n_prompt;
     q->ck_roll = -1;
     q->snap0 = -1;
+    q->row0 = -1;
     q->st.n_prompt = r->n_prompt;
     q->logit_row = -1;
     q->t_submit = hn_now_ms();

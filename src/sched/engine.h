@@ -45,7 +45,8 @@ typedef struct eng_params {
     int spec;                 /* eng_spec: speculative decoding (default off here; the CLI defaults to auto) */
     int32_t spec_max_draft;   /* most drafted tokens per request and step; 0: default (16) */
     const char *draft_path;   /* a draft model (spec/draft.h) with the target's vocabulary: used by
-                                 ENG_SPEC_DRAFT (required) and ENG_SPEC_AUTO; NULL: none */
+                                 ENG_SPEC_DRAFT (required) and ENG_SPEC_AUTO; NULL: none (not loaded
+                                 with ENG_SPEC_MTP) */
     /* called once with the loaded model before the engine thread starts (e.g. to
      * apply tuned kernel parameters); an error fails eng_create. NULL: none */
     hn_status (*on_load)(void *ctx, struct model *m, hn_err *err);
@@ -69,12 +70,16 @@ const char *eng_kv_type_name(int kv_type);
  * SUFFIX: the suffix drafter, verifying whatever it proposes (lengths still
  * adapted). DRAFT: the draft model alone, always drafting (lengths adapted;
  * its cost, k drafter steps for k tokens, is part of the controller's
- * gain). Hybrid (recurrent) targets speculate too, their state rolled back
+ * gain). MTP: the model's own MTP (nextn) layer (spec/mtp.h) alone, always
+ * drafting (lengths adapted, its steps' cost counted like a draft model's);
+ * refused for a model without one. AUTO uses the MTP layer in the draft
+ * model's place when the model has one and no draft model is given.
+ * Hybrid (recurrent) targets speculate too, their state rolled back
  * (DESIGN.md); a hybrid draft model is refused. */
-typedef enum eng_spec { ENG_SPEC_OFF = 0, ENG_SPEC_AUTO, ENG_SPEC_SUFFIX, ENG_SPEC_DRAFT } eng_spec;
-/* Parses "off", "auto", "suffix", "draft": returns 0 and sets *out; 1 for an
- * unknown name; 2 for a drafter that is named by the design but not built
- * yet ("mtp", "dflash"). */
+typedef enum eng_spec { ENG_SPEC_OFF = 0, ENG_SPEC_AUTO, ENG_SPEC_SUFFIX, ENG_SPEC_DRAFT, ENG_SPEC_MTP } eng_spec;
+/* Parses "off", "auto", "suffix", "draft", "mtp": returns 0 and sets *out;
+ * 1 for an unknown name; 2 for a drafter that is named by the design but not
+ * built yet ("dflash"). */
 int eng_spec_from_name(const char *name, int *out);
 const char *eng_spec_name(int spec);
 
@@ -211,6 +216,13 @@ typedef struct eng_stats {
     bool draft_loaded;
     size_t draft_model_bytes, draft_file_bytes, draft_kv_bytes, draft_kv_peak_bytes;
     uint64_t draft_steps, draft_tokens, draft_drafted;
+    /* the MTP drafter (when the model's MTP layer is in use): its own KV
+     * slabs (not in kv_bytes), steps and rows it ran (catch-up and
+     * drafting), of spec_drafted the tokens it proposed, and requests whose
+     * MTP sequence could not follow them (they stopped drafting with it) */
+    bool mtp_loaded;
+    size_t mtp_kv_bytes, mtp_kv_peak_bytes;
+    uint64_t mtp_steps, mtp_tokens, mtp_drafted, mtp_left_out;
 } eng_stats;
 
 /* Per request, as eng_get_sessions reports it. A request is a session's turn:

@@ -115,6 +115,11 @@ void srv_metrics_text(srv_server *s, sbuf *o) {
         metric(o, "hone_draft_proposed_tokens_total", "counter", "Tokens the draft model proposed.",
                (double)st.draft_drafted);
     }
+    if (st.mtp_loaded) { /* the model's MTP layer: its own KV pool, beside hone_kv_bytes */
+        metric(o, "hone_mtp_kv_bytes", "gauge", "Memory backing the MTP layer's KV pool now.", (double)st.mtp_kv_bytes);
+        metric(o, "hone_mtp_steps_total", "counter", "MTP-layer steps run (catch-up and drafting).", (double)st.mtp_steps);
+        metric(o, "hone_mtp_proposed_tokens_total", "counter", "Tokens the MTP layer proposed.", (double)st.mtp_drafted);
+    }
     metric(o, "hone_engine_bytes", "gauge", "The engine's fixed cost: everything but the KV pool.",
            (double)st.engine_bytes);
     metric(o, "hone_model_bytes", "gauge", "Of it, what loading the model allocated (repacked weights, activations).",

@@ -1,6 +1,7 @@
 /* ctl.c: the speculation controller of ctl.h. */
 #include "ctl.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "../core/alloc.h"
@@ -168,4 +169,40 @@ void spc_observe_miss(spc_cost *c, spc_req *r) {
     r->acc_den = DECAY * r->acc_den + 1;
     c->acc_num *= DECAY;
     c->acc_den = DECAY * c->acc_den + 1;
+}
+
+/* exp(x) for x <= 0 to ~1e-4 relative (a confidence estimate, not a
+ * probability anything samples from), in a loop the compiler vectorizes:
+ * 2^(x log2 e) split into an integer power (the exponent bits) and a
+ * degree-5 polynomial of the fraction; 0 below -80. */
+static inline float exp_neg(float x) {
+    float t = x * 1.44269504f;
+    t = t < -126.0f ? -126.0f : t;
+    float fi = (float)(int32_t)t;
+    if (fi > t) fi -= 1.0f;
+    float f = t - fi; /* [0, 1) */
+    float p = 1.8775767e-3f;
+    p = p * f + 8.9893397e-3f;
+    p = p * f + 5.5826318e-2f;
+    p = p * f + 2.4015361e-1f;
+    p = p * f + 6.9315308e-1f;
+    p = p * f + 9.9999994e-1f;
+    union { uint32_t u; float f; } b = {.u = (uint32_t)((int32_t)fi + 127) << 23};
+    return x < -80.0f ? 0.0f : p * b.f;
+}
+
+int32_t spc_argmax_p(const float *row, int32_t n, int32_t n_row, float *p) {
+    int32_t best = 0;
+    float mx = row[0];
+    for (int32_t i = 1; i < n; i++)
+        if (row[i] > mx) {
+            mx = row[i];
+            best = i;
+        }
+    float top = mx;
+    for (int32_t i = n; i < n_row; i++) top = row[i] > top ? row[i] : top;
+    float sum = 0;
+    for (int32_t i = 0; i < n_row; i++) sum += exp_neg(row[i] - top);
+    *p = isfinite(top) && sum > 0 ? exp_neg(mx - top) / sum : 0.0f;
+    return best;
 }

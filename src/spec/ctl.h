@@ -109,5 +109,9 @@ double spc_draft_floor(const spc_cost *c, int32_t ctx, int32_t base_rows, double
 /* Expected acceptance of a drafted position (decayed mean over verified
  * positions: the request's, else the engine-wide one, else prior). */
 double spc_acc_rate(const spc_cost *c, const spc_req *r, double prior);
+/* A model drafter's greedy token of a logits row (the lowest id among equal
+ * maxima, over the first n) and its softmax probability over all n_row
+ * (~1e-4 relative: a confidence, not a law anything samples from). */
+int32_t spc_argmax_p(const float *row, int32_t n, int32_t n_row, float *p);
 
 #endif

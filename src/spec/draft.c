@@ -1,7 +1,6 @@
 /* draft.c: the draft-model drafter of draft.h. */
 #include "draft.h"
 
-#include <math.h>
 #include <string.h>
 
 #include "../backend/cpu/cpu.h"
@@ -186,44 +185,6 @@ static bool sync_seq(drf_drafter *d, drf_job *j) {
     return !s->done;
 }
 
-/* exp(x) for x <= 0 to ~1e-4 relative (a confidence estimate, not a
- * probability anything samples from), in a loop the compiler vectorizes:
- * 2^(x log2 e) split into an integer power (the exponent bits) and a
- * degree-5 polynomial of the fraction; 0 below -80. */
-static inline float exp_neg(float x) {
-    float t = x * 1.44269504f;
-    t = t < -126.0f ? -126.0f : t;
-    float fi = (float)(int32_t)t;
-    if (fi > t) fi -= 1.0f;
-    float f = t - fi; /* [0, 1) */
-    float p = 1.8775767e-3f;
-    p = p * f + 8.9893397e-3f;
-    p = p * f + 5.5826318e-2f;
-    p = p * f + 2.4015361e-1f;
-    p = p * f + 6.9315308e-1f;
-    p = p * f + 9.9999994e-1f;
-    union { uint32_t u; float f; } b = {.u = (uint32_t)((int32_t)fi + 127) << 23};
-    return x < -80.0f ? 0.0f : p * b.f;
-}
-
-/* The greedy token of a logits row (the lowest id among equal maxima, over
- * the first n) and its softmax probability over all n_row. */
-static int32_t argmax_p(const float *row, int32_t n, int32_t n_row, float *p) {
-    int32_t best = 0;
-    float mx = row[0];
-    for (int32_t i = 1; i < n; i++)
-        if (row[i] > mx) {
-            mx = row[i];
-            best = i;
-        }
-    float top = mx;
-    for (int32_t i = n; i < n_row; i++) top = row[i] > top ? row[i] : top;
-    float sum = 0;
-    for (int32_t i = 0; i < n_row; i++) sum += exp_neg(row[i] - top);
-    *p = isfinite(top) && sum > 0 ? exp_neg(mx - top) / sum : 0.0f;
-    return best;
-}
-
 hn_status drf_draft(drf_drafter *d, drf_job *jobs, int32_t n_jobs, hn_err *err) {
     const double t_start = hn_now_ms();
     if (n_jobs > d->max_seqs) n_jobs = d->max_seqs;
@@ -300,7 +261,7 @@ hn_status drf_draft(drf_drafter *d, drf_job *jobs, int32_t n_jobs, hn_err *err) 
             drf_seq *s = j->seq;
             s->pend_from = -1;
             float p;
-            int32_t tok = argmax_p(logits + (size_t)r * (size_t)V, d->n_vocab, V, &p);
+            int32_t tok = spc_argmax_p(logits + (size_t)r * (size_t)V, d->n_vocab, V, &p);
             j->out[j->n_out] = tok;
             if (j->p) j->p[j->n_out] = p;
             j->n_out++;
