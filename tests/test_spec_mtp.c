@@ -39,11 +39,17 @@
 
 enum { NS = 4, MAXT = 512 };
 
+/* HONE_TEST_DEVICE=cuda runs every case on that backend (default: the CPU) */
+static const char *tdev(void) {
+    const char *d = getenv("HONE_TEST_DEVICE");
+    return d && *d ? d : NULL;
+}
+
 /* ---- loading ---- */
 
 static hn_status logits_of(const char *path, bool mtp, float *out, bool *has, hn_err *e) {
     model *m = NULL;
-    model_params p = {.n_threads = 2, .max_batch = 64, .mtp = mtp};
+    model_params p = {.n_threads = 2, .max_batch = 64, .mtp = mtp, .device = tdev()};
     hn_status st = model_load(path, &p, &m, e);
     if (st) return st;
     *has = model_has_mtp(m);
@@ -104,7 +110,7 @@ static void test_drafter(const char *src) {
     if (!mtp_fixture(src, MTPF_HIDDEN, fx, sizeof fx)) return;
     hn_err e;
     model *m = NULL;
-    model_params mp = {.n_threads = 2, .max_batch = 64, .max_seqs = 4, .max_logits = 16, .mtp = true};
+    model_params mp = {.n_threads = 2, .max_batch = 64, .max_seqs = 4, .max_logits = 16, .mtp = true, .device = tdev()};
     if (model_load(fx, &mp, &m, &e)) {
         CHECKF(0, "%s: load: %s", fx, e.msg);
         return;
@@ -280,6 +286,7 @@ static void run(const char *path, int spec, bool prefix_cache, int turns, const 
     memset(r, 0, sizeof *r);
     eng_params p = eng_default_params();
     p.model_path = path;
+    p.device = tdev();
     p.n_threads = 2;
     p.n_ctx = 2048;
     p.kv_max_bytes = kv_bytes;
@@ -500,6 +507,7 @@ static void engine_case(const char *src) {
 static void refused(const char *path, int spec, hn_status want, const char *needle) {
     eng_params p = eng_default_params();
     p.model_path = path;
+    p.device = tdev();
     p.n_threads = 2;
     p.n_ctx = 512;
     p.kv_max_bytes = (size_t)16 << 20;
