@@ -523,10 +523,10 @@ static void test_state(void) {
     fill_tokens(t, 32, 5);
     CHECK(kv_seq_reserve(kv, &a, 12, &e) == HN_OK);
     a.n_tokens = a.state_len = 12;
-    CHECK(kv_ckpt_take(kv, a.blocks[0]) == -1); /* not published yet */
+    CHECK(kv_ckpt_take(kv, a.blocks[0], KV_CK_LADDER) == -1); /* not published yet */
     kv_seq_commit(kv, &a, t, 12);
-    int32_t c0 = kv_ckpt_take(kv, a.blocks[0]), c2 = kv_ckpt_take(kv, a.blocks[2]);
-    CHECK(c0 >= 0 && c2 >= 0 && kv_ckpt_take(kv, a.blocks[2]) == -1 && kv_ckpt_of(kv, a.blocks[2]) == c2);
+    int32_t c0 = kv_ckpt_take(kv, a.blocks[0], KV_CK_LADDER), c2 = kv_ckpt_take(kv, a.blocks[2], KV_CK_LADDER);
+    CHECK(c0 >= 0 && c2 >= 0 && kv_ckpt_take(kv, a.blocks[2], KV_CK_LADDER) == -1 && kv_ckpt_of(kv, a.blocks[2]) == c2);
     const kv_seq *ab[2] = {&a, &b};
     CHECK(check(kv, ab, 2));
     /* b matches a's prefix through the deepest checkpoint (block 2) */
@@ -541,7 +541,7 @@ static void test_state(void) {
     CHECK(kv_seq_reserve(kv, &a, 16, &e) == HN_OK);
     a.n_tokens = 16;
     kv_seq_commit(kv, &a, t, 16);
-    int32_t c3 = kv_ckpt_take(kv, a.blocks[3]);
+    int32_t c3 = kv_ckpt_take(kv, a.blocks[3], KV_CK_LADDER);
     CHECK(c3 >= 0 && kv_ckpt_of(kv, a.blocks[0]) == -1 && kv_ckpt_of(kv, a.blocks[2]) == c2);
     kv_get_stats(kv, &ks);
     CHECK(ks.ckpts == 2 && ks.ckpt_evictions == 1);
@@ -565,14 +565,84 @@ static void test_state(void) {
     kv_config c2cfg = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .n_blocks = 2, .type = QT_F32};
     CHECK(kv_create(&c2cfg, &kv, &e) == HN_OK);
     kv_seq_init(&a, kv, 8, &e);
-    CHECK(kv_seq_state_acquire(kv, &a, &e) == HN_ERR_INVALID && kv_ckpt_take(kv, 0) == -1);
+    CHECK(kv_seq_state_acquire(kv, &a, &e) == HN_ERR_INVALID && kv_ckpt_take(kv, 0, KV_CK_LADDER) == -1);
     kv_seq_free(&a, kv);
+    kv_free(kv);
+}
+
+/* Checkpoint kinds: within the budget, ladder checkpoints go first, kept
+ * ones (tips, branch points) only for another kept one and least recently
+ * used first; a ladder checkpoint never displaces a kept one; a take on a
+ * block that has one raises its kind; a passed tip becomes a ladder one, and
+ * a match passes the tips before the block it resumes from. */
+static void test_ckpt_kinds(void) {
+    kv_config c = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4, .n_blocks = 16, .type = QT_F32,
+                   .state_bytes = 5000, .n_state_slots = 8, .n_ckpt = 3};
+    kv_cache *kv;
+    CHECK(kv_create(&c, &kv, &e) == HN_OK);
+    kv_seq a, b;
+    kv_seq_init(&a, kv, 32, &e);
+    kv_seq_init(&b, kv, 32, &e);
+    CHECK(kv_seq_state_acquire(kv, &a, &e) == HN_OK && kv_seq_state_acquire(kv, &b, &e) == HN_OK);
+    int32_t t[32];
+    fill_tokens(t, 32, 9);
+    CHECK(kv_seq_reserve(kv, &a, 24, &e) == HN_OK);
+    a.n_tokens = a.state_len = 24;
+    kv_seq_commit(kv, &a, t, 24);
+    const int32_t *ab = a.blocks;
+    const kv_seq *seqs[2] = {&a, &b};
+    kv_stats ks;
+    CHECK(kv_ckpt_take(kv, ab[0], KV_CK_LADDER) >= 0 && kv_ckpt_take(kv, ab[1], KV_CK_TIP) >= 0 &&
+          kv_ckpt_take(kv, ab[2], KV_CK_BRANCH) >= 0);
+    /* full: a ladder checkpoint displaces the ladder one, twice */
+    CHECK(kv_ckpt_take(kv, ab[3], KV_CK_LADDER) >= 0 && kv_ckpt_of(kv, ab[0]) == -1);
+    CHECK(kv_ckpt_take(kv, ab[4], KV_CK_LADDER) >= 0 && kv_ckpt_of(kv, ab[3]) == -1);
+    /* a tip displaces the ladder one too, not the older kept ones */
+    CHECK(kv_ckpt_take(kv, ab[5], KV_CK_TIP) >= 0 && kv_ckpt_of(kv, ab[4]) == -1);
+    CHECK(kv_ckpt_of(kv, ab[1]) >= 0 && kv_ckpt_of(kv, ab[2]) >= 0);
+    /* all three kept: a ladder checkpoint is refused, nothing dropped */
+    kv_get_stats(kv, &ks);
+    uint64_t ev = ks.ckpt_evictions;
+    CHECK(kv_ckpt_take(kv, ab[0], KV_CK_LADDER) == -1 && kv_ckpt_of(kv, ab[0]) == -1);
+    kv_get_stats(kv, &ks);
+    CHECKF(ks.ckpts == 3 && ks.ckpt_evictions == ev, "%d checkpoints, %llu evictions", (int)ks.ckpts,
+           (unsigned long long)ks.ckpt_evictions);
+    CHECK(check(kv, seqs, 2));
+    /* the tip at block 1 raised to a branch point: passing it changes nothing;
+     * the tip at block 5 passed: the next ladder checkpoint displaces it */
+    int32_t s1 = kv_ckpt_of(kv, ab[1]);
+    CHECK(kv_ckpt_take(kv, ab[1], KV_CK_BRANCH) == -1 && kv_ckpt_of(kv, ab[1]) == s1);
+    kv_ckpt_pass(kv, ab[1]);
+    kv_ckpt_pass(kv, ab[5]);
+    CHECK(check(kv, seqs, 2));
+    CHECK(kv_ckpt_take(kv, ab[0], KV_CK_LADDER) >= 0 && kv_ckpt_of(kv, ab[5]) == -1 && kv_ckpt_of(kv, ab[1]) == s1);
+    /* kept ones go least recently used first: block 2 (block 1 was raised since) */
+    CHECK(kv_ckpt_take(kv, ab[3], KV_CK_TIP) >= 0 && kv_ckpt_of(kv, ab[0]) == -1);
+    CHECK(kv_ckpt_take(kv, ab[4], KV_CK_TIP) >= 0 && kv_ckpt_of(kv, ab[2]) == -1 && kv_ckpt_of(kv, ab[1]) == s1);
+    CHECK(check(kv, seqs, 2));
+    /* held: branch 1, tips 3 and 4. b resumes from block 4 (5 blocks matched
+     * of 23 positions): the tip at 3 is passed, the branch point is not */
+    int32_t slot;
+    CHECK(kv_seq_match_ckpt(kv, &b, t, 23, &slot) == 20 && slot == kv_ckpt_of(kv, ab[4]));
+    CHECK(kv_ckpt_take(kv, ab[5], KV_CK_LADDER) >= 0 && kv_ckpt_of(kv, ab[3]) == -1);
+    CHECK(kv_ckpt_of(kv, ab[1]) == s1 && kv_ckpt_of(kv, ab[4]) >= 0);
+    CHECK(check(kv, seqs, 2));
+    /* the block after b's 5 is a's sixth: cached; other tokens, or fewer than a block left, not */
+    b.state_len = b.n_tokens;
+    CHECK(kv_seq_next_cached(kv, &b, t, 24) && !kv_seq_next_cached(kv, &b, t, 23));
+    int32_t u[24];
+    memcpy(u, t, sizeof u);
+    u[22]++;
+    CHECK(!kv_seq_next_cached(kv, &b, u, 24));
+    kv_seq_free(&a, kv);
+    kv_seq_free(&b, kv);
     kv_free(kv);
 }
 
 int main(void) {
     test_basics();
     test_state();
+    test_ckpt_kinds();
     test_types();
     test_slab_shrink();
     test_prefix();

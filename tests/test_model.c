@@ -609,9 +609,9 @@ static void test_hybrid_ckpt(const char *file) {
     /* sequence 0: the prefix, published, checkpointed */
     CHECK(run_seq(&r, 0, tok, 64, 0, warm, &e) == HN_OK);
     kv_seq_commit(r.kv, &r.seq[0], tok, 64);
-    int32_t slot = kv_ckpt_take(r.kv, r.seq[0].blocks[3]);
+    int32_t slot = kv_ckpt_take(r.kv, r.seq[0].blocks[3], KV_CK_TIP);
     CHECK(slot >= 0 && model_state_copy(r.m, r.kv, 1, &r.seq[0].state, &slot, &e) == HN_OK);
-    CHECK(kv_ckpt_take(r.kv, r.seq[0].blocks[3]) == -1); /* one per block */
+    CHECK(kv_ckpt_take(r.kv, r.seq[0].blocks[3], KV_CK_TIP) == -1); /* one per block */
     /* sequence 0 moves on (its live state changes; the checkpoint does not) */
     CHECK(run_seq(&r, 0, tok, 5, 64, warm, &e) == HN_OK);
     /* sequence 1: match through the checkpoint, restore, compute the rest */

@@ -233,12 +233,13 @@ hn_status kv_create(const kv_config *cfg, kv_cache **out, hn_err *err) {
         kv->n_state_slots = ns;
         kv->st_taken = hn_calloc((size_t)ns, 1);
         kv->ckpt = hn_malloc(sizeof(int32_t) * n);
+        kv->ck_kind = hn_calloc(n, 1);
         kv->ck_prev = hn_malloc(sizeof(int32_t) * n);
         kv->ck_next = hn_malloc(sizeof(int32_t) * n);
-        if (kv->ckpt)
+        if (kv->ckpt && kv->ck_prev && kv->ck_next)
             for (size_t i = 0; i < n; i++) kv->ckpt[i] = kv->ck_prev[i] = kv->ck_next[i] = -1;
-        kv->ck_head = kv->ck_tail = -1;
-        if (!kv->st_taken || !kv->ckpt || !kv->ck_prev || !kv->ck_next) {
+        kv->ck_head[0] = kv->ck_tail[0] = kv->ck_head[1] = kv->ck_tail[1] = -1;
+        if (!kv->st_taken || !kv->ckpt || !kv->ck_kind || !kv->ck_prev || !kv->ck_next) {
             kv_free(kv);
             return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory");
         }
@@ -283,6 +284,7 @@ void kv_free(kv_cache *kv) {
     }
     hn_free(kv->st_taken);
     hn_free(kv->ckpt);
+    hn_free(kv->ck_kind);
     hn_free(kv->ck_prev);
     hn_free(kv->ck_next);
     hn_free(kv);
@@ -461,21 +463,33 @@ void kv_seq_state_release(kv_cache *kv, kv_seq *s) {
 
 /* ---- checkpoints ---- */
 
+/* Which LRU a checkpoint kind lives on: 0 ladder (dropped first), 1 kept. */
+static int ck_list(int kind) { return kind != KV_CK_LADDER; }
+
 static void ck_unlink(kv_cache *kv, int32_t b) {
+    int l = ck_list(kv->ck_kind[b]);
     int32_t p = kv->ck_prev[b], n = kv->ck_next[b];
     if (p >= 0) kv->ck_next[p] = n;
-    else kv->ck_head = n;
+    else kv->ck_head[l] = n;
     if (n >= 0) kv->ck_prev[n] = p;
-    else kv->ck_tail = p;
+    else kv->ck_tail[l] = p;
     kv->ck_prev[b] = kv->ck_next[b] = -1;
 }
 
 static void ck_push_tail(kv_cache *kv, int32_t b) {
-    kv->ck_prev[b] = kv->ck_tail;
+    int l = ck_list(kv->ck_kind[b]);
+    kv->ck_prev[b] = kv->ck_tail[l];
     kv->ck_next[b] = -1;
-    if (kv->ck_tail >= 0) kv->ck_next[kv->ck_tail] = b;
-    else kv->ck_head = b;
-    kv->ck_tail = b;
+    if (kv->ck_tail[l] >= 0) kv->ck_next[kv->ck_tail[l]] = b;
+    else kv->ck_head[l] = b;
+    kv->ck_tail[l] = b;
+}
+
+/* Moves a held checkpoint to `kind` (and to its LRU's tail). */
+static void ck_set_kind(kv_cache *kv, int32_t b, int kind) {
+    ck_unlink(kv, b);
+    kv->ck_kind[b] = (uint8_t)kind;
+    ck_push_tail(kv, b);
 }
 
 void kv_ckpt_drop(kv_cache *kv, int32_t b) {
@@ -483,18 +497,31 @@ void kv_ckpt_drop(kv_cache *kv, int32_t b) {
     ck_unlink(kv, b);
     kv_state_free(kv, kv->ckpt[b]);
     kv->ckpt[b] = -1;
+    kv->ck_kind[b] = KV_CK_LADDER;
     kv->n_ckpt--;
 }
 
-int32_t kv_ckpt_take(kv_cache *kv, int32_t b) {
-    if (!kv->ckpt || kv->cfg.n_ckpt <= 0 || b < 0 || b >= kv->cfg.n_blocks || !kv->pub[b] || kv->ckpt[b] >= 0) return -1;
-    if (kv->n_ckpt >= kv->cfg.n_ckpt && kv->ck_head >= 0) {
-        kv_ckpt_drop(kv, kv->ck_head);
+void kv_ckpt_pass(kv_cache *kv, int32_t b) {
+    if (kv->ckpt && b >= 0 && b < kv->cfg.n_blocks && kv->ckpt[b] >= 0 && kv->ck_kind[b] == KV_CK_TIP)
+        ck_set_kind(kv, b, KV_CK_LADDER);
+}
+
+int32_t kv_ckpt_take(kv_cache *kv, int32_t b, kv_ck_kind kind) {
+    if (!kv->ckpt || kv->cfg.n_ckpt <= 0 || b < 0 || b >= kv->cfg.n_blocks || !kv->pub[b]) return -1;
+    if (kv->ckpt[b] >= 0) { /* one per block; a stronger kind keeps it longer */
+        if (kind > kv->ck_kind[b]) ck_set_kind(kv, b, kind);
+        return -1;
+    }
+    if (kv->n_ckpt >= kv->cfg.n_ckpt) {
+        int32_t victim = kv->ck_head[0] >= 0 ? kv->ck_head[0] : kind != KV_CK_LADDER ? kv->ck_head[1] : -1;
+        if (victim < 0) return -1; /* every held one is kept: a ladder checkpoint does not displace them */
+        kv_ckpt_drop(kv, victim);
         kv->ckpt_evictions++;
     }
     int32_t slot = kv_state_alloc(kv);
     if (slot < 0) return -1;
     kv->ckpt[b] = slot;
+    kv->ck_kind[b] = (uint8_t)kind;
     kv->n_ckpt++;
     ck_push_tail(kv, b);
     return slot;
@@ -516,8 +543,10 @@ int32_t kv_seq_match_ckpt(kv_cache *kv, kv_seq *s, const int32_t *tokens, int32_
     int32_t b = s->blocks[keep - 1];
     kv->hit_blocks -= (uint64_t)(s->n_blocks - keep);
     kv_seq_truncate(kv, s, keep * bs);
+    /* the tips this sequence resumes past are interior now (an earlier turn's prompt end) */
+    for (int32_t i = before; i < keep - 1; i++) kv_ckpt_pass(kv, s->blocks[i]);
     *slot = kv->ckpt[b];
-    ck_unlink(kv, b); /* used: to the LRU's tail */
+    ck_unlink(kv, b); /* used: to its LRU's tail */
     ck_push_tail(kv, b);
     kv->ckpt_hits++;
     return keep * bs - n0;
@@ -586,6 +615,12 @@ uint64_t kv_seq_next_hash(const kv_cache *kv, const kv_seq *s, const int32_t *to
     int bs = kv->cfg.block_size;
     if (s->n_tokens != s->n_hashed * bs || (int64_t)(s->n_hashed + 1) * bs > n) return 0;
     return chain_hash(kv, seq_parent(kv, s), tokens + (size_t)s->n_hashed * (size_t)bs);
+}
+
+bool kv_seq_next_cached(const kv_cache *kv, const kv_seq *s, const int32_t *tokens, int32_t n) {
+    uint64_t h = kv_seq_next_hash(kv, s, tokens, n);
+    if (!h) return false;
+    return ht_find(kv, h, seq_parent(kv, s), tokens + (size_t)s->n_hashed * (size_t)kv->cfg.block_size) >= 0;
 }
 
 void kv_trim(kv_cache *kv, int32_t keep_cached) {
@@ -701,7 +736,13 @@ hn_status kv_check(const kv_cache *kv, const kv_seq *const *seqs, int n_seqs, hn
                 return hn_errf(err, HN_ERR_INTERNAL, "kv: block %d's checkpoint slot %d is not taken", (int)b,
                                (int)kv->ckpt[b]);
         }
-        for (int32_t b = kv->ck_head; b >= 0 && n_lru <= nb; b = kv->ck_next[b]) n_lru++;
+        for (int l = 0; l < 2; l++)
+            for (int32_t b = kv->ck_head[l]; b >= 0 && n_lru <= nb; b = kv->ck_next[b]) {
+                if (kv->ckpt[b] < 0 || ck_list(kv->ck_kind[b]) != l || kv->ck_kind[b] > KV_CK_BRANCH)
+                    return hn_errf(err, HN_ERR_INTERNAL, "kv: block %d on checkpoint LRU %d (kind %d, slot %d)",
+                                   (int)b, l, (int)kv->ck_kind[b], (int)kv->ckpt[b]);
+                n_lru++;
+            }
         if (n_ck != kv->n_ckpt || n_lru != n_ck || n_ck > kv->cfg.n_ckpt)
             return hn_errf(err, HN_ERR_INTERNAL, "kv: %d checkpoints, %d counted, %d on the LRU, budget %d", (int)n_ck,
                            (int)kv->n_ckpt, (int)n_lru, (int)kv->cfg.n_ckpt);

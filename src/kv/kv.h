@@ -143,8 +143,9 @@ typedef struct kv_cache {
     int32_t n_state_taken;
     size_t state_bytes, state_peak_bytes;
     int32_t *ckpt;         /* [n_blocks] state slot of the block's checkpoint, -1: none */
-    int32_t *ck_prev, *ck_next; /* checkpoint LRU over blocks (head: dropped first) */
-    int32_t ck_head, ck_tail, n_ckpt;
+    uint8_t *ck_kind;      /* [n_blocks] its kv_ck_kind */
+    int32_t *ck_prev, *ck_next; /* checkpoint LRUs over blocks, [0] ladder, [1] kept (head: dropped first) */
+    int32_t ck_head[2], ck_tail[2], n_ckpt;
     uint64_t ckpt_hits, ckpt_evictions;
     int32_t *slab_nfree;   /* free blocks in each mapped slab */
     int32_t *slab_live;    /* used + cached blocks in each slab */
@@ -236,6 +237,9 @@ void kv_seq_commit(kv_cache *kv, kv_seq *s, const int32_t *tokens, int32_t n);
  * computing one block twice at once); 0 if the sequence is not at a
  * published boundary or fewer than bs tokens remain below n. */
 uint64_t kv_seq_next_hash(const kv_cache *kv, const kv_seq *s, const int32_t *tokens, int32_t n);
+/* Whether that next block (tokens[n_hashed*bs .. +bs), below n) is published:
+ * the sequence's prefix goes on in the cache. */
+bool kv_seq_next_cached(const kv_cache *kv, const kv_seq *s, const int32_t *tokens, int32_t n);
 /* Evicts cached blocks, least recently released first, until at most
  * keep_cached remain, then unmaps every empty slab (the spare too). */
 void kv_trim(kv_cache *kv, int32_t keep_cached);
@@ -266,15 +270,29 @@ void kv_seq_state_release(kv_cache *kv, kv_seq *s);
  * A checkpoint is a copy of a sequence's state right after the last token
  * of a published block, attached to that block: the block's chained hash
  * names the whole prefix, which is the state's identity. Checkpoints have
- * their own budget (cfg.n_ckpt) and LRU, and go with their block when it is
- * evicted. kv/ only keeps the bookkeeping: the caller copies the state
- * (the backend's state_copy). */
+ * their own budget (cfg.n_ckpt) and go with their block when it is evicted.
+ * Within the budget, ladder checkpoints go first (least recently used
+ * first), kept ones (tips and branch points) only when no ladder one is
+ * left, and a ladder checkpoint never displaces a kept one. kv/ only keeps
+ * the bookkeeping: the caller copies the state (the backend's state_copy). */
+typedef enum kv_ck_kind {
+    KV_CK_LADDER = 0, /* a fallback before a possible edit: dropped first */
+    KV_CK_TIP,        /* where a conversation's next turn may resume (the end of a prompt or
+                         reply): kept until a match resumes past it (kv_seq_match_ckpt) or
+                         kv_ckpt_pass says a deeper state of its sequence is kept */
+    KV_CK_BRANCH,     /* where sequences sharing a prefix part: kept */
+} kv_ck_kind;
 
-/* A slot for a new checkpoint of published block `block` (dropping the least
- * recently used checkpoint when the budget is full); -1 if the block is not
- * published, already has one, or no slot can be had. The caller copies the
- * state into the slot before the block is used again. */
-int32_t kv_ckpt_take(kv_cache *kv, int32_t block);
+/* A slot for a new checkpoint of `kind` at published block `block` (when the
+ * budget is full: dropping the least recently used ladder checkpoint, or,
+ * for a kept kind when none is left, the least recently used kept one); -1
+ * if the block is not published, already has one (raised to `kind` if that
+ * keeps it longer), or no slot can be had. The caller copies the state into
+ * the slot before the block is used again. */
+int32_t kv_ckpt_take(kv_cache *kv, int32_t block, kv_ck_kind kind);
+/* The block's checkpoint, if a tip, becomes a ladder one: its sequence has
+ * moved on and kept a deeper state. */
+void kv_ckpt_pass(kv_cache *kv, int32_t block);
 /* Drops the block's checkpoint (if any). */
 void kv_ckpt_drop(kv_cache *kv, int32_t block);
 /* References to a block (sequences holding it). */
@@ -284,7 +302,8 @@ static inline int32_t kv_ckpt_of(const kv_cache *kv, int32_t block) { return kv-
 /* kv_seq_match for a sequence with recurrent state: extends the sequence
  * with published blocks of `tokens` (up to n_max positions), then cuts the
  * match back to the deepest new block that carries a checkpoint, whose slot
- * it returns in *slot (-1 and nothing added when none does). The caller
+ * it returns in *slot (-1 and nothing added when none does); tips before
+ * that block become ladder checkpoints (kv_ckpt_pass). The caller
  * restores that state into the sequence's slot and sets state_len to the
  * returned n_tokens. Returns the positions added. */
 int32_t kv_seq_match_ckpt(kv_cache *kv, kv_seq *s, const int32_t *tokens, int32_t n_max, int32_t *slot);

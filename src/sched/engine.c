@@ -83,6 +83,7 @@ typedef struct ereq {
     double t_last;               /* when its last token was sampled */
     eng_session snap;            /* as eng_get_sessions reports it (mutex) */
     int32_t ck_roll;             /* hybrids: block of its rolling reply checkpoint, or -1 */
+    int32_t ck_from;             /* hybrids: block of the checkpoint its state was restored from, or -1 */
     int32_t ck_at;               /* hybrids: also checkpoint at this position (the end of a chunk others wait for) */
     int32_t plan_end;            /* this step: the position its chunk ends at */
     /* speculative decoding: the drafter over toks (NULL: not speculating),
@@ -313,6 +314,19 @@ static void mtp_leave(eng_engine *e, ereq *q) {
     e->mtp_off++;
 }
 
+/* Hybrids: the request kept a tip checkpoint at block b, deeper than the
+ * one it resumed from (which its conversation has moved past now) and than
+ * its previous reply checkpoint (which this one replaces, when b is in the
+ * reply). */
+static void kept_tip(eng_engine *e, ereq *q, int32_t b) {
+    if (q->ck_from >= 0) kv_ckpt_pass(e->kv, q->ck_from);
+    q->ck_from = -1;
+    if (q->seq.n_hashed * e->kv->cfg.block_size > q->n_prompt) {
+        if (q->ck_roll >= 0 && q->ck_roll != b) kv_ckpt_drop(e->kv, q->ck_roll);
+        q->ck_roll = b;
+    }
+}
+
 static void release_seq(eng_engine *e, ereq *q) {
     if (e->p.prefix_cache) kv_seq_commit(e->kv, &q->seq, q->toks, q->n_toks);
     if (e->hybrid) {
@@ -324,13 +338,14 @@ static void release_seq(eng_engine *e, ereq *q) {
         kv_seq *s = &q->seq;
         int32_t src, at = ckpt_src(e, q, &src);
         if (e->p.prefix_cache && at > 0 && s->n_hashed * bs == at) {
-            int32_t slot = kv_ckpt_take(e->kv, s->blocks[s->n_hashed - 1]);
+            int32_t b = s->blocks[s->n_hashed - 1];
+            int32_t slot = kv_ckpt_take(e->kv, b, KV_CK_TIP);
             hn_err err;
-            if (slot >= 0 && model_state_copy(e->m, e->kv, 1, &src, &slot, &err))
-                kv_ckpt_drop(e->kv, s->blocks[s->n_hashed - 1]);
+            if (slot >= 0 && model_state_copy(e->m, e->kv, 1, &src, &slot, &err)) kv_ckpt_drop(e->kv, b);
+            else if (slot >= 0) kept_tip(e, q, b);
         }
         kv_seq_state_release(e->kv, s);
-        q->ck_roll = q->ck_at = -1;
+        q->ck_roll = q->ck_from = q->ck_at = -1;
     }
     kv_seq_truncate(e->kv, &q->seq, 0);
     mtp_restart(e, q);
@@ -440,7 +455,11 @@ static void match_prefix(eng_engine *e, ereq *q) {
             kv_seq_truncate(e->kv, &q->seq, before);
             got = 0;
         }
-        if (got > 0) q->seq.state_len = q->seq.n_tokens;
+        if (got > 0) {
+            q->seq.state_len = q->seq.n_tokens;
+            if (q->ck_from >= 0) kv_ckpt_pass(e->kv, q->ck_from); /* resumed deeper than before */
+            q->ck_from = q->seq.blocks[q->seq.n_blocks - 1];
+        }
     } else {
         got = kv_seq_match(e->kv, &q->seq, q->toks, q->n_toks - 1);
     }
@@ -471,6 +490,7 @@ static void admit(eng_engine *e) {
             kv_seq_truncate(e->kv, &q->seq, 0); /* keep nothing pinned while it waits */
             if (e->hybrid) kv_seq_state_release(e->kv, &q->seq);
             mtp_restart(e, q);
+            q->ck_from = -1;
             if (!q->resumed) {
                 e->cached_tokens -= (uint64_t)q->st.n_cached;
                 q->st.n_cached = 0;
@@ -953,6 +973,7 @@ static bool verify(eng_engine *e, ereq *q, float *rows, eng_finish *fin, hn_stat
             kv_seq_truncate(e->kv, &q->seq, 0);
             q->seq.state_len = 0;
             q->snap0 = -1;
+            q->ck_roll = q->ck_from = -1; /* blocks it no longer holds */
         }
     }
     q->n_draft = 0;
@@ -960,26 +981,32 @@ static bool verify(eng_engine *e, ereq *q, float *rows, eng_finish *fin, hn_stat
 }
 
 /* Hybrids, after a step: a request at a published block boundary takes a
- * checkpoint there if it is a prompt checkpoint point or a shared block, and during the reply
- * a rolling one (each replaces the previous), so that a finished reply
- * leaves the state of its last full block. The copies run together after
- * the step's sampling. */
+ * checkpoint there, of the kind that says how long the budget keeps it
+ * (kv_ck_kind): in the prompt, a tip at its last full block (where the next
+ * turn diverges), ladder ones at the other checkpoint points and at the end
+ * of a chunk others wait for (they resume from it at once), and a branch
+ * point at the end of a chunk that is shared (another sequence holds the
+ * block) where the cached prefix stops (the end of a common prefix so far);
+ * during the reply a rolling tip (each replaces the previous), so that a
+ * finished reply leaves the state of its last full block. The copies run
+ * together after the step's sampling. */
 static void want_ckpt(eng_engine *e, ereq *q) {
     int bs = e->kv->cfg.block_size;
     kv_seq *s = &q->seq;
     int32_t src, n = ckpt_src(e, q, &src); /* a verify step may have crossed the boundary (a snapshot's state) */
     if (n <= 0 || s->n_hashed * bs != n) return;
     int32_t b = s->blocks[s->n_hashed - 1];
-    bool prompt = n <= q->n_prompt;
-    /* in the prompt: its checkpoint points, the end of a chunk others wait for, and the end of a
-     * chunk that is shared (another sequence holds the block: the end of a common prefix so far) */
-    if (prompt && !ckpt_point(e, q, n) && n != q->ck_at && kv_block_refs(e->kv, b) < 2) return;
-    int32_t slot = kv_ckpt_take(e->kv, b);
-    if (slot < 0) return;
-    if (!prompt) {
-        if (q->ck_roll >= 0) kv_ckpt_drop(e->kv, q->ck_roll);
-        q->ck_roll = b;
+    int kind = KV_CK_TIP;
+    if (n <= q->n_prompt) {
+        int32_t last = q->n_prompt / bs * bs;
+        kind = -1;
+        if (ckpt_point(e, q, n) || n == q->ck_at) kind = n == last ? KV_CK_TIP : KV_CK_LADDER;
+        if (kv_block_refs(e->kv, b) >= 2 && !kv_seq_next_cached(e->kv, s, q->toks, q->n_prompt)) kind = KV_CK_BRANCH;
+        if (kind < 0) return;
     }
+    int32_t slot = kv_ckpt_take(e->kv, b, (kv_ck_kind)kind);
+    if (slot < 0) return;
+    if (kind == KV_CK_TIP) kept_tip(e, q, b);
     e->ck_src[e->n_ck] = src;
     e->ck_dst[e->n_ck++] = slot;
 }
@@ -1574,7 +1601,7 @@ hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err
     for (int32_t i = 0; r->penalize_prompt && i < r->n_prompt; i++) smp_accept(q->smp, r->prompt[i]);
     memcpy(q->toks, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
     q->n_toks = r->n_prompt;
-    q->ck_roll = -1;
+    q->ck_roll = q->ck_from = -1;
     q->snap0 = -1;
     q->row0 = -1;
     q->st.n_prompt = r->n_prompt;
