@@ -730,6 +730,72 @@ static void test_roundtrip(void) {
     }
 }
 
+/* The reader's arena grows from about the file's size (4 KiB at least) by
+ * doubling up to 1 MiB chunks, and a string past 1 MiB gets a chunk of its
+ * own: a file whose strings fill every size of chunk (keys, values, an array
+ * of strings, one 1.5 MiB string between them) reads back every byte. */
+static void fill_str(char *s, size_t len, unsigned seed) {
+    for (size_t i = 0; i < len; i++) s[i] = (char)('a' + (seed * 31u + (unsigned)i * 7u) % 26u);
+    s[len] = 0;
+}
+
+static void test_arena_chunks(void) {
+    enum { NK = 6000, NA = 20000, BIG = 3 << 19 };
+    gguf_writer *w = gguf_writer_new();
+    char key[32], val[400];
+    char *big = malloc(BIG + 1);
+    char **arr = malloc(NA * sizeof *arr);
+    if (!big || !arr) {
+        CHECK(0);
+        return;
+    }
+    fill_str(big, BIG, 99);
+    for (int i = 0; i < NA; i++) {
+        arr[i] = malloc(40);
+        fill_str(arr[i], (size_t)(i % 37), (unsigned)i + 7);
+    }
+    for (int i = 0; i < NK; i++) {
+        snprintf(key, sizeof key, "k.%d", i);
+        fill_str(val, (size_t)(i * 13) % 390, (unsigned)i);
+        CHECK(gguf_writer_set_str(w, key, val) == HN_OK);
+        if (i == NK / 2) {
+            CHECK(gguf_writer_set_str(w, "big", big) == HN_OK);
+            CHECK(gguf_writer_set_arr_str(w, "arr", (const char *const *)arr, NA) == HN_OK);
+        }
+    }
+    void *buf = NULL;
+    size_t size = 0;
+    hn_err err = {0};
+    CHECK(gguf_writer_write_mem(w, &buf, &size, &err) == HN_OK);
+    gguf_ctx *c = NULL;
+    CHECKF(buf && gguf_open_mem(buf, size, &c, &err) == HN_OK, "%s", err.msg);
+    if (c) {
+        int bad = 0;
+        for (int i = 0; i < NK; i++) {
+            snprintf(key, sizeof key, "k.%d", i);
+            fill_str(val, (size_t)(i * 13) % 390, (unsigned)i);
+            const char *got = gguf_get_str(c, key);
+            bad += !got || strcmp(got, val);
+        }
+        const char *gb = gguf_get_str(c, "big");
+        CHECK(gb && strlen(gb) == BIG && !memcmp(gb, big, BIG));
+        const gguf_value *a = gguf_get(c, "arr");
+        CHECK(a && a->type == GGUF_ARRAY && a->v.arr.n == NA);
+        for (int i = 0; a && i < NA; i++) {
+            uint64_t len = 0;
+            const char *e = gguf_arr_str(a, (uint64_t)i, &len);
+            bad += !e || len != strlen(arr[i]) || memcmp(e, arr[i], len) || e[len];
+        }
+        CHECKF(bad == 0, "%d strings read back wrong", bad);
+        gguf_close(c);
+    }
+    for (int i = 0; i < NA; i++) free(arr[i]);
+    free(arr);
+    free(big);
+    hn_free(buf);
+    gguf_writer_free(w);
+}
+
 static void test_writer_rejects(void) {
     gguf_writer *w = gguf_writer_new();
     float d[32] = {0};
@@ -936,6 +1002,7 @@ int main(void) {
     test_truncate_real();
     test_hostile();
     test_roundtrip();
+    test_arena_chunks();
     test_writer_rejects();
     test_truncate_and_flip();
     test_cli_info();

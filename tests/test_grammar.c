@@ -20,6 +20,7 @@
 #include "core/clock.h"
 #include "gguf/gguf.h"
 #include "sample/grammar.h"
+#include "sample/grammar_int.h"
 #include "sample/sample.h"
 #include "template/toolcall.h"
 #include "test.h"
@@ -840,6 +841,124 @@ static void check_bitmasks(const gr_vocab *v, const uint8_t *flags, int paths, i
     CHECKF(st.end_ok, "%s: all-zero mask after EOG (%lld times)", label, (long long)st.eog_seen);
 }
 
+/* ---- the completion search's byte classes against trying every byte ---- */
+
+typedef struct {
+    int64_t compared, found, none;
+    double t_fast, t_ref; /* seconds */
+} comp_stats;
+
+/* Two fresh states fed the same text: gr_state_completion and the reference
+ * (every byte of every configuration, gr_state_completion_ref) must give the
+ * same answer, also where the search gives up at its bounds, and a
+ * completion must end the grammar. */
+static void compare_completion(const gr_grammar *g, const gr_vocab *v, const char *text, size_t n, comp_stats *st,
+                               const char *label) {
+    gr_state *a = NULL, *b = NULL;
+    if (gr_state_new(g, v, &a, NULL) != HN_OK || gr_state_new(g, v, &b, NULL) != HN_OK) {
+        CHECKF(0, "%s: gr_state_new", label);
+        gr_state_free(a);
+        return;
+    }
+    if (gr_state_accept_bytes(a, text, n, NULL) == HN_OK && gr_state_accept_bytes(b, text, n, NULL) == HN_OK) {
+        static char ca[8192], cb[8192];
+        double t0 = hn_now_s();
+        int64_t ra = gr_state_completion(a, ca, sizeof ca);
+        double t1 = hn_now_s();
+        int64_t rb = gr_state_completion_ref(b, cb, sizeof cb);
+        st->t_fast += t1 - t0;
+        st->t_ref += hn_now_s() - t1;
+        size_t m = ra > 0 ? (size_t)(ra < (int64_t)sizeof ca ? ra : (int64_t)sizeof ca) : 0;
+        CHECKF(ra == rb && !memcmp(ca, cb, m), "%s: after %zu bytes the completion is %lld bytes, the reference's %lld",
+               label, n, (long long)ra, (long long)rb);
+        if (ra > 0 && ra <= (int64_t)sizeof ca)
+            CHECKF(gr_state_accept_bytes(a, ca, (size_t)ra, NULL) == HN_OK && gr_state_done(a),
+                   "%s: the completion does not end the grammar", label);
+        st->compared++;
+        st->found += ra > 0;
+        st->none += ra < 0;
+    }
+    gr_state_free(a);
+    gr_state_free(b);
+}
+
+/* Random paths over normal tokens (so that the text replays as bytes),
+ * compared every few tokens. */
+static void completion_paths(const gr_grammar *g, const gr_vocab *v, const vocab_src *vs, int paths, int steps,
+                             comp_stats *st, const char *label) {
+    static char text[16384];
+    for (int p = 0; p < paths; p++) {
+        gr_state *s = NULL;
+        if (gr_state_new(g, v, &s, NULL) != HN_OK) return;
+        rng_state = 0x9e3779b97f4a7c15ull * (uint64_t)(p + 1);
+        size_t n = 0;
+        for (int t = 0; t < steps; t++) {
+            if (t % 5 == 0) compare_completion(g, v, text, n, st, label);
+            const uint32_t *m = gr_state_allowed(s);
+            int32_t pick = -1, seen = 0;
+            for (int32_t i = 0; i < vs->n; i++)
+                if ((m[i >> 5] >> (i & 31) & 1) && !vs->flags[i] && vs->lens[i] > 0 && rnd() % (uint64_t)++seen == 0)
+                    pick = i;
+            if (pick < 0 || n + (size_t)vs->lens[pick] > sizeof text) break;
+            if (gr_state_accept(s, pick, NULL) != HN_OK) {
+                CHECKF(0, "%s: token %d of the mask refused", label, pick);
+                break;
+            }
+            memcpy(text + n, vs->text[pick], (size_t)vs->lens[pick]);
+            n += (size_t)vs->lens[pick];
+        }
+        gr_state_free(s);
+    }
+}
+
+static void test_completion_ref(void) {
+    vocab_src vs;
+    synth_vocab(&vs);
+    gr_vocab *v = NULL;
+    CHECK(gr_vocab_new(vs.n, (const char *const *)vs.text, vs.lens, vs.flags, &v, NULL) == HN_OK);
+    comp_stats st = {0};
+    int paths = sanitized() ? 1 : 2;
+    for (size_t k = 0; k <= sizeof SCHEMAS / sizeof SCHEMAS[0]; k++) {
+        json_t *sch = k < sizeof SCHEMAS / sizeof SCHEMAS[0] ? js(SCHEMAS[k]) : NULL;
+        gr_grammar *g = NULL;
+        if ((sch ? gr_from_schema(sch, &g, NULL) : gr_any_object(&g, NULL)) == HN_OK)
+            completion_paths(g, v, &vs, paths, 50, &st, "schema");
+        gr_grammar_free(g);
+        json_decref(sch);
+    }
+    static const tc_format fmts[] = {TC_FORMAT_HERMES, TC_FORMAT_QWEN_XML, TC_FORMAT_LLAMA3};
+    json_t *tools = js(TOOLS);
+    for (int f = 0; f < 3; f++) {
+        gr_tool_opts o = {fmts[f], NULL, f == 1, f == 2 ? GR_THINK_OPTIONAL : GR_THINK_NONE};
+        gr_grammar *g = NULL;
+        if (gr_from_tools(tools, &o, &g, NULL) == HN_OK) completion_paths(g, v, &vs, paths, 50, &st, "tools");
+        gr_grammar_free(g);
+    }
+    json_decref(tools);
+    /* the tool list that once made one search intern 32,729 configurations:
+     * both searches stop at the same bound */
+    FILE *fp = fopen("tests/fuzz/corpus/grammar/regress-completion-slow", "rb");
+    CHECKF(fp != NULL, "tests/fuzz/corpus/grammar/regress-completion-slow missing");
+    if (fp) {
+        static char buf[8192];
+        size_t n = fread(buf, 1, sizeof buf, fp);
+        fclose(fp);
+        json_t *list = n > 1 ? json_loadb(buf + 1, n - 1, 0, NULL) : NULL;
+        gr_tool_opts o = {TC_FORMAT_HERMES, NULL, false, GR_THINK_NONE};
+        gr_grammar *g = NULL;
+        CHECK(list && gr_from_tools(list, &o, &g, NULL) == HN_OK);
+        if (g) completion_paths(g, v, &vs, 1, 30, &st, "regress-completion-slow");
+        gr_grammar_free(g);
+        json_decref(list);
+    }
+    printf("completion: %lld states compared with the reference, %lld completed, %lld gave up; %.3f s searching, "
+           "the reference %.3f s\n",
+           (long long)st.compared, (long long)st.found, (long long)st.none, st.t_fast, st.t_ref);
+    CHECKF(st.compared > 40 && st.found > 20 && st.none > 0, "the comparison saw completions and bounded searches");
+    gr_vocab_free(v);
+    synth_free(&vs);
+}
+
 static void test_synthetic(void) {
     vocab_src vs;
     synth_vocab(&vs);
@@ -933,6 +1052,7 @@ static void test_qwen3(void) {
 int main(void) {
     test_texts();
     test_synthetic();
+    test_completion_ref();
     test_qwen3();
     TEST_DONE();
 }

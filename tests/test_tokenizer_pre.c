@@ -136,6 +136,46 @@ static void test_bpe_pres(void) {
     gguf_close(g);
 }
 
+/* A long mixed-case word under the tekken / gpt-4o patterns (a repeated
+ * group per letter) needs more than the 32 KiB of machine stack the JIT
+ * starts on: the match is retried on a big JIT stack, so the word is one
+ * piece and decodes back exactly, at every length around the switch. */
+static void test_long_match(void) {
+    gguf_ctx *g = NULL;
+    gguf_writer *w = writer_from("data/vocab/ggml-vocab-qwen3-npm.gguf", &g);
+    if (!w) return;
+    static const char *const pres[] = {"tekken", "gpt-4o", "qwen2"};
+    enum { MAXN = 24000 };
+    char *s = hn_malloc(MAXN + 1), *dec = hn_malloc(MAXN + 64);
+    int32_t *ids = hn_malloc(MAXN * sizeof *ids);
+    for (size_t p = 0; s && dec && ids && p < sizeof pres / sizeof *pres; p++) {
+        gguf_writer_set_str(w, "tokenizer.ggml.pre", pres[p]);
+        void *buf;
+        tok_vocab *v = vocab_of(w, &buf);
+        static const int lens[] = {100, 1000, 3000, 8000, MAXN};
+        for (size_t k = 0; v && k < sizeof lens / sizeof *lens; k++) {
+            int n = lens[k];
+            for (int i = 0; i < n; i++) s[i] = (char)(i < n / 2 ? 'A' + i % 26 : 'a' + i % 26);
+            int64_t m = tok_encode(v, s, (size_t)n, false, false, ids, MAXN);
+            size_t dl = 0;
+            for (int64_t i = 0; i < m; i++) {
+                int32_t r = tok_piece(v, ids[i], false, dec + dl, (int32_t)(MAXN + 64 - dl));
+                if (r < 0 || dl + (size_t)r > (size_t)MAXN) break;
+                dl += (size_t)r;
+            }
+            CHECKF(m > 0 && dl == (size_t)n && !memcmp(dec, s, (size_t)n), "%s: a %d-letter word: %lld ids, %zu bytes back",
+                   pres[p], n, (long long)m, dl);
+        }
+        tok_free(v);
+        hn_free(buf);
+    }
+    hn_free(s);
+    hn_free(dec);
+    hn_free(ids);
+    gguf_writer_free(w);
+    gguf_close(g);
+}
+
 static void test_spm_variants(void) {
     struct {
         const char *file;
@@ -177,5 +217,6 @@ static void test_spm_variants(void) {
 int main(void) {
     test_bpe_pres();
     test_spm_variants();
+    test_long_match();
     TEST_DONE();
 }

@@ -54,11 +54,18 @@ struct gguf_ctx {
 
 /* ---- arena ---- */
 
+/* Chunks start at about the file's size (at least 4 KiB) and double up to
+ * 1 MiB: a small file (a vocabulary cut, a hostile input) does not pay for
+ * a 1 MiB chunk, which malloc maps and unmaps, and a model's metadata still
+ * comes in 1 MiB chunks. */
 static void *arena_alloc(gguf_ctx *c, size_t n) {
     n = (n + 15) & ~(size_t)15;
     arena_chunk *a = c->arena;
     if (!a || a->cap - a->used < n) {
-        size_t cap = n > (1u << 20) ? n : (1u << 20);
+        size_t cap = a ? (a->cap < (1u << 19) ? a->cap * 2 : (1u << 20)) : c->size;
+        if (cap < 4096) cap = 4096;
+        if (cap > (1u << 20)) cap = 1u << 20;
+        if (cap < n) cap = n;
         if (cap > SIZE_MAX - sizeof(arena_chunk)) return NULL;
         a = hn_malloc(sizeof(arena_chunk) + cap);
         if (!a) return NULL;

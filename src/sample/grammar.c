@@ -714,17 +714,60 @@ hn_status gr_state_accept_bytes(gr_state *s, const char *text, size_t len, hn_er
     return HN_OK;
 }
 
-int64_t gr_state_completion(gr_state *s, char *out, size_t cap) {
+/* The bytes worth trying from configuration c (mode 0), in increasing
+ * order: one per class of bytes that the same stacks' top sets hold (any
+ * byte of a class leads to the same configuration, since advance only asks
+ * which stacks take the byte), none that no top set holds (dead). Past 64
+ * stacks every live byte is its own class. Returns how many. */
+static int byte_classes(const gr_state *s, int32_t c, uint8_t rep[256]) {
+    const gr_grammar *g = s->g;
+    const int32_t *p = s->pool + s->cfgs[c].off;
+    int32_t n = *p++, k = 0;
+    uint64_t sig[256] = {0};
+    bool wide = false;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t len = *p++;
+        const int32_t *fr = p;
+        p += len;
+        if (!len) continue;
+        const gr_set *set = &g->sets[g->code[fr[len - 1]]];
+        uint64_t bit = k < 64 ? 1ull << k : 1;
+        if (k++ >= 64) wide = true;
+        for (int w = 0; w < 8; w++)
+            for (uint32_t m = set->w[w]; m; m &= m - 1) sig[w * 32 + __builtin_ctz(m)] |= bit;
+    }
+    uint64_t cls[256];
+    int nr = 0, ncls = 0;
+    for (int b = 0; b < 256; b++) {
+        if (!sig[b]) continue;
+        if (!wide) {
+            int j = 0;
+            while (j < ncls && cls[j] != sig[b]) j++;
+            if (j < ncls) continue;
+            cls[ncls++] = sig[b];
+        }
+        rep[nr++] = (uint8_t)b;
+    }
+    return nr;
+}
+
+/* The search of gr_state_completion; classes = false tries every byte of
+ * every configuration (the reference, gr_state_completion_ref). Both give
+ * the same text and stop at the same point: the bytes skipped could only
+ * have led to a dead end or to a configuration already seen, and the step
+ * bound counts every byte of a configuration either way. */
+static int64_t completion(gr_state *s, char *out, size_t cap, bool classes) {
     if (s->finished) return 0;
     maybe_flush(s);
     if (s->cfgs[s->cur].accepting) return 0;
     /* breadth-first over (configuration, byte) transitions, bounded: at most
-     * LIMIT configurations queued, STEPS transitions tried and NEW
+     * LIMIT configurations queued, STEPS transitions considered and NEW
      * configurations interned on the way (a transition that makes a new one
      * is the expensive kind), so that a hostile grammar cannot make one
      * search take seconds (it runs on the engine thread, every step near
      * the end of a constrained request's budget) */
     enum { LIMIT = 1 << 15, STEPS = 1 << 21, NEW = GR_COMPLETION_NEW_CFGS };
+    uint8_t rep[256];
     int64_t steps = 0, cfgs0 = s->n_cfgs;
     int32_t *cfg = hn_malloc(LIMIT * sizeof *cfg), *parent = hn_malloc(LIMIT * sizeof *parent);
     uint8_t *by = hn_malloc(LIMIT);
@@ -736,8 +779,11 @@ int64_t gr_state_completion(gr_state *s, char *out, size_t cap) {
     parent[tail++] = -1;
     while (head < tail && found < 0) {
         int32_t q = head++;
-        for (unsigned b = 0; b < 256 && found < 0; b++) {
-            if (++steps > STEPS || s->n_cfgs - cfgs0 > NEW) goto done;
+        int nb = 256;
+        if (classes) nb = byte_classes(s, cfg[q], rep);
+        for (int k = 0; k < nb && found < 0; k++) {
+            unsigned b = classes ? rep[k] : (unsigned)k;
+            if ((steps = (int64_t)q * 256 + b + 1) > STEPS || s->n_cfgs - cfgs0 > NEW) goto done;
             int32_t nx = trans(s, cfg[q], b, 0);
             if (nx < 0) continue;
             if (nx >= seen_cap) {
@@ -775,6 +821,9 @@ done:
     hn_free(seen);
     return result;
 }
+
+int64_t gr_state_completion(gr_state *s, char *out, size_t cap) { return completion(s, out, cap, true); }
+int64_t gr_state_completion_ref(gr_state *s, char *out, size_t cap) { return completion(s, out, cap, false); }
 
 bool gr_state_done(const gr_state *s) { return s->finished || (s->cur >= 0 && s->cfgs[s->cur].accepting); }
 bool gr_state_failed(const gr_state *s) { return s->failed; }

@@ -1,4 +1,5 @@
-/* grammar_int.h: the compiled grammar's layout, private to src/sample/grammar*.c.
+/* grammar_int.h: the compiled grammar's layout, private to src/sample/grammar*.c
+ * (and the tests).
  *
  * code[] holds every rule as its alternatives, each a run of elements ended by
  * GR_ALT_END, the rule ended by GR_RULE_END. An element >= 0 is a byte set
@@ -31,6 +32,10 @@ struct gr_grammar {
     gr_set *sets;
     int32_t n_sets;
 };
+
+/* gr_state_completion trying every byte of every configuration: the
+ * reference its byte classes are tested against (test_grammar). */
+int64_t gr_state_completion_ref(gr_state *s, char *out, size_t cap);
 
 static inline int gr_set_has(const gr_set *s, unsigned b) { return (s->w[b >> 5] >> (b & 31)) & 1u; }
 

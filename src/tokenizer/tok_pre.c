@@ -16,7 +16,8 @@
  * The hand-written splitters llama.cpp uses for the GPT-2, Llama-3, Qwen2 and
  * Qwen3.5 patterns are equivalent to running the patterns themselves, so PCRE2
  * runs those too. Patterns are compiled once (with JIT) per vocabulary; the
- * compiled code is shared, match state is per call, so splitting is thread-safe. */
+ * compiled code is shared, match state (and the JIT stack a long match may
+ * need) is per call, so splitting is thread-safe. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <string.h>
@@ -406,14 +407,36 @@ static void span_push(span_vec *s, size_t off, size_t len) {
 }
 
 /* Splits one piece with one pattern, appending the resulting pieces. */
+/* Match state of one split: the JIT runs on 32 KiB of the machine stack
+ * (PCRE2's default when no stack is assigned) until a match runs out of it;
+ * then an 8 MiB JIT stack is made for the rest of the call and the match is
+ * retried. Making that stack up front cost an mmap, page faults and a
+ * munmap (with a TLB shootdown in a threaded process) on every call. */
+typedef struct {
+    pcre2_general_context *gctx;
+    pcre2_match_context *mctx;
+    pcre2_jit_stack *js;
+} match_ctx;
+
+/* true: the big JIT stack was made just now (retry the match); false: it was
+ * there already, or out of memory */
+static bool big_jit_stack(match_ctx *m) {
+    if (m->js) return false;
+    m->js = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, m->gctx);
+    if (!m->js) return false;
+    pcre2_jit_stack_assign(m->mctx, NULL, m->js);
+    return true;
+}
+
 static bool split_piece(const pcre2_code *code, const char *subj_all, tok_span piece, pcre2_match_data *md,
-                        pcre2_match_context *mctx, span_vec *out) {
+                        match_ctx *m, span_vec *out) {
     const PCRE2_SPTR subj = (PCRE2_SPTR)(subj_all + piece.off);
     const size_t slen = piece.len;
     size_t pos = 0, last = 0;
     uint32_t opts = 0;
     while (pos <= slen) {
-        int rc = pcre2_match(code, subj, slen, pos, opts | PCRE2_NO_UTF_CHECK, md, mctx);
+        int rc = pcre2_match(code, subj, slen, pos, opts | PCRE2_NO_UTF_CHECK, md, m->mctx);
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT && big_jit_stack(m)) continue;
         if (rc == PCRE2_ERROR_NOMATCH) {
             if (!opts) break;
             /* no non-empty match right here after an empty one: step one character */
@@ -481,19 +504,17 @@ int64_t tok_pre_split(const tok_pre *p, const char *text, size_t len, char **cle
     span_vec cur = {0}, next = {0};
     span_push(&cur, 0, cn);
     pcre2_match_data *md = pcre2_match_data_create(1, p->gctx);
-    pcre2_match_context *mctx = pcre2_match_context_create(p->gctx);
-    pcre2_jit_stack *js = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, p->gctx);
-    bool ok = md && mctx && js && !cur.oom;
-    if (ok) pcre2_jit_stack_assign(mctx, NULL, js);
+    match_ctx m = {p->gctx, pcre2_match_context_create(p->gctx), NULL};
+    bool ok = md && m.mctx && !cur.oom;
     for (int r = 0; ok && r < p->n_rx; r++) {
         next.n = 0;
-        for (size_t k = 0; ok && k < cur.n; k++) ok = split_piece(p->rx[r], subject, cur.v[k], md, mctx, &next);
+        for (size_t k = 0; ok && k < cur.n; k++) ok = split_piece(p->rx[r], subject, cur.v[k], md, &m, &next);
         span_vec t = cur;
         cur = next;
         next = t;
     }
-    pcre2_jit_stack_free(js);
-    pcre2_match_context_free(mctx);
+    if (m.js) pcre2_jit_stack_free(m.js);
+    pcre2_match_context_free(m.mctx);
     pcre2_match_data_free(md);
     hn_free(next.v);
     if (subject != clean) hn_free(subject);

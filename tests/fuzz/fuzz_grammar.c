@@ -8,7 +8,10 @@
  * tokens chosen from the allowed mask by a hash of the input: each chosen
  * token must be allowed and accepted, a token outside the mask refused,
  * and the completion gr_state_completion offers (asked on one input in
- * eight, for speed) must end the grammar, its search within its bound.
+ * eight, for speed) must end the grammar, its search within its bound; on
+ * one of those in 32, two fresh states fed the same text must get the same
+ * answer from it and from the reference search that tries every byte
+ * (gr_state_completion_ref), also where both give up.
  * A schema grammar's finished text must parse as JSON. Seeds:
  * tests/fuzz/corpus/grammar (schemas and tool lists of the client traces). */
 #include <jansson.h>
@@ -16,6 +19,7 @@
 
 #include "fuzz_common.h"
 #include "sample/grammar.h"
+#include "sample/grammar_int.h"
 
 static gr_vocab *g_gv;
 
@@ -62,6 +66,24 @@ __attribute__((unused)) static void fuzz_grammar_free(void) { /* for the replay 
 
 static bool mask_bit(const uint32_t *m, int32_t t) { return (m[t >> 5] >> (t & 31)) & 1u; }
 
+/* The byte-class search against the reference, on two fresh states fed the
+ * same text (the same history, so the same bounds bite). */
+static void compare_ref(const gr_grammar *g, const char *text, size_t len) {
+    gr_state *a = NULL, *b = NULL;
+    hn_err err = {0};
+    if (gr_state_new(g, g_gv, &a, &err) == HN_OK && gr_state_new(g, g_gv, &b, &err) == HN_OK &&
+        gr_state_accept_bytes(a, text, len, &err) == HN_OK && gr_state_accept_bytes(b, text, len, &err) == HN_OK) {
+        static char ca[2048], cb[2048];
+        int64_t ra = gr_state_completion(a, ca, sizeof ca), rb = gr_state_completion_ref(b, cb, sizeof cb);
+        size_t m = ra > 0 ? (size_t)(ra < (int64_t)sizeof ca ? ra : (int64_t)sizeof ca) : 0;
+        if (ra != rb || memcmp(ca, cb, m))
+            fuzz_fail("after %zu bytes the completion is %lld bytes, the reference's %lld", len, (long long)ra,
+                      (long long)rb);
+    }
+    gr_state_free(a);
+    gr_state_free(b);
+}
+
 static void fuzz_grammar_one(const uint8_t *data, size_t size) {
     if (size < 2 || size > 64 * 1024) return;
     uint8_t sel = data[0];
@@ -105,7 +127,7 @@ static void fuzz_grammar_one(const uint8_t *data, size_t size) {
     uint64_t rng = fuzz_hash(data, size);
     static char text[4096];
     size_t tlen = 0;
-    bool eog = false, cut = false; /* cut: text did not fit */
+    bool eog = false, cut = false, special = false; /* cut: text did not fit; special: a control token is not in it */
     for (int step = 0; step < 48 && !eog; step++) {
         const uint32_t *m = gr_state_allowed(s);
         int32_t cnt = 0;
@@ -130,6 +152,8 @@ static void fuzz_grammar_one(const uint8_t *data, size_t size) {
         if (a != HN_OK) fuzz_fail("token %d of the mask refused: %s", tok, err.msg);
         if (tok == nv - 2) {
             eog = true;
+        } else if (tok == nv - 1) {
+            special = true;
         } else if (tok < 256) {
             if (tlen < sizeof text) text[tlen++] = (char)tok;
             else cut = true;
@@ -140,6 +164,7 @@ static void fuzz_grammar_one(const uint8_t *data, size_t size) {
         }
     }
     if (!eog && fuzz_next(&rng) % 8 == 0) { /* the search is slow: on one input in eight */
+        if (fuzz_next(&rng) % 32 == 0 && !cut && !special) compare_ref(g, text, tlen);
         char comp[2048];
         int64_t n0, n1;
         gr_state_counters(s, &n0, NULL);
