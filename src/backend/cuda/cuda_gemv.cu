@@ -895,7 +895,7 @@ static __device__ __forceinline__ void warp_quant_block(const float *v, int64_t 
 /* [x = x + r;] y = rms_norm(x) * w (cuda_kern.cu's k_rms_norm, bit for bit:
  * the same threads, values a thread and sums), and y quantized for ACT into
  * the scratch; one block a row, y kept in shared memory between the two */
-#define NQ_VPT 4
+#define NQ_VPT HC_RN_VPT
 template <int ACT>
 static __global__ void k_norm_quant(float *__restrict__ x, const float *__restrict__ r, const float *__restrict__ w,
                                     int dim, float eps, float *__restrict__ y, int8_t *__restrict__ q,
@@ -928,22 +928,7 @@ static __global__ void k_norm_quant(float *__restrict__ x, const float *__restri
         ys[i] = u;
         ss += (double)__fmul_rn(u, u);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (nt > 32) {
-        if (lane == 0) sh[warp] = ss;
-        __syncthreads();
-        if (warp == 0) {
-            ss = lane < nt / 32 ? sh[lane] : 0.0;
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            if (lane == 0) sh[0] = ss;
-        }
-        __syncthreads();
-        ss = sh[0];
-    }
-    const float mean = (float)(ss / dim);
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+    const float scale = hc_rms_scale(ss, nt, dim, eps, sh);
 #pragma unroll
     for (int j = 0; j < NQ_VPT; j++) {
         const int i = threadIdx.x + j * nt;
@@ -993,8 +978,7 @@ extern "C" hn_status hc_norm_quant(float *x, const float *r, const float *w, int
                                    hc_act act, hc_gemv_scratch *s, void *stream, hn_err *err) {
     if (!hc_quant_fusable(act, dim, n, s))
         return hn_errf(err, HN_ERR_INVALID, "cuda: norm_quant: %d rows of %d for activation type %d", n, dim, (int)act);
-    int nt = ((dim + NQ_VPT - 1) / NQ_VPT + 31) / 32 * 32;
-    nt = nt < 32 ? 32 : nt > 1024 ? 1024 : nt;
+    const int nt = hc_rms_threads(dim);
     const size_t smem = sizeof(float) * (size_t)dim;
     cudaStream_t cs = (cudaStream_t)stream;
     if (act == HC_ACT_Q8_0)

@@ -39,7 +39,7 @@ static __device__ A block_reduce(A v, A *sh) {
 /* one block a row, RN_VPT values a thread kept in registers between the
  * sum and the scaling (so x is read once, all loads issued together); rows
  * wider than RN_VPT * 1024 loop */
-#define RN_VPT 4
+#define RN_VPT HC_RN_VPT
 static __global__ void k_rms_norm(const float *x, const float *w, int dim, float eps, float *y) {
     __shared__ double sh[32];
     const float *xr = x + (int64_t)blockIdx.x * dim;
@@ -55,24 +55,7 @@ static __global__ void k_rms_norm(const float *x, const float *w, int dim, float
 #pragma unroll
     for (int j = 0; j < RN_VPT; j++) ss += (double)__fmul_rn(v[j], v[j]);
     for (int i = threadIdx.x + RN_VPT * nt; i < dim; i += nt) ss += (double)__fmul_rn(xr[i], xr[i]);
-    /* the sum over the block: warp sums, then warp 0 sums those by shuffles (no serial loop over 32 entries) */
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
-    if (nt > 32) {
-        if (lane == 0) sh[warp] = ss;
-        __syncthreads();
-        if (warp == 0) {
-            ss = lane < nt / 32 ? sh[lane] : 0.0;
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            if (lane == 0) sh[0] = ss;
-        }
-        __syncthreads();
-        ss = sh[0];
-    }
-    const float mean = (float)(ss / dim);
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+    const float scale = hc_rms_scale(ss, nt, dim, eps, sh);
 #pragma unroll
     for (int j = 0; j < RN_VPT; j++) {
         const int i = threadIdx.x + j * nt;
@@ -89,8 +72,7 @@ static __global__ void k_rms_norm(const float *x, const float *w, int dim, float
 
 cudaError_t ck_rms_norm(cudaStream_t s, const float *x, const float *w, int n, int dim, float eps, float *y) {
     if (n <= 0) return cudaSuccess;
-    int nt = ((dim + RN_VPT - 1) / RN_VPT + 31) / 32 * 32;
-    nt = nt < 32 ? 32 : nt > 1024 ? 1024 : nt;
+    const int nt = hc_rms_threads(dim);
     k_rms_norm<<<(unsigned)n, (unsigned)nt, 0, s>>>(x, w, dim, eps, y);
     return cudaGetLastError();
 }
@@ -417,10 +399,7 @@ static __global__ void __launch_bounds__(128)
             double ss = 0.0;
 #pragma unroll
             for (int j = 0; j < 4; j++) ss += (double)__fmul_rn(x[j], x[j]);
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            const float mean = (float)(ss / hd);
-            const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, is_q ? eps_q : eps_k)));
+            const float scale = hc_rms_scale(ss, 32, hd, is_q ? eps_q : eps_k, NULL);
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const int i = lane + 32 * j;
@@ -593,6 +572,77 @@ static __device__ __forceinline__ float kv_at(qt_type t, const uint8_t *row, int
     return kv_get(t, row, d);
 }
 
+/* ---- the parts of a chunk's work both chunk kernels share ---- */
+
+/* an empty chunk's partials (no position of it in the window): max -inf, sum 0 */
+static __device__ __forceinline__ void attn_part_empty(float *pt, int G, int n_split, int hd) {
+    if (!pt) return;
+    const int stride = hd + 2;
+    for (int gi = threadIdx.x; gi < G; gi += blockDim.x) {
+        pt[(size_t)gi * n_split * stride + hd] = -INFINITY;
+        pt[(size_t)gi * n_split * stride + hd + 1] = 0.0f;
+    }
+}
+
+/* the chunk's K and V row addresses of kv head kh, one position a thread */
+static __device__ __forceinline__ void attn_rows(const ck_kv &g, int layer, int kh, const int32_t *btr, int32_t lo,
+                                                 int cnt, const uint8_t **krow, const uint8_t **vrow) {
+    const size_t v_off = (size_t)g.block_size * g.k_row_bytes;
+    for (int j = threadIdx.x; j < cnt; j += blockDim.x) {
+        const int32_t p = lo + j, blk = btr[p / g.block_size], sl = p % g.block_size;
+        const uint8_t *lb = g.base + (size_t)blk * g.block_bytes + (size_t)layer * g.layer_bytes;
+        krow[j] = lb + (size_t)sl * g.k_row_bytes + (size_t)kh * g.k_head_bytes;
+        vrow[j] = lb + v_off + (size_t)sl * g.v_row_bytes + (size_t)kh * g.v_head_bytes;
+    }
+}
+
+/* the chunk's softmax per head, a warp a head: ps [G][AS_CHUNK] scores become
+ * weights exp(s - m); s_m, s_l: each head's max and sum */
+static __device__ __forceinline__ void attn_chunk_softmax(float *ps, int G, int cnt, float *s_m, float *s_l) {
+    const int lane = threadIdx.x & 31, nw = blockDim.x / 32;
+    for (int gi = threadIdx.x / 32; gi < G; gi += nw) {
+        float *pg = ps + gi * AS_CHUNK;
+        float m = -INFINITY;
+        for (int j = lane; j < cnt; j += 32) m = fmaxf(m, pg[j]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0.0f;
+        for (int j = lane; j < cnt; j += 32) {
+            const float e = expf(pg[j] - m);
+            pg[j] = e;
+            l += e;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) {
+            s_m[gi] = m;
+            s_l[gi] = l;
+        }
+    }
+}
+
+/* the warps' V sums (nw slabs of G hd floats, wstride apart) added in warp
+ * order, into the chunk's partials pt, or (pt NULL: the only chunk) divided
+ * by the sums into the output rows of the kv head's G query heads */
+static __device__ __forceinline__ void attn_part_out(const float *slab, int wstride, int G, int hd, int n_split,
+                                                     const float *s_m, const float *s_l, float *pt, float *out) {
+    const int stride = hd + 2, ghd = G * hd, nw = blockDim.x / 32;
+    for (int i = threadIdx.x; i < ghd; i += blockDim.x) {
+        float r = slab[i];
+        for (int w = 1; w < nw; w++) r = __fadd_rn(r, slab[w * wstride + i]);
+        const int gi = i / hd, d = i % hd;
+        if (pt)
+            pt[(size_t)gi * n_split * stride + d] = r;
+        else
+            out[i] = r / s_l[gi];
+    }
+    if (pt)
+        for (int gi = threadIdx.x; gi < G; gi += blockDim.x) {
+            pt[(size_t)gi * n_split * stride + hd] = s_m[gi];
+            pt[(size_t)gi * n_split * stride + hd + 1] = s_l[gi];
+        }
+}
+
 /* One block per (token, kv head, chunk of AS_CHUNK positions), 4 warps.
  * Positions go to the warps in groups of AS_U (group gr to warp gr % 4), so
  * a short context still spreads over the warps and each warp has AS_U rows'
@@ -625,11 +675,7 @@ static __global__ void __launch_bounds__(AS_THREADS)
     const int stride = hd + 2;
     float *pt = part ? part + (((size_t)blockIdx.x * n_head + (size_t)kh * G) * n_split + sp) * stride : NULL;
     if (lo > hi1) { /* no position of this chunk: an empty partial */
-        if (pt)
-            for (int gi = tid; gi < G; gi += AS_THREADS) {
-                pt[(size_t)gi * n_split * stride + hd] = -INFINITY;
-                pt[(size_t)gi * n_split * stride + hd + 1] = 0.0f;
-            }
+        attn_part_empty(pt, G, n_split, hd);
         return;
     }
     const int cnt = hi1 - lo + 1, ghd = G * hd;
@@ -638,15 +684,7 @@ static __global__ void __launch_bounds__(AS_THREADS)
         for (int i = 4 * tid; i < ghd; i += 4 * AS_THREADS) *(float4 *)(qs + i) = __ldg((const float4 *)(qr + i));
     else
         for (int i = tid; i < ghd; i += AS_THREADS) qs[i] = qr[i];
-    /* the chunk's K and V row addresses, one position a thread */
-    const int32_t *btr = bt + (int64_t)seq[t] * bt_stride;
-    const size_t v_off = (size_t)g.block_size * g.k_row_bytes;
-    for (int j = tid; j < cnt; j += AS_THREADS) {
-        const int32_t p = lo + j, blk = btr[p / g.block_size], sl = p % g.block_size;
-        const uint8_t *lb = g.base + (size_t)blk * g.block_bytes + (size_t)layer * g.layer_bytes;
-        krow[j] = lb + (size_t)sl * g.k_row_bytes + (size_t)kh * g.k_head_bytes;
-        vrow[j] = lb + v_off + (size_t)sl * g.v_row_bytes + (size_t)kh * g.v_head_bytes;
-    }
+    attn_rows(g, layer, kh, bt + (int64_t)seq[t] * bt_stride, lo, cnt, krow, vrow);
     __syncthreads();
     /* scores */
     for (int j0 = warp * AS_U; j0 < cnt; j0 += NW * AS_U) {
@@ -688,25 +726,7 @@ static __global__ void __launch_bounds__(AS_THREADS)
         }
     }
     __syncthreads();
-    /* the chunk's softmax per head: a warp per head */
-    for (int gi = warp; gi < G; gi += NW) {
-        float m = -INFINITY;
-        for (int j = lane; j < cnt; j += 32) m = fmaxf(m, ps[gi][j]);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        float l = 0.0f;
-        for (int j = lane; j < cnt; j += 32) {
-            const float e = expf(ps[gi][j] - m);
-            ps[gi][j] = e;
-            l += e;
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
-        if (lane == 0) {
-            s_m[gi] = m;
-            s_l[gi] = l;
-        }
-    }
+    attn_chunk_softmax(&ps[0][0], G, cnt, s_m, s_l);
     __syncthreads(); /* also: the queries in slab 0 are no longer read */
     /* V-weighted sums: GBV heads a pass over this warp's V rows */
     for (int g0 = 0; g0 < G; g0 += GBV) {
@@ -747,21 +767,8 @@ static __global__ void __launch_bounds__(AS_THREADS)
         }
     }
     __syncthreads();
-    for (int i = tid; i < ghd; i += AS_THREADS) {
-        float r = slab[0][i];
-#pragma unroll
-        for (int w = 1; w < NW; w++) r = __fadd_rn(r, slab[w][i]);
-        const int gi = i / hd, d = i % hd;
-        if (pt)
-            pt[(size_t)gi * n_split * stride + d] = r;
-        else
-            out[((int64_t)t * n_head + (int64_t)kh * G + gi) * hd + d] = r / s_l[gi];
-    }
-    if (pt)
-        for (int gi = tid; gi < G; gi += AS_THREADS) {
-            pt[(size_t)gi * n_split * stride + hd] = s_m[gi];
-            pt[(size_t)gi * n_split * stride + hd + 1] = s_l[gi];
-        }
+    attn_part_out(&slab[0][0], AS_MAX_GHD, G, hd, n_split, s_m, s_l, pt,
+                  out + ((int64_t)t * n_head + (int64_t)kh * G) * hd);
 }
 
 /* The f16 cache's form of k_attn_part: the same blocks, chunks, partials and
@@ -812,24 +819,13 @@ static __global__ void __launch_bounds__(AS_THREADS, 6)
     const int stride = hd + 2;
     float *pt = part ? part + (((size_t)blockIdx.x * n_head + (size_t)kh * G) * n_split + sp) * stride : NULL;
     if (lo > hi1) {
-        if (pt)
-            for (int gi = tid; gi < G; gi += AS_THREADS) {
-                pt[(size_t)gi * n_split * stride + hd] = -INFINITY;
-                pt[(size_t)gi * n_split * stride + hd + 1] = 0.0f;
-            }
+        attn_part_empty(pt, G, n_split, hd);
         return;
     }
     const int cnt = hi1 - lo + 1;
     const float *qr = q + ((int64_t)t * n_head + (int64_t)kh * G) * hd;
     for (int i = 4 * tid; i < ghd; i += 4 * AS_THREADS) *(float4 *)(qs + i) = __ldg((const float4 *)(qr + i));
-    const int32_t *btr = bt + (int64_t)seq[t] * bt_stride;
-    const size_t v_off = (size_t)g.block_size * g.k_row_bytes;
-    for (int j = tid; j < cnt; j += AS_THREADS) {
-        const int32_t p = lo + j, blk = btr[p / g.block_size], sl = p % g.block_size;
-        const uint8_t *lb = g.base + (size_t)blk * g.block_bytes + (size_t)layer * g.layer_bytes;
-        krow[j] = lb + (size_t)sl * g.k_row_bytes + (size_t)kh * g.k_head_bytes;
-        vrow[j] = lb + v_off + (size_t)sl * g.v_row_bytes + (size_t)kh * g.v_head_bytes;
-    }
+    attn_rows(g, layer, kh, bt + (int64_t)seq[t] * bt_stride, lo, cnt, krow, vrow);
     __syncthreads();
     const int d0 = lane * ND;
     /* scores */
@@ -873,24 +869,7 @@ static __global__ void __launch_bounds__(AS_THREADS, 6)
         }
     }
     __syncthreads();
-    for (int gi = warp; gi < G; gi += NW) {
-        float m = -INFINITY;
-        for (int j = lane; j < cnt; j += 32) m = fmaxf(m, ps[gi * AS_CHUNK + j]);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        float l = 0.0f;
-        for (int j = lane; j < cnt; j += 32) {
-            const float e = expf(ps[gi * AS_CHUNK + j] - m);
-            ps[gi * AS_CHUNK + j] = e;
-            l += e;
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
-        if (lane == 0) {
-            s_m[gi] = m;
-            s_l[gi] = l;
-        }
-    }
+    attn_chunk_softmax(ps, G, cnt, s_m, s_l);
     __syncthreads();
     for (int g0 = 0; g0 < G; g0 += GB) {
         float acc[GB][ND];
@@ -926,21 +905,7 @@ static __global__ void __launch_bounds__(AS_THREADS, 6)
         }
     }
     __syncthreads();
-    for (int i = tid; i < ghd; i += AS_THREADS) {
-        float r = slab[i];
-#pragma unroll
-        for (int w = 1; w < NW; w++) r = __fadd_rn(r, slab[w * ghd + i]);
-        const int gi = i / hd, d = i % hd;
-        if (pt)
-            pt[(size_t)gi * n_split * stride + d] = r;
-        else
-            out[((int64_t)t * n_head + (int64_t)kh * G + gi) * hd + d] = r / s_l[gi];
-    }
-    if (pt)
-        for (int gi = tid; gi < G; gi += AS_THREADS) {
-            pt[(size_t)gi * n_split * stride + hd] = s_m[gi];
-            pt[(size_t)gi * n_split * stride + hd + 1] = s_l[gi];
-        }
+    attn_part_out(slab, ghd, G, hd, n_split, s_m, s_l, pt, out + ((int64_t)t * n_head + (int64_t)kh * G) * hd);
 }
 
 /* the f16 form's kernel for head_dim and G (NULL: it does not take them), and its shared memory */
