@@ -816,6 +816,67 @@ static void test_fusion(const char *file, qt_type kt, qt_type vt) {
     rig_close(&b);
 }
 
+/* CUDA: prompt rows (a sequence with two or more tokens in the step) take
+ * hc_mmf (tensor cores, the CPU's integer dots in another float order);
+ * decode rows the exact kernels. Prefill logits agree with
+ * HONE_CUDA_MMF=0's to float rounding (KL < 1e-5), mmf ran in
+ * one and not in the other, and a decode row beside another sequence's
+ * prefill chunk in one step has the bits of the same decode step alone. */
+static void test_mmf(const char *file) {
+#ifdef HN_HAVE_CUDA
+    char path[1024], rel[256];
+    snprintf(rel, sizeof rel, "data/models/%s", file);
+    test_data_path(path, sizeof path, rel);
+    rig a, b;
+    int ok = rig_open(&a, path, 2, 64);
+    setenv("HONE_CUDA_MMF", "0", 1);
+    ok = ok && rig_open(&b, path, 2, 64);
+    unsetenv("HONE_CUDA_MMF");
+    if (!ok) {
+        CHECKF(0, "mmf: open %s", file);
+        return;
+    }
+    const int V = a.n_vocab;
+    float *la = malloc(sizeof(float) * (size_t)V * 2), *lb = malloc(sizeof(float) * (size_t)V), *alone = malloc(sizeof(float) * (size_t)V);
+    int32_t toks[3][40];
+    uint32_t rs = 4242;
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < 40; i++) {
+            rs = rs * 1103515245u + 12345u;
+            toks[s][i] = (int32_t)((rs >> 8) % (uint32_t)V);
+        }
+    hn_err e;
+    CHECK(run_seq(&a, 0, toks[0], 40, 0, la, &e) == HN_OK);
+    CHECK(run_seq(&b, 0, toks[0], 40, 0, lb, &e) == HN_OK);
+    const double kl = kl_div(lb, la, V);
+    const long long ca = be_cuda_mmf_calls(a.m->be), cb = be_cuda_mmf_calls(b.m->be);
+    CHECKF(kl < 1e-5 && ca > 0 && cb == 0, "%s: prefill on mmf vs exact: KL %.3g, mmf calls %lld / %lld", file, kl, ca, cb);
+    /* sequence 1: a 10-token prompt, then its decode token alone; then again beside sequence 2's 20-token prompt */
+    CHECK(run_seq(&a, 1, toks[1], 10, 0, la, &e) == HN_OK);
+    CHECK(run_seq(&a, 1, &toks[1][10], 1, 10, alone, &e) == HN_OK);
+    kv_seq_truncate(a.kv, &a.seq[1], 10);
+    int32_t tok[21], pos[21], sid[21];
+    bool want[21];
+    tok[0] = toks[1][10], pos[0] = 10, sid[0] = 0, want[0] = true;
+    for (int i = 0; i < 20; i++) tok[1 + i] = toks[2][i], pos[1 + i] = i, sid[1 + i] = 1, want[1 + i] = i == 19;
+    kv_seq *seqs[2] = {&a.seq[1], &a.seq[2]};
+    model_batch mb = {.n_tokens = 21, .token = tok, .pos = pos, .seq_id = sid, .want_logits = want, .seqs = seqs, .n_seqs = 2};
+    CHECK(model_forward(a.m, a.kv, &mb, la, 2, &e) == HN_OK);
+    CHECKF(!memcmp(la, alone, sizeof(float) * (size_t)V),
+           "%s: a decode row beside a prefill chunk differs from the same step alone (max diff %g)", file,
+           max_abs_diff(la, alone, (size_t)V));
+    printf("%s: prefill on mmf vs exact KL %.3g (%lld mmf calls); a decode row beside a prefill chunk = alone\n", file, kl,
+           be_cuda_mmf_calls(a.m->be));
+    free(la);
+    free(lb);
+    free(alone);
+    rig_close(&a);
+    rig_close(&b);
+#else
+    (void)file;
+#endif
+}
+
 static void test_kv_exhaustion(void) {
     char path[1024];
     hn_err e;
@@ -866,6 +927,8 @@ int main(void) {
         test_fusion("qwen2-2k-q8_0.gguf", QT_F16, QT_F16);
         test_fusion("qwen3moe-2k-q4_k_m.gguf", QT_F16, QT_F16);
         test_fusion("qwen35-tiny-q8_0.gguf", QT_F16, QT_F16);
+        test_mmf("qwen3-2k-q8_0.gguf");
+        test_mmf("llama-2k-q4_k_m.gguf");
         TEST_DONE();
     }
     test_batching("qwen3-2k-q8_0.gguf", 2);

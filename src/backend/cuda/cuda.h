@@ -127,6 +127,8 @@ typedef struct hc_gemv_scratch {
     int8_t *xq;    /* [max_rows][max_k] */
     float *xd;     /* [max_rows][max_k / 32]: block scales */
     float *xs;     /* [max_rows][max_k / 32]: scale * sum of the block's codes */
+    void *xh;      /* [max_rows][max_k] f16: hc_mmf's activations for f16 weights */
+    float *xe;     /* [max_rows]: their rows' power-of-two factors */
 } hc_gemv_scratch;
 
 /* for HC_GEMV_MAX_ROWS rows of up to max_k values */
@@ -190,6 +192,22 @@ hn_status hc_swiglu_quant(const float *g, const float *u, int n, int64_t k, floa
 bool hc_mmq_supports(qt_type t);
 hn_status hc_mmq(const hc_weight *w, const float *x, int na, float *y, hc_gemv_scratch *s, const hc_gemv_params *p,
                  void *stream, hn_err *err);
+
+/* hc_mmf: y = W x for na rows (1..s->max_rows) on the tensor cores, for the
+ * types of hc_mmf_supports with rows of a multiple of 64 values
+ * (hc_mmf_takes). The integer types: x quantized as hc_gemv quantizes it
+ * (into the same scratch; reuse_x as in hc_gemv_params, for all na rows),
+ * exact integer dots (int8 mma.sync) and the CPU's scalings, so the result
+ * is the CPU's up to the float summation order; f16 weights: x as f16 (the
+ * CPU's f16 dot converts it so), f16 mma.sync with f32 sums. A row's result
+ * does not depend on na or the other rows (no split over k), but it is NOT
+ * hc_gemv's bits (another float summation order). For prefill rows; decode
+ * rows and rows that must equal a decode step take hc_gemv / hc_mmq. How:
+ * cuda_mmf.cu. */
+bool hc_mmf_supports(qt_type t);
+bool hc_mmf_takes(const hc_weight *w);
+hn_status hc_mmf(const hc_weight *w, const float *x, int na, float *y, hc_gemv_scratch *s, int reuse_x, void *stream,
+                 hn_err *err);
 
 #ifdef __cplusplus
 }

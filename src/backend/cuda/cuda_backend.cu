@@ -2,8 +2,8 @@
  * cuda_backend.h the entry points): device memory for tensors, the KV pool's
  * storage, the step's plan on the device, the copies, the single error point,
  * and the compute ops over the kernels of cuda_gemv.cu (decode matmuls, and
- * prefill's hc_mmq from HC_MMQ_MIN_ROWS rows: the same bits per row),
- * cuda_mm.cu (dequantizing matmuls, get_rows) and cuda_kern.cu (the rest).
+ * hc_mmq from HC_MMQ_MIN_ROWS rows: the same bits per row), cuda_mmf.cu
+ * (prefill rows' matmuls on the f16 tensor cores), cuda_mm.cu (dequantizing matmuls, get_rows) and cuda_kern.cu (the rest).
  *
  * Everything is queued on one stream; sync waits for it. A CUDA error never
  * aborts: the first one since the last sync (or a call out of contract) is
@@ -95,6 +95,14 @@ typedef struct cu_be {
     bool att_split;
     /* decode steps' records fused where a kernel does several (rec_run; HONE_CUDA_FUSE=0: off) */
     bool fuse;
+    /* prefill rows' matmuls on hc_mmf (HONE_CUDA_MMF=0: off); per plan row and
+     * per logits row whether it is a prefill row (pf_of), and of each set
+     * whether none (0), all (1) or some (2) are */
+    bool mmf;
+    uint8_t *pf_row, *pf_out;
+    int32_t *pf_cnt;
+    int pf_rows_kind, pf_out_kind;
+    long long mmf_calls;
     long long fused;
     /* the activation arena and every handle made */
     unsigned char *arena;
@@ -485,6 +493,7 @@ typedef struct cu_rec {
         struct {
             int32_t n_rows, n_tokens, n_seqs, n_out, bt_stride;
             const int32_t *d[9];
+            uint32_t pf; /* the prefill rows (bits 0..7) and logits rows (8..15): they choose kernels */
         } hdr;
         struct {
             const be_tensor *w, *x, *y, *w2, *y2;
@@ -656,6 +665,34 @@ static void graphs_free(cu_be *cb) {
     if (cb->h_mask) cudaFreeHost(cb->h_mask);
 }
 
+/* Which rows are prefill rows: a token of a sequence with two or more
+ * tokens in the step that is not rowwise (DESIGN.md: the CPU's prefill
+ * tiles, the same rule). Their matmuls may take hc_mmf; every other row (a
+ * token alone in its sequence: decode; a verified draft row; padding) takes
+ * the exact path, whose bits a one-token decode step has. */
+static int pf_kind(const uint8_t *f, int n) {
+    int k = 0;
+    for (int i = 0; i < n; i++) k += f[i];
+    return k == 0 ? 0 : k == n ? 1 : 2;
+}
+
+static void pf_of(cu_be *cb, const step_plan *p, int32_t rows) {
+    for (int32_t s = 0; s < p->n_seqs; s++) cb->pf_cnt[s] = 0;
+    for (int32_t t = 0; t < p->n_tokens; t++)
+        if (p->seq[t] >= 0 && p->seq[t] < p->n_seqs) cb->pf_cnt[p->seq[t]]++;
+    for (int32_t t = 0; t < rows; t++) {
+        const int32_t s = t < p->n_tokens ? p->seq[t] : -1;
+        cb->pf_row[t] = cb->mmf && !cb->ref && s >= 0 && s < p->n_seqs && cb->pf_cnt[s] >= 2 &&
+                        !(p->rowwise && p->rowwise[s]);
+    }
+    for (int32_t i = 0; i < p->n_out; i++) {
+        const int32_t t = p->out_rows[i];
+        cb->pf_out[i] = t >= 0 && t < rows ? cb->pf_row[t] : 0;
+    }
+    cb->pf_rows_kind = pf_kind(cb->pf_row, rows);
+    cb->pf_out_kind = pf_kind(cb->pf_out, p->n_out);
+}
+
 static void op_plan_set(be_backend *b, const step_plan *p) {
     cu_be *cb = cu_of(b);
     rec_flush_direct(cb); /* a plan before the last step's sync: that step runs now */
@@ -679,13 +716,20 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
         cudaFreeHost(cb->h_plan);
         free(cb->h_state_slot);
         free(cb->h_state_snap);
-        cb->d_plan = cb->h_plan = cb->h_state_slot = cb->h_state_snap = NULL;
+        free(cb->pf_row);
+        free(cb->pf_out);
+        free(cb->pf_cnt);
+        cb->d_plan = cb->h_plan = cb->h_state_slot = cb->h_state_snap = cb->pf_cnt = NULL;
+        cb->pf_row = cb->pf_out = NULL;
         cb->plan_cap = 0;
         size_t cap = need < 4096 ? 4096 : need;
         cudaError_t e = cudaMalloc((void **)&cb->d_plan, cap * 4);
         if (e == cudaSuccess) e = cudaMallocHost((void **)&cb->h_plan, cap * 4);
         if (e == cudaSuccess && !(cb->h_state_slot = (int32_t *)malloc(cap * 4))) e = cudaErrorMemoryAllocation;
         if (e == cudaSuccess && !(cb->h_state_snap = (int32_t *)malloc(cap * 4))) e = cudaErrorMemoryAllocation;
+        if (e == cudaSuccess && !(cb->pf_row = (uint8_t *)malloc(cap))) e = cudaErrorMemoryAllocation;
+        if (e == cudaSuccess && !(cb->pf_out = (uint8_t *)malloc(cap))) e = cudaErrorMemoryAllocation;
+        if (e == cudaSuccess && !(cb->pf_cnt = (int32_t *)malloc(cap * 4))) e = cudaErrorMemoryAllocation;
         if (e != cudaSuccess) {
             cudaFree(cb->d_plan);
             cb->d_plan = NULL;
@@ -724,6 +768,7 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
         return;
     }
     cb->plan_ev_live = true;
+    pf_of(cb, p, rows);
     cb->n_rows = rows;
     cb->n_tokens = p->n_tokens;
     cb->n_seqs = p->n_seqs;
@@ -739,6 +784,8 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
             const int32_t *d[9] = {cb->d_token, cb->d_pos, cb->d_seq, cb->d_slot, cb->d_seq_len, cb->d_bt, cb->d_out_rows,
                                    cb->d_state_slot, cb->d_state_snap};
             memcpy(r->u.hdr.d, d, sizeof d);
+            for (int32_t i = 0; i < rows; i++) r->u.hdr.pf |= (uint32_t)cb->pf_row[i] << i;
+            for (int32_t i = 0; i < cb->n_out && i < 8; i++) r->u.hdr.pf |= (uint32_t)cb->pf_out[i] << (8 + i);
         }
     }
 }
@@ -849,43 +896,66 @@ static bool uses_mmq(const cu_be *cb, const be_tensor *w, int n) {
     return !cb->ref && n >= HC_MMQ_MIN_ROWS && n <= cb->gs.max_rows && hc_mmq_supports(w->type);
 }
 
+/* the prefill-row flags of a matmul of n rows: the plan's rows (n_rows) or
+ * its logits rows (n_out); NULL when none of them is a prefill row or the
+ * weight has no hc_mmf kernel (then every row takes the exact path) */
+static const uint8_t *mm_prefill(const cu_be *cb, const be_tensor *w, int n, int *kind) {
+    const cu_tensor *t = (const cu_tensor *)w;
+    *kind = 0;
+    if (!cb->mmf || cb->ref || !cb->have_plan || !t->has_hw || w->ne[2] != 1 || n > cb->gs.max_rows ||
+        !hc_mmf_takes(&t->hw))
+        return NULL;
+    if (n == cb->n_rows && cb->pf_rows_kind) {
+        *kind = cb->pf_rows_kind;
+        return cb->pf_row;
+    }
+    if (n == cb->n_out && cb->pf_out_kind) {
+        *kind = cb->pf_out_kind;
+        return cb->pf_out;
+    }
+    return NULL;
+}
+
+static void matmul_exact(cu_be *cb, const be_tensor *w, const float *x, int n, float *y, int reuse_x);
+
+/* rows of prefill rows take hc_mmf, the others the exact path, run by run
+ * (a run's x is converted on its own: reuse_x only when one run is all) */
+static void matmul_pf(cu_be *cb, const be_tensor *w, const float *x, int n, float *y, const uint8_t *pf, int reuse_x) {
+    const cu_tensor *t = (const cu_tensor *)w;
+    const int64_t K = w->ne[0], N = w->ne[1];
+    for (int r = 0; r < n;) {
+        int e = r + 1;
+        while (e < n && pf[e] == pf[r]) e++;
+        const int reuse = r == 0 && e == n ? reuse_x : 0;
+        if (pf[r]) {
+            hn_err err;
+            hn_status st = hc_mmf(&t->hw, x + (size_t)r * (size_t)K, e - r, y + (size_t)r * (size_t)N, &cb->gs, reuse,
+                                  cb->stream, &err);
+            if (st) {
+                cu_hn(cb, st, &err, "matmul");
+                return;
+            }
+            cb->mmf_calls++;
+        } else {
+            matmul_exact(cb, w, x + (size_t)r * (size_t)K, e - r, y + (size_t)r * (size_t)N, reuse);
+        }
+        r = e;
+    }
+}
+
 static void matmul1(cu_be *cb, const be_tensor *w, int mat, const be_tensor *x, int n, be_tensor *y, int reuse_x) {
     if (n <= 0) return;
     if (mat < 0 || mat >= w->ne[2]) {
         cu_errf(cb, HN_ERR_RANGE, "cuda backend: matmul of matrix %d of %lld", mat, (long long)w->ne[2]);
         return;
     }
-    const cu_tensor *t = (const cu_tensor *)w;
-    hn_err e;
+    int kind;
+    if (const uint8_t *pf = mm_prefill(cb, w, n, &kind)) {
+        matmul_pf(cb, w, F(x), n, F(y), pf, reuse_x);
+        return;
+    }
     if (gemv_path(cb, w, n)) {
-        if (cb->ref) {
-            for (int r = 0; r < n; r += HC_GEMV_MAX_ROWS) {
-                const int na = n - r < HC_GEMV_MAX_ROWS ? n - r : HC_GEMV_MAX_ROWS;
-                hn_status st = hc_gemv_ref(&t->hw, F(x) + (size_t)r * (size_t)w->ne[0], na,
-                                           F(y) + (size_t)r * (size_t)w->ne[1], cb->stream, &e);
-                if (st) {
-                    cu_hn(cb, st, &e, "matmul");
-                    return;
-                }
-            }
-            return;
-        }
-        if (uses_mmq(cb, w, n)) {
-            hc_gemv_params p = {0, reuse_x};
-            hn_status st = hc_mmq(&t->hw, F(x), n, F(y), &cb->gs, &p, cb->stream, &e);
-            if (st) cu_hn(cb, st, &e, "matmul");
-            return;
-        }
-        for (int r = 0; r < n; r += HC_GEMV_MAX_ROWS) {
-            const int na = n - r < HC_GEMV_MAX_ROWS ? n - r : HC_GEMV_MAX_ROWS;
-            hc_gemv_params p = {0, reuse_x && n <= HC_GEMV_MAX_ROWS};
-            hn_status st = hc_gemv(&t->hw, F(x) + (size_t)r * (size_t)w->ne[0], na, F(y) + (size_t)r * (size_t)w->ne[1],
-                                   &cb->gs, &p, cb->stream, &e);
-            if (st) {
-                cu_hn(cb, st, &e, "matmul");
-                return;
-            }
-        }
+        matmul_exact(cb, w, F(x), n, F(y), reuse_x);
         return;
     }
     cm_w c = cm_of(w, false);
@@ -895,6 +965,40 @@ static void matmul1(cu_be *cb, const be_tensor *w, int mat, const be_tensor *x, 
     }
     const float *xin = act_rounded(cb, w, x, n, "matmul");
     if (xin) cu_cuda(cb, cm_matmul_tile(cb->stream, &c, mat, xin, n, F(y), cb->ref), "matmul");
+}
+
+/* the gemv path's rows, each with a one-token decode step's bits */
+static void matmul_exact(cu_be *cb, const be_tensor *w, const float *X, int n, float *Y, int reuse_x) {
+    const cu_tensor *t = (const cu_tensor *)w;
+    hn_err e;
+    if (cb->ref) {
+        for (int r = 0; r < n; r += HC_GEMV_MAX_ROWS) {
+            const int na = n - r < HC_GEMV_MAX_ROWS ? n - r : HC_GEMV_MAX_ROWS;
+            hn_status st = hc_gemv_ref(&t->hw, X + (size_t)r * (size_t)w->ne[0], na,
+                                       Y + (size_t)r * (size_t)w->ne[1], cb->stream, &e);
+            if (st) {
+                cu_hn(cb, st, &e, "matmul");
+                return;
+            }
+        }
+        return;
+    }
+    if (uses_mmq(cb, w, n)) {
+        hc_gemv_params p = {0, reuse_x};
+        hn_status st = hc_mmq(&t->hw, X, n, Y, &cb->gs, &p, cb->stream, &e);
+        if (st) cu_hn(cb, st, &e, "matmul");
+        return;
+    }
+    for (int r = 0; r < n; r += HC_GEMV_MAX_ROWS) {
+        const int na = n - r < HC_GEMV_MAX_ROWS ? n - r : HC_GEMV_MAX_ROWS;
+        hc_gemv_params p = {0, reuse_x && n <= HC_GEMV_MAX_ROWS};
+        hn_status st = hc_gemv(&t->hw, X + (size_t)r * (size_t)w->ne[0], na, Y + (size_t)r * (size_t)w->ne[1],
+                               &cb->gs, &p, cb->stream, &e);
+        if (st) {
+            cu_hn(cb, st, &e, "matmul");
+            return;
+        }
+    }
 }
 
 static void op_matmul(be_backend *b, const be_tensor *w, int mat, const be_tensor *x, int n, be_tensor *y) {
@@ -915,7 +1019,12 @@ static void matmul_multi_q(cu_be *cb, int n_w, const be_tensor *const *ws, const
         cu_errf(cb, HN_ERR_RANGE, "cuda backend: matmul_multi of %d weights", n_w);
         return;
     }
-    if (!cb->ref && n >= 1 && n <= HC_GEMV_MAX_ROWS) {
+    bool pf_any = false;
+    for (int i = 0; i < n_w; i++) {
+        int kind;
+        pf_any |= mm_prefill(cb, ws[i], n, &kind) != NULL;
+    }
+    if (!cb->ref && n >= 1 && n <= HC_GEMV_MAX_ROWS && !pf_any) {
         /* decode: runs of weights of one integer type and row length in one launch each */
         for (int i = 0; i < n_w;) {
             const hc_weight *hw[BE_MULTI_MAX];
@@ -956,8 +1065,13 @@ static void matmul_multi_q(cu_be *cb, int n_w, const be_tensor *const *ws, const
         const be_tensor *w = ws[i];
         const hc_act a = hc_gemv_act(w->type);
         const bool quantizes = !cb->ref && gemv_path(cb, w, n) && (a == HC_ACT_Q8_0 || a == HC_ACT_Q8_K);
-        /* hc_gemv 8 rows at a time leaves only the last 8 in the scratch */
-        const bool holds_all = quantizes && (n <= HC_GEMV_MAX_ROWS || uses_mmq(cb, w, n));
+        /* hc_gemv 8 rows at a time leaves only the last 8 in the scratch, and
+         * a step of prefill and other rows converts run by run; hc_mmq and
+         * hc_mmf on all rows leave all of them */
+        int kind;
+        const bool pf = mm_prefill(cb, w, n, &kind) != NULL;
+        const bool holds_all =
+            quantizes && (pf ? kind == 1 : n <= HC_GEMV_MAX_ROWS || uses_mmq(cb, w, n));
         matmul1(cb, w, 0, x, n, ys[i], holds_all && qk == w->ne[0] && qa == a);
         if (quantizes) {
             qk = holds_all ? w->ne[0] : 0;
@@ -1374,6 +1488,9 @@ static void op_free(be_backend *b) {
     hc_free(cb->att_part);
     cudaFree(cb->d_plan);
     if (cb->h_plan) cudaFreeHost(cb->h_plan);
+    free(cb->pf_row);
+    free(cb->pf_out);
+    free(cb->pf_cnt);
     free(cb->h_state_slot);
     free(cb->h_state_snap);
     if (cb->h_fetch) cudaFreeHost(cb->h_fetch);
@@ -1392,7 +1509,8 @@ static void op_free(be_backend *b) {
 static size_t op_scratch_bytes(be_backend *b) {
     cu_be *cb = cu_of(b);
     const hc_gemv_scratch *g = &cb->gs;
-    size_t gs = g->xq ? (size_t)g->max_rows * (size_t)g->max_k * (1 + 2 * sizeof(float) / 32) : 0;
+    /* codes, block scales and sums, hc_mmf's f16 rows and their factors */
+    size_t gs = g->xq ? (size_t)g->max_rows * ((size_t)g->max_k * (1 + 2 * sizeof(float) / 32 + 2) + sizeof(float)) : 0;
     return cb->arena_cap + gs + (cb->xr_cap + cb->att_part_cap) * sizeof(float) + cb->fetch_cap;
 }
 
@@ -1521,7 +1639,10 @@ static void rec_exec(cu_be *cb, const cu_rec *r) {
 
 /* the activation type a matmul record quantizes its x for on the gemv path (HC_ACT_F32: it does not) */
 static hc_act rec_quantizes(const cu_be *cb, const be_tensor *w, int n) {
-    if (cb->ref || n < 1 || n > HC_GEMV_MAX_ROWS || !gemv_path(cb, w, n) || w->ne[2] != 1) return HC_ACT_F32;
+    int kind;
+    if (cb->ref || n < 1 || n > HC_GEMV_MAX_ROWS || !gemv_path(cb, w, n) || w->ne[2] != 1 ||
+        mm_prefill(cb, w, n, &kind))
+        return HC_ACT_F32; /* prefill rows: not fused (hc_mmf converts x itself) */
     const hc_act a = hc_gemv_act(w->type);
     return a == HC_ACT_Q8_0 || a == HC_ACT_Q8_K ? a : HC_ACT_F32;
 }
@@ -1704,6 +1825,8 @@ static const be_ops cuda_ops = {
 
 extern "C" {
 
+long long be_cuda_mmf_calls(const be_backend *b) { return ((const cu_be *)b->impl)->mmf_calls; }
+
 void be_cuda_counters(const be_backend *b, long long *fused, long long *graph_hits, long long *graph_builds) {
     const cu_be *cb = (const cu_be *)b->impl;
     if (fused) *fused = cb->fused;
@@ -1735,6 +1858,8 @@ hn_status be_cuda_create(int device, be_backend **out, hn_err *err) {
     cb->graphs = !(gv && !strcmp(gv, "0"));
     /* the split (flash-decoding) attention unless HONE_CUDA_ATTN_SPLIT=0 (the one-block-per-head form) */
     cb->att_split = !(av && !strcmp(av, "0"));
+    const char *mv = getenv("HONE_CUDA_MMF");
+    cb->mmf = !(mv && !strcmp(mv, "0"));
     const char *fv = getenv("HONE_CUDA_FUSE");
     cb->fuse = !(fv && !strcmp(fv, "0"));
     cb->gcache = (cu_graph *)calloc(GRAPH_CACHE, sizeof(cu_graph));

@@ -25,6 +25,11 @@ hn_status hc_fail(hn_err *err, cudaError_t e, const char *what);
  * for this device), without waiting for the kernel. */
 #define HC_LAUNCHED(err, what) HC_TRY(cudaGetLastError(), err, what)
 
+/* x [na][k] quantized for w's type into the scratch (unless reuse_x: it
+ * already holds it), as hc_gemv and hc_mmq do (cuda_gemv.cu) */
+extern "C" hn_status hc_quant_rows(const hc_weight *w, const float *x, int na, hc_gemv_scratch *s, int reuse_x,
+                                   void *stream, hn_err *err);
+
 /* rms_norm's scale 1 / sqrt(mean + eps) of a row from each thread's partial
  * sum of float squares in double (llama.cpp's arithmetic): warp sums, then
  * warp 0 sums those by shuffles (no serial loop over 32 entries); nt threads

@@ -1,0 +1,556 @@
+/* cuda_mmf.cu: prefill's matrix-matrix products on the tensor cores
+ * (hc_mmf; cuda.h has the contract): mmi for the integer types (int8 mma,
+ * the CPU's integer dots, below), mmf for f16 weights (f16 mma, f32 sums).
+ *
+ * A row's result depends only on that row: every output is the same chain
+ * of mmas and scalings over k in the same order whatever the number of rows
+ * or the rows around it (no split over k), so prefill is batch-invariant by
+ * itself; it is NOT hc_gemv's bits (the float summation order differs:
+ * decode rows and rowwise rows take the gemv; the backend chooses per row,
+ * DESIGN.md).
+ *
+ * Tiling (both). A block computes 128 weight rows x 128 activation rows
+ * with 8 warps, each 64 x 32 (4 x 4 tiles of the mma); a step covers 64
+ * values of k. The next step's tiles are loaded while the block computes
+ * the current one (activations and f16 weights global -> shared by
+ * cp.async; integer weights into registers, decoded into the other shared
+ * buffer after the step's mmas), one barrier a step. Shared rows are padded
+ * (f16: 72 halfs, int8: 80 bytes) so that ldmatrix reads 8 rows without
+ * bank conflicts.
+ *
+ * f16 weights: x is converted to f16 (as the CPU's f16 dot converts it),
+ * the row scaled by a power of two 2^-e (e >= 0, from the row's largest
+ * value) so that no value can pass f16's range, and the output multiplied
+ * back (exact). */
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda_fp16.h>
+
+#include "cuda_int.cuh"
+#include "cuda_units.cuh"
+
+#define MF_BM 128
+#define MF_BN 128
+#define MF_BK 64
+#define MF_LD 72
+#define MF_THREADS 256
+#define MF_SMEM (2 * (MF_BM + MF_BN) * MF_LD * 2) /* bytes: two buffers of both tiles */
+
+static __device__ __forceinline__ unsigned su32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+static __device__ __forceinline__ void cpa16(void *dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(su32(dst)), "l"(src) : "memory");
+}
+static __device__ __forceinline__ void cpa_wait() {
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+}
+static __device__ __forceinline__ void ldsm4(unsigned (&r)[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(su32(p)));
+}
+/* d += a (16 x 16 f16, row-major) . b (16 x 8 f16, column-major), f32 accumulators */
+static __device__ __forceinline__ void mma_h(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static __global__ void __launch_bounds__(MF_THREADS, 1)
+    mmf(wview w, const __half *__restrict__ xh, const float *__restrict__ xe, int na, float *__restrict__ y) {
+    extern __shared__ uint4 mf_smem[];
+    __half *sA = (__half *)mf_smem;               /* [2][MF_BM][MF_LD] */
+    __half *sB = sA + 2 * MF_BM * MF_LD;           /* [2][MF_BN][MF_LD] */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = (warp & 1) * 64, wn = (warp >> 1) * 32;
+    const int64_t j0 = (int64_t)blockIdx.x * MF_BM;
+    const int r0 = (int)blockIdx.y * MF_BN;
+    const int64_t K = w.k;
+    const int nsteps = (int)(K / MF_BK);
+
+    /* loads: row br of both tiles, chunks bc .. bc + 3 (16 bytes each) */
+    const int br = tid >> 1, bc = (tid & 1) * 4;
+    const int bxr = r0 + br < na ? r0 + br : na - 1;
+    const int64_t brow = j0 + br < w.n ? j0 + br : w.n - 1;
+    const __half *xrow = xh + (int64_t)bxr * K, *wrow = (const __half *)w.p[0] + brow * K;
+
+    auto fetch = [&](int s, int b) {
+        __half *dB = sB + ((size_t)b * MF_BN + br) * MF_LD, *dA = sA + ((size_t)b * MF_BM + br) * MF_LD;
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int col = (bc + c) * 8;
+            cpa16(dB + col, xrow + (int64_t)MF_BK * s + col);
+            cpa16(dA + col, wrow + (int64_t)MF_BK * s + col);
+        }
+    };
+
+    float acc[4][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
+
+    fetch(0, 0);
+    cpa_wait();
+    __syncthreads();
+    for (int s = 0; s < nsteps; s++) {
+        const int b = s & 1;
+        if (s + 1 < nsteps) fetch(s + 1, b ^ 1);
+        const __half *tA = sA + (size_t)b * MF_BM * MF_LD, *tB = sB + (size_t)b * MF_BN * MF_LD;
+#pragma unroll
+        for (int kk = 0; kk < MF_BK / 16; kk++) {
+            unsigned af[4][4], bf[2][4];
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++)
+                ldsm4(af[mi], tA + (wm + 16 * mi + (lane & 15)) * MF_LD + 16 * kk + (lane >> 4) * 8);
+#pragma unroll
+            for (int nj = 0; nj < 2; nj++)
+                ldsm4(bf[nj], tB + (wn + 16 * nj + ((lane >> 4) << 3) + (lane & 7)) * MF_LD + 16 * kk +
+                                  ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++)
+                    mma_h(acc[mi][ni], af[mi], bf[ni >> 1][2 * (ni & 1)], bf[ni >> 1][2 * (ni & 1) + 1]);
+        }
+        cpa_wait();
+        __syncthreads();
+    }
+
+    const int gid = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int C = r0 + wn + 8 * ni + 2 * tig + h;
+            if (C >= na) continue;
+            const float f = xe[C];
+            float *yr = y + (int64_t)C * w.n;
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+                for (int g = 0; g < 2; g++) {
+                    const int64_t R = j0 + wm + 16 * mi + gid + 8 * g;
+                    if (R < w.n) yr[R] = acc[mi][ni][2 * g + h] * f;
+                }
+        }
+}
+
+/* ---- the integer types: int8 mma, the CPU's integer dots ----
+ *
+ * Decoded codes of the weights (int8) and the activations' Q8 codes go
+ * through the int8 tensor cores (m16n8k32: one 32-value group a mma, whose
+ * integer dot is exact); the scales are applied as the CPU's dot kernels
+ * apply them: each group adds (f_w d_x) dot, f_w the group's weight
+ * scale (a 32-block's d; a K-quant sub-block's d sc_j), minus the
+ * K-quants' min terms (dmin m_j) (d_x sum_j); q6_K's scales cover 16
+ * values (two k16 mmas a group). So the results differ from the CPU's only
+ * in the float summation order (the CPU sums a super-block's sc_j dot_j in
+ * integers first): the golden tests' tolerances hold as on the CPU.
+ *
+ * A step covers 64 values of k = two units of the gemv's layout, laid out
+ * in shared memory as two 32-value groups of one scale each: for q4_K/q5_K
+ * the units' runs A (one sub-block) then their runs B (the next), for the
+ * others unit by unit. Each thread decodes one unit of one weight row into
+ * codes and factors (IU below); the activation codes and their scales and
+ * sums go global -> shared by cp.async, in the same column order. */
+
+enum { IC_G32, IC_K32, IC_K16 };
+
+/* a unit decoded for the integer kernel: codes of runs A and B, the runs'
+ * integer scales, the min factors (q4_K/q5_K: dmin m), and the float factor
+ * (32-block types: the block's scale; K-quants: the super-block's d) */
+struct IU {
+    int4 a, b;
+    int sa, sb;
+    float ma, mb, f;
+};
+
+template <int T> struct IT;
+template <> struct IT<QT_Q4_0> {
+    static constexpr int CL = IC_G32;
+    static __device__ __forceinline__ IU dec(const TT<QT_Q4_0>::W &w, int) {
+        const int4 l = lo4(w.q), h = hi4(w.q);
+        const unsigned e = 0x08080808u;
+        return IU{make_int4((int)__vsub4((unsigned)l.x, e), (int)__vsub4((unsigned)l.y, e), (int)__vsub4((unsigned)l.z, e),
+                            (int)__vsub4((unsigned)l.w, e)),
+                  make_int4((int)__vsub4((unsigned)h.x, e), (int)__vsub4((unsigned)h.y, e), (int)__vsub4((unsigned)h.z, e),
+                            (int)__vsub4((unsigned)h.w, e)),
+                  0, 0, 0.0f, 0.0f, h2f(w.d)};
+    }
+};
+template <> struct IT<QT_Q8_0> {
+    static constexpr int CL = IC_G32;
+    static __device__ __forceinline__ IU dec(const TT<QT_Q8_0>::W &w, int) { return IU{w.q0, w.q1, 0, 0, 0.0f, 0.0f, h2f(w.d)}; }
+};
+template <> struct IT<QT_MXFP4> {
+    static constexpr int CL = IC_G32;
+    static __device__ __forceinline__ IU dec(const TT<QT_MXFP4>::W &w, int) {
+        return IU{lut4(lo4(w.q), false), lut4(hi4(w.q), false), 0, 0, 0.0f, 0.0f, e8m0_half(w.e)};
+    }
+};
+/* the 6-bit scale and min of sub-block j of a q4_K/q5_K block, as integers */
+static __device__ __forceinline__ void kscale_i(const int4 &h, int j, int &sc, int &m) {
+    if (j < 4) {
+        sc = (int)(kbyte(h, j) & 63);
+        m = (int)(kbyte(h, j + 4) & 63);
+    } else {
+        sc = (int)((kbyte(h, j + 4) & 0xf) | ((kbyte(h, j - 4) >> 6) << 4));
+        m = (int)((kbyte(h, j + 4) >> 4) | ((kbyte(h, j) >> 6) << 4));
+    }
+}
+static __device__ __forceinline__ IU kdec(const int4 &h, int u, int4 a, int4 b) {
+    const float d = h2f((unsigned short)(h.x & 0xffff)), dmin = h2f((unsigned short)((unsigned)h.x >> 16));
+    int sa, ma, sb, mb;
+    kscale_i(h, 2 * ((u & 7) >> 1), sa, ma);
+    kscale_i(h, 2 * ((u & 7) >> 1) + 1, sb, mb);
+    return IU{a, b, sa, sb, dmin * (float)ma, dmin * (float)mb, d};
+}
+template <> struct IT<QT_Q4_K> {
+    static constexpr int CL = IC_K32;
+    static __device__ __forceinline__ IU dec(const TT<QT_Q4_K>::W &w, int u) { return kdec(w.h, u, lo4(w.q), hi4(w.q)); }
+};
+template <> struct IT<QT_Q5_K> {
+    static constexpr int CL = IC_K32;
+    static __device__ __forceinline__ IU dec(const TT<QT_Q5_K>::W &w, int u) {
+        const PU p = TT<QT_Q5_K>::prep(w, u);
+        return kdec(w.h, u, p.a, p.b);
+    }
+};
+template <> struct IT<QT_Q6_K> {
+    static constexpr int CL = IC_K16;
+    static __device__ __forceinline__ IU dec(const TT<QT_Q6_K>::W &w, int u) {
+        const PU p = TT<QT_Q6_K>::prep(w, u);
+        const int c4 = u & 3;
+        return IU{p.a, p.b, (int)(int8_t)(w.sc.x >> (8 * c4)), (int)(int8_t)(w.sc.y >> (8 * c4)), 0.0f, 0.0f, h2f(w.d)};
+    }
+};
+template <> struct IT<QT_IQ4_XS> {
+    static constexpr int CL = IC_K32;
+    static __device__ __forceinline__ IU dec(const TT<QT_IQ4_XS>::W &w, int u) {
+        const int ib = u & 7;
+        const int ls = (int)((w.h.y >> (4 * ib)) & 0xf) | (int)(((w.h.x >> (16 + 2 * ib)) & 3) << 4);
+        return IU{lut4(lo4(w.q), true), lut4(hi4(w.q), true), ls - 32, ls - 32, 0.0f, 0.0f,
+                  h2f((unsigned short)(w.h.x & 0xffff))};
+    }
+};
+
+/* q4_K/q5_K: a step's groups are its sub-blocks (runs A, then runs B) */
+template <int T> static constexpr bool RUN_MAJOR = T == QT_Q4_K || T == QT_Q5_K;
+template <int T> static constexpr bool HAS_MIN = T == QT_Q4_K || T == QT_Q5_K;
+
+/* the shared column of run r (0: A, 1: B) of unit au (0, 1) of a step */
+template <int T>
+static __device__ __forceinline__ int icol(int au, int r) {
+    return RUN_MAJOR<T> ? 32 * r + 16 * au : 32 * au + 16 * r;
+}
+
+/* d = a (16 x 32 int8) . b (32 x 8 int8) + c */
+static __device__ __forceinline__ void mma_i32(int (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, int c) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c));
+}
+/* d = a (16 x 16 int8) . b (16 x 8 int8) */
+static __device__ __forceinline__ void mma_i16(int (&d)[4], unsigned a0, unsigned a1, unsigned b) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b), "r"(0));
+}
+
+#define MI_LD 80 /* bytes a shared row: 64 codes + 16 (ldmatrix without bank conflicts) */
+#define MI_MAGIC 0x4B400000
+/* per weight row and step: the groups' scales (K16: each half's), and min factors */
+struct WF {
+    float f[4], mn[2];
+};
+/* per activation row and step: the groups' scales and scaled sums */
+struct XF {
+    float d[2], s[2];
+};
+#define MI_SMEM (2 * (MF_BM + MF_BN) * MI_LD + 2 * MF_BM * (int)sizeof(WF) + 2 * MF_BN * (int)sizeof(XF))
+
+template <int T>
+static __global__ void __launch_bounds__(MF_THREADS, 1)
+    mmi(wview w, const int8_t *__restrict__ xq, const float *__restrict__ xd, const float *__restrict__ xs, int na,
+        float *__restrict__ y) {
+    constexpr int CL = IT<T>::CL;
+    extern __shared__ uint4 mf_smem[];
+    unsigned char *sA = (unsigned char *)mf_smem;      /* [2][MF_BM][MI_LD] */
+    unsigned char *sB = sA + 2 * MF_BM * MI_LD;         /* [2][MF_BN][MI_LD] */
+    WF *sW = (WF *)(sB + 2 * MF_BN * MI_LD);            /* [2][MF_BM] */
+    XF *sX = (XF *)(sW + 2 * MF_BM);                    /* [2][MF_BN] */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = (warp & 1) * 64, wn = (warp >> 1) * 32;
+    const int gid = lane >> 2, tig = lane & 3;
+    const int64_t j0 = (int64_t)blockIdx.x * MF_BM;
+    const int r0 = (int)blockIdx.y * MF_BN;
+    const int64_t K = w.k, nb32 = K / 32;
+    const int nsteps = (int)(K / MF_BK);
+
+    const int ar = tid & (MF_BM - 1), au = tid >> 7; /* weight loads: row ar, unit au of the step */
+    const int64_t arow = j0 + ar < w.n ? j0 + ar : w.n - 1;
+    const int br = tid >> 1, bh = tid & 1; /* activation loads: row br, unit bh */
+    const int bxr = r0 + br < na ? r0 + br : na - 1;
+    const int8_t *xrow = xq + (int64_t)bxr * K;
+    typename TT<T>::W wreg;
+
+    auto fetch = [&](int s, int b) {
+        const int u = 2 * s + bh;
+        int pa, pb;
+        TT<T>::pos(u, pa, pb);
+        unsigned char *dB = sB + ((size_t)b * MF_BN + br) * MI_LD;
+        cpa16(dB + icol<T>(bh, 0), xrow + pa);
+        cpa16(dB + icol<T>(bh, 1), xrow + pb);
+        /* group bh's scale (and sum): the 32-block of the group's first value */
+        int g0;
+        if (RUN_MAJOR<T>) {
+            int qa, qb;
+            TT<T>::pos(2 * s, qa, qb);
+            g0 = (bh ? qb : qa) / 32;
+        } else {
+            g0 = pa / 32;
+        }
+        XF *f = &sX[b * MF_BN + br];
+        const int64_t xo = (int64_t)bxr * nb32 + g0;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(su32(&f->d[bh])), "l"(xd + xo) : "memory");
+        if (HAS_MIN<T>)
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(su32(&f->s[bh])), "l"(xs + xo) : "memory");
+        wreg = TT<T>::load(w, arow, 2 * s + au);
+    };
+    auto put = [&](int s, int b) {
+        const int u = 2 * s + au;
+        const IU v = IT<T>::dec(wreg, u);
+        unsigned char *dA = sA + ((size_t)b * MF_BM + ar) * MI_LD;
+        *(int4 *)(dA + icol<T>(au, 0)) = v.a;
+        *(int4 *)(dA + icol<T>(au, 1)) = v.b;
+        WF *f = &sW[b * MF_BM + ar];
+        if (CL == IC_G32) {
+            f->f[au] = v.f;
+        } else if (CL == IC_K16) {
+            f->f[2 * au] = v.f * (float)v.sa;
+            f->f[2 * au + 1] = v.f * (float)v.sb;
+        } else if (RUN_MAJOR<T>) { /* both units carry the step's two sub-blocks' scales: unit 0 writes them */
+            if (au == 0) {
+                f->f[0] = v.f * (float)v.sa;
+                f->f[1] = v.f * (float)v.sb;
+                f->mn[0] = v.ma;
+                f->mn[1] = v.mb;
+            }
+        } else { /* iq4_xs: a unit is a group */
+            f->f[au] = v.f * (float)v.sa;
+        }
+    };
+
+    float acc[4][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
+
+    fetch(0, 0);
+    put(0, 0);
+    cpa_wait();
+    __syncthreads();
+    for (int s = 0; s < nsteps; s++) {
+        const int b = s & 1;
+        if (s + 1 < nsteps) fetch(s + 1, b ^ 1);
+        const unsigned char *tA = sA + (size_t)b * MF_BM * MI_LD, *tB = sB + (size_t)b * MF_BN * MI_LD;
+        const WF *fw = sW + b * MF_BM;
+        const XF *fx = sX + b * MF_BN;
+#pragma unroll
+        for (int g = 0; g < 2; g++) {
+            unsigned af[4][4], bf[2][4];
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++)
+                ldsm4(af[mi], tA + (wm + 16 * mi + (lane & 15)) * MI_LD + 32 * g + (lane >> 4) * 16);
+#pragma unroll
+            for (int nj = 0; nj < 2; nj++)
+                ldsm4(bf[nj], tB + (wn + 16 * nj + ((lane >> 4) << 3) + (lane & 7)) * MI_LD + 32 * g + ((lane >> 3) & 1) * 16);
+            /* the factors of this thread's rows (4 tiles x gid, gid + 8) and columns (4 tiles x 2 tig, + 1) */
+            float rf[4][2][2], rm[4][2], cd[4][2], cs[4][2];
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const WF &q = fw[wm + 16 * mi + gid + 8 * h];
+                    if (CL == IC_K16) {
+                        rf[mi][h][0] = q.f[2 * g];
+                        rf[mi][h][1] = q.f[2 * g + 1];
+                    } else {
+                        rf[mi][h][0] = q.f[g];
+                    }
+                    if (HAS_MIN<T>) rm[mi][h] = q.mn[g];
+                }
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const XF &q = fx[wn + 8 * ni + 2 * tig + h];
+                    cd[ni][h] = CL == IC_G32 ? q.d[g] : q.d[0];
+                    if (HAS_MIN<T>) cs[ni][h] = q.s[g];
+                }
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) {
+                    const unsigned b0 = bf[ni >> 1][2 * (ni & 1)], b1 = bf[ni >> 1][2 * (ni & 1) + 1];
+                    int d[4];
+                    if (CL != IC_K16) {
+                        mma_i32(d, af[mi], b0, b1, MI_MAGIC);
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            float a = __fmaf_rn(__fmul_rn(rf[mi][e >> 1][0], cd[ni][e & 1]),
+                                                __fsub_rn(__int_as_float(d[e]), 12582912.0f), acc[mi][ni][e]);
+                            if (HAS_MIN<T>) a = __fmaf_rn(-rm[mi][e >> 1], cs[ni][e & 1], a);
+                            acc[mi][ni][e] = a;
+                        }
+                    } else {
+                        int d2[4];
+                        mma_i16(d, af[mi][0], af[mi][1], b0);
+                        mma_i16(d2, af[mi][2], af[mi][3], b1);
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const float c = cd[ni][e & 1];
+                            float a = __fmaf_rn(__fmul_rn(rf[mi][e >> 1][0], c), (float)d[e], acc[mi][ni][e]);
+                            acc[mi][ni][e] = __fmaf_rn(__fmul_rn(rf[mi][e >> 1][1], c), (float)d2[e], a);
+                        }
+                    }
+                }
+        }
+        if (s + 1 < nsteps) put(s + 1, b ^ 1);
+        cpa_wait();
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int C = r0 + wn + 8 * ni + 2 * tig + h;
+            if (C >= na) continue;
+            float *yr = y + (int64_t)C * w.n;
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+                for (int g = 0; g < 2; g++) {
+                    const int64_t R = j0 + wm + 16 * mi + gid + 8 * g;
+                    if (R < w.n) yr[R] = acc[mi][ni][2 * g + h];
+                }
+        }
+}
+
+/* ---- f16 weights' activations: f16 rows, scaled by a power of two ---- */
+
+/* the row's power-of-two factor from its largest magnitude bound m: 2^-e
+ * with e >= 0 the least that takes m to 32768 or below */
+static __device__ __forceinline__ float row_pow2(float m) {
+    if (!(m > 32768.0f)) return 1.0f;
+    int e;
+    frexpf(m / 32768.0f, &e); /* m / 32768 in [2^(e-1), 2^e) */
+    return ldexpf(1.0f, -e);
+}
+
+static __device__ __forceinline__ float block_max(float v, float *sh) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        v = threadIdx.x < blockDim.x / 32 ? sh[threadIdx.x] : 0.0f;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (threadIdx.x == 0) sh[0] = v;
+    }
+    __syncthreads();
+    return sh[0];
+}
+
+/* f16 weights: x itself -> f16 */
+static __global__ void k_xh_f(const float *__restrict__ x, int64_t k, __half *__restrict__ xh, float *__restrict__ xe) {
+    __shared__ float sh[32];
+    const int r = blockIdx.x;
+    const float *xr = x + (int64_t)r * k;
+    float m = 0.0f;
+    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) m = fmaxf(m, fabsf(xr[i]));
+    const float p = row_pow2(block_max(m, sh));
+    if (threadIdx.x == 0) xe[r] = 1.0f / p;
+    __half *o = xh + (int64_t)r * k;
+    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) o[i] = __float2half_rn(xr[i] * p);
+}
+
+typedef void (*mikern)(wview, const int8_t *, const float *, const float *, int, float *);
+
+static mikern mi_kernel(qt_type t) {
+    switch (t) {
+    case QT_Q4_0: return mmi<QT_Q4_0>;
+    case QT_Q8_0: return mmi<QT_Q8_0>;
+    case QT_Q4_K: return mmi<QT_Q4_K>;
+    case QT_Q5_K: return mmi<QT_Q5_K>;
+    case QT_Q6_K: return mmi<QT_Q6_K>;
+    case QT_IQ4_XS: return mmi<QT_IQ4_XS>;
+    case QT_MXFP4: return mmi<QT_MXFP4>;
+    default: return NULL;
+    }
+}
+
+static wview mf_view(const hc_weight *w) {
+    wview v;
+    for (int i = 0; i < 4; i++) v.p[i] = w->plane[i];
+    v.k = w->k;
+    v.n = w->n;
+    return v;
+}
+
+/* the kernels' dynamic shared memory, once per process (one device: hc_init) */
+static hn_status mf_attrs(hn_err *err) {
+    static bool done = false;
+    if (done) return HN_OK;
+    static const qt_type ts[7] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_XS, QT_MXFP4};
+    for (int t = 0; t < 7; t++)
+        HC_TRY(cudaFuncSetAttribute(mi_kernel(ts[t]), cudaFuncAttributeMaxDynamicSharedMemorySize, MI_SMEM), err,
+               "mmf kernel attributes");
+    HC_TRY(cudaFuncSetAttribute(mmf, cudaFuncAttributeMaxDynamicSharedMemorySize, MF_SMEM), err, "mmf kernel attributes");
+    done = true;
+    return HN_OK;
+}
+
+extern "C" {
+
+bool hc_mmf_supports(qt_type t) { return t == QT_F16 || mi_kernel(t) != NULL; }
+
+bool hc_mmf_takes(const hc_weight *w) { return w && w->mem && hc_mmf_supports(w->type) && w->k % MF_BK == 0; }
+
+hn_status hc_mmf(const hc_weight *w, const float *x, int na, float *y, hc_gemv_scratch *s, int reuse_x, void *stream,
+                 hn_err *err) {
+    if (!w || !w->mem || !x || !y) return hn_errf(err, HN_ERR_INVALID, "cuda: mmf: missing weight, input or output");
+    if (!hc_mmf_takes(w))
+        return hn_errf(err, HN_ERR_UNSUPPORTED, "cuda: mmf: type %d with rows of %lld", (int)w->type, (long long)w->k);
+    if (!s || !s->xq || !s->xh || w->k > s->max_k || na < 1 || na > s->max_rows)
+        return hn_errf(err, HN_ERR_INVALID, "cuda: mmf: %d rows of %lld over the scratch's %d of %lld", na,
+                       (long long)w->k, s ? s->max_rows : 0, (long long)(s ? s->max_k : 0));
+    hn_status st = mf_attrs(err);
+    if (st) return st;
+    cudaStream_t cs = (cudaStream_t)stream;
+    const dim3 grid((unsigned)((w->n + MF_BM - 1) / MF_BM), (unsigned)((na + MF_BN - 1) / MF_BN));
+    if (w->type == QT_F16) {
+        __half *xh = (__half *)s->xh;
+        k_xh_f<<<(unsigned)na, 256, 0, cs>>>(x, w->k, xh, s->xe);
+        HC_LAUNCHED(err, "mmf activation kernel");
+        mmf<<<grid, MF_THREADS, MF_SMEM, cs>>>(mf_view(w), xh, s->xe, na, y);
+    } else {
+        st = hc_quant_rows(w, x, na, s, reuse_x, stream, err);
+        if (st) return st;
+        mi_kernel(w->type)<<<grid, MF_THREADS, MI_SMEM, cs>>>(mf_view(w), s->xq, s->xd, s->xs, na, y);
+    }
+    HC_LAUNCHED(err, "mmf kernel");
+    return HN_OK;
+}
+
+} /* extern "C" */
