@@ -16,7 +16,11 @@
  * three layer shapes: us per product with x quantized in the call and with
  * x already quantized (reuse_x), TOPS = 2 N K rows / time (1e12), GB/s of
  * weight bytes, and (up to 512 rows) hc_gemv 8 rows at a time, what prefill
- * ran before: where mmq starts to pay is HC_MMQ_MIN_ROWS. */
+ * ran before: where mmq starts to pay is HC_MMQ_MIN_ROWS.
+ *
+ * bench_cuda_gemv mmf [type ...] times prefill's tensor-core kernel hc_mmf
+ * the same way (default types q4_0 q8_0 q4_K q5_K q6_K f16), with hc_mmq's
+ * time beside it for the integer types. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,13 +92,16 @@ typedef struct mmq_ctx {
     float *dx, *dy;
     int na, reuse;
     hc_gemv_scratch *s;
+    bool mmf;
 } mmq_ctx;
 
 static void run_mmq(void *p) {
     mmq_ctx *c = p;
     hn_err err;
     hc_gemv_params prm = {0, c->reuse};
-    if (hc_mmq(c->w, c->dx, c->na, c->dy, c->s, &prm, NULL, &err)) die(&err);
+    if (c->mmf ? hc_mmf(c->w, c->dx, c->na, c->dy, c->s, c->reuse, NULL, &err)
+               : hc_mmq(c->w, c->dx, c->na, c->dy, c->s, &prm, NULL, &err))
+        die(&err);
 }
 
 static void run_gemv8(void *p) {
@@ -108,27 +115,28 @@ static void run_gemv8(void *p) {
     }
 }
 
-static int bench_mmq(int argc, char **argv) {
+static int bench_mmq(int argc, char **argv, bool mmf) {
     hn_err err;
     qt_type types[16];
     int nt = 0;
     for (int i = 0; i < argc && nt < 16; i++)
-        if (!qt_from_name(argv[i], &types[nt]) || !hc_mmq_supports(types[nt])) {
-            fprintf(stderr, "bench_cuda_gemv: no mmq kernel for type '%s'\n", argv[i]);
+        if (!qt_from_name(argv[i], &types[nt]) || !(mmf ? hc_mmf_supports(types[nt]) : hc_mmq_supports(types[nt]))) {
+            fprintf(stderr, "bench_cuda_gemv: no %s kernel for type '%s'\n", mmf ? "mmf" : "mmq", argv[i]);
             return 2;
         } else nt++;
     if (!nt) {
-        static const qt_type def[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K};
-        nt = (int)(sizeof def / sizeof *def);
-        memcpy(types, def, sizeof def);
+        static const qt_type def[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_F16};
+        nt = (int)(sizeof def / sizeof *def) - (mmf ? 0 : 1);
+        memcpy(types, def, sizeof(qt_type) * (size_t)nt);
     }
     static const int rows[] = {16, 32, 64, 512, 2048};
     const int maxr = 2048;
     hc_timer tm;
     if (hc_timer_init(&tm, &err)) die(&err);
-    printf("hc_mmq: us per product (x quantized in the call | reuse_x), TOPS = 2 N K rows / time, GB/s of weights\n");
+    printf("%s: us per product (x quantized in the call | reuse_x), TOPS = 2 N K rows / time, GB/s of weights\n",
+           mmf ? "hc_mmf" : "hc_mmq");
     printf("%-7s %-24s %5s %10s %10s %7s %7s %10s %7s\n", "type", "shape", "rows", "us", "us reuse", "TOPS", "GB/s",
-           "gemv8 us", "speedup");
+           mmf ? "mmq us" : "gemv8 us", "speedup");
     for (int ti = 0; ti < nt; ti++) {
         const qt_type t = types[ti];
         const qt_type_traits *tr = qt_traits(t);
@@ -158,12 +166,14 @@ static int bench_mmq(int argc, char **argv) {
             free(wq);
             free(hx);
             for (int ri = 0; ri < (int)(sizeof rows / sizeof *rows); ri++) {
-                mmq_ctx c = {&w, dx, dy, rows[ri], 0, &s};
+                mmq_ctx c = {&w, dx, dy, rows[ri], 0, &s, mmf};
                 const double ms = time_ms(&tm, 5, run_mmq, &c);
                 c.reuse = 1;
                 const double msr = time_ms(&tm, 5, run_mmq, &c);
                 c.reuse = 0;
-                const double ms8 = rows[ri] <= 512 ? time_ms(&tm, 2, run_gemv8, &c) : 0;
+                c.mmf = false;
+                const double ms8 = mmf ? (hc_mmq_supports(t) ? time_ms(&tm, 5, run_mmq, &c) : 0)
+                                       : rows[ri] <= 512 ? time_ms(&tm, 2, run_gemv8, &c) : 0;
                 const double tops = 2.0 * (double)n * (double)k * rows[ri] / (msr * 1e-3) / 1e12;
                 printf("%-7s %-24s %5d %10.1f %10.1f %7.1f %7.0f", tr->name, shapes[si].what, rows[ri], ms * 1e3,
                        msr * 1e3, tops, (double)bytes / (msr * 1e-3) / 1e9);
@@ -184,12 +194,12 @@ static int bench_mmq(int argc, char **argv) {
 int main(int argc, char **argv) {
     hn_err err;
     if (hc_init(0, &err)) die(&err);
-    if (argc > 1 && !strcmp(argv[1], "mmq")) {
+    if (argc > 1 && (!strcmp(argv[1], "mmq") || !strcmp(argv[1], "mmf"))) {
         hc_device dev;
         if (hc_probe(&dev, &err)) die(&err);
         printf("device: %s, sm_%d%d, %d SMs, clock %d MHz\n", dev.name, dev.cc_major, dev.cc_minor, dev.sm_count,
                dev.clock_khz / 1000);
-        return bench_mmq(argc - 2, argv + 2);
+        return bench_mmq(argc - 2, argv + 2, !strcmp(argv[1], "mmf"));
     }
     hc_device dev;
     if (hc_probe(&dev, &err)) die(&err);

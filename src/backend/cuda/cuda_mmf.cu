@@ -11,10 +11,10 @@
  *
  * Tiling (both). A block computes 128 weight rows x 128 activation rows
  * with 8 warps, each 64 x 32 (4 x 4 tiles of the mma); a step covers 64
- * values of k. The next step's tiles are loaded while the block computes
- * the current one (activations and f16 weights global -> shared by
- * cp.async; integer weights into registers, decoded into the other shared
- * buffer after the step's mmas), one barrier a step. Shared rows are padded
+ * values of k. Loads run two steps ahead of the mmas, in three stages
+ * (global -> shared by cp.async: activations, f16 weights, the integer
+ * weights' raw bytes, which the thread that copied them decodes into one of
+ * two shared buffers after the step's mmas), one barrier a step. Shared rows are padded
  * (f16: 72 halfs, int8: 80 bytes) so that ldmatrix reads 8 rows without
  * bank conflicts.
  *
@@ -35,15 +35,13 @@
 #define MF_BK 64
 #define MF_LD 72
 #define MF_THREADS 256
-#define MF_SMEM (2 * (MF_BM + MF_BN) * MF_LD * 2) /* bytes: two buffers of both tiles */
+#define MF_ST 3
+#define MF_SMEM (MF_ST * (MF_BM + MF_BN) * MF_LD * 2) /* bytes: three stages of both tiles */
 
 static __device__ __forceinline__ unsigned su32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 static __device__ __forceinline__ void cpa16(void *dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(su32(dst)), "l"(src) : "memory");
-}
-static __device__ __forceinline__ void cpa_wait() {
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
 }
 static __device__ __forceinline__ void ldsm4(unsigned (&r)[4], const void *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -61,8 +59,8 @@ static __device__ __forceinline__ void mma_h(float (&d)[4], const unsigned (&a)[
 static __global__ void __launch_bounds__(MF_THREADS, 1)
     mmf(wview w, const __half *__restrict__ xh, const float *__restrict__ xe, int na, float *__restrict__ y) {
     extern __shared__ uint4 mf_smem[];
-    __half *sA = (__half *)mf_smem;               /* [2][MF_BM][MF_LD] */
-    __half *sB = sA + 2 * MF_BM * MF_LD;           /* [2][MF_BN][MF_LD] */
+    __half *sA = (__half *)mf_smem;               /* [MF_ST][MF_BM][MF_LD] */
+    __half *sB = sA + MF_ST * MF_BM * MF_LD;       /* [MF_ST][MF_BN][MF_LD] */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = (warp & 1) * 64, wn = (warp >> 1) * 32;
     const int64_t j0 = (int64_t)blockIdx.x * MF_BM;
@@ -94,12 +92,16 @@ static __global__ void __launch_bounds__(MF_THREADS, 1)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
 
+    /* loads run two steps ahead (stage s % MF_ST holds step s) */
     fetch(0, 0);
-    cpa_wait();
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    if (nsteps > 1) fetch(1, 1);
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 1;" ::: "memory");
     __syncthreads();
     for (int s = 0; s < nsteps; s++) {
-        const int b = s & 1;
-        if (s + 1 < nsteps) fetch(s + 1, b ^ 1);
+        const int b = s % MF_ST;
+        if (s + 2 < nsteps) fetch(s + 2, (s + 2) % MF_ST);
+        asm volatile("cp.async.commit_group;" ::: "memory");
         const __half *tA = sA + (size_t)b * MF_BM * MF_LD, *tB = sB + (size_t)b * MF_BN * MF_LD;
 #pragma unroll
         for (int kk = 0; kk < MF_BK / 16; kk++) {
@@ -117,9 +119,10 @@ static __global__ void __launch_bounds__(MF_THREADS, 1)
                 for (int ni = 0; ni < 4; ni++)
                     mma_h(acc[mi][ni], af[mi], bf[ni >> 1][2 * (ni & 1)], bf[ni >> 1][2 * (ni & 1) + 1]);
         }
-        cpa_wait();
+        asm volatile("cp.async.wait_group 1;" ::: "memory");
         __syncthreads();
     }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
 
     const int gid = lane >> 2, tig = lane & 3;
 #pragma unroll
@@ -239,6 +242,105 @@ template <> struct IT<QT_IQ4_XS> {
     }
 };
 
+/* A unit's bytes copied global -> shared by cp.async (RW<T>::issue, by the
+ * thread that decodes it) and read back as TT<T>::W (get): the 16-, 8- and
+ * 4-byte fields directly, a 2- or 1-byte field (a block's f16 scale, an
+ * mxfp4 exponent) as the aligned word that holds it. */
+static __device__ __forceinline__ void cpa8(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(su32(dst)), "l"(src) : "memory");
+}
+static __device__ __forceinline__ void cpa4(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(su32(dst)), "l"(src) : "memory");
+}
+#define MI_RAW 64 /* bytes of a thread's raw slot */
+template <int T> struct RW;
+template <> struct RW<QT_Q4_0> {
+    struct R { int4 q; unsigned d; };
+    static __device__ __forceinline__ void issue(R *r, const wview &w, int64_t row, int u) {
+        const int64_t b = row * (w.k / 32) + u;
+        cpa16(&r->q, w.p[0] + b * 16);
+        cpa4(&r->d, (const unsigned short *)w.p[1] + (b & ~(int64_t)1));
+    }
+    static __device__ __forceinline__ TT<QT_Q4_0>::W get(const R *r, const wview &w, int64_t row, int u) {
+        const int64_t b = row * (w.k / 32) + u;
+        return TT<QT_Q4_0>::W{r->q, (unsigned short)(r->d >> (16 * (b & 1)))};
+    }
+};
+template <> struct RW<QT_Q8_0> {
+    struct R { int4 q0, q1; unsigned d; };
+    static __device__ __forceinline__ void issue(R *r, const wview &w, int64_t row, int u) {
+        const int64_t b = row * (w.k / 32) + u;
+        cpa16(&r->q0, w.p[0] + b * 32);
+        cpa16(&r->q1, w.p[0] + b * 32 + 16);
+        cpa4(&r->d, (const unsigned short *)w.p[1] + (b & ~(int64_t)1));
+    }
+    static __device__ __forceinline__ TT<QT_Q8_0>::W get(const R *r, const wview &w, int64_t row, int u) {
+        const int64_t b = row * (w.k / 32) + u;
+        return TT<QT_Q8_0>::W{r->q0, r->q1, (unsigned short)(r->d >> (16 * (b & 1)))};
+    }
+};
+template <> struct RW<QT_Q4_K> {
+    struct R { int4 q, h; };
+    static __device__ __forceinline__ void issue(R *r, const wview &w, int64_t row, int u) {
+        const uint8_t *blk = w.p[0] + (row * (w.k / 256) + (u >> 3)) * 144;
+        cpa16(&r->h, blk);
+        cpa16(&r->q, blk + 16 + 16 * (u & 7));
+    }
+    static __device__ __forceinline__ TT<QT_Q4_K>::W get(const R *r, const wview &, int64_t, int) {
+        return TT<QT_Q4_K>::W{r->q, r->h};
+    }
+};
+template <> struct RW<QT_Q5_K> {
+    struct R { int4 q, qh, h; };
+    static __device__ __forceinline__ void issue(R *r, const wview &w, int64_t row, int u) {
+        const uint8_t *blk = w.p[0] + (row * (w.k / 256) + (u >> 3)) * 176;
+        cpa16(&r->h, blk);
+        cpa16(&r->qh, blk + 16 + 16 * (u & 1));
+        cpa16(&r->q, blk + 48 + 16 * (u & 7));
+    }
+    static __device__ __forceinline__ TT<QT_Q5_K>::W get(const R *r, const wview &, int64_t, int) {
+        return TT<QT_Q5_K>::W{r->q, r->qh, r->h};
+    }
+};
+template <> struct RW<QT_Q6_K> {
+    struct R { int4 ql, qh; uint2 sc; unsigned d; };
+    static __device__ __forceinline__ void issue(R *r, const wview &w, int64_t row, int u) {
+        const int64_t b = row * (w.k / 256) + (u >> 3);
+        const int c = u & 7, hf = c >> 2;
+        cpa16(&r->ql, w.p[0] + b * 128 + 16 * c);
+        cpa16(&r->qh, w.p[1] + b * 64 + 32 * hf + 16 * (c & 1));
+        cpa8(&r->sc, w.p[2] + b * 16 + 8 * hf);
+        cpa4(&r->d, (const unsigned short *)w.p[3] + (b & ~(int64_t)1));
+    }
+    static __device__ __forceinline__ TT<QT_Q6_K>::W get(const R *r, const wview &w, int64_t row, int u) {
+        const int64_t b = row * (w.k / 256) + (u >> 3);
+        return TT<QT_Q6_K>::W{r->ql, r->qh, r->sc, (unsigned short)(r->d >> (16 * (b & 1)))};
+    }
+};
+template <> struct RW<QT_IQ4_XS> {
+    struct R { int4 q; uint2 h; };
+    static __device__ __forceinline__ void issue(R *r, const wview &w, int64_t row, int u) {
+        const int64_t b = row * (w.k / 256) + (u >> 3);
+        cpa16(&r->q, w.p[0] + b * 128 + 16 * (u & 7));
+        cpa8(&r->h, w.p[1] + b * 8);
+    }
+    static __device__ __forceinline__ TT<QT_IQ4_XS>::W get(const R *r, const wview &, int64_t, int) {
+        return TT<QT_IQ4_XS>::W{r->q, r->h};
+    }
+};
+template <> struct RW<QT_MXFP4> {
+    struct R { int4 q; unsigned e; };
+    static __device__ __forceinline__ void issue(R *r, const wview &w, int64_t row, int u) {
+        const int64_t b = row * (w.k / 32) + u;
+        cpa16(&r->q, w.p[0] + b * 16);
+        cpa4(&r->e, w.p[1] + (b & ~(int64_t)3));
+    }
+    static __device__ __forceinline__ TT<QT_MXFP4>::W get(const R *r, const wview &w, int64_t row, int u) {
+        const int64_t b = row * (w.k / 32) + u;
+        return TT<QT_MXFP4>::W{r->q, (unsigned char)(r->e >> (8 * (b & 3)))};
+    }
+};
+
 /* q4_K/q5_K: a step's groups are its sub-blocks (runs A, then runs B) */
 template <int T> static constexpr bool RUN_MAJOR = T == QT_Q4_K || T == QT_Q5_K;
 template <int T> static constexpr bool HAS_MIN = T == QT_Q4_K || T == QT_Q5_K;
@@ -272,7 +374,13 @@ struct WF {
 struct XF {
     float d[2], s[2];
 };
-#define MI_SMEM (2 * (MF_BM + MF_BN) * MI_LD + 2 * MF_BM * (int)sizeof(WF) + 2 * MF_BN * (int)sizeof(XF))
+/* shared memory: decoded weight tiles and their factors in two buffers;
+ * activation tiles, their factors and the threads' raw weight slots in
+ * MI_ST stages (loads run two steps ahead of the mmas) */
+#define MI_ST 3
+#define MI_SMEM                                                                                              \
+    (2 * MF_BM * MI_LD + MI_ST * MF_BN * MI_LD + 2 * MF_BM * (int)sizeof(WF) + MI_ST * MF_BN * (int)sizeof(XF) + \
+     MI_ST * MF_THREADS * MI_RAW)
 
 template <int T>
 static __global__ void __launch_bounds__(MF_THREADS, 1)
@@ -280,10 +388,13 @@ static __global__ void __launch_bounds__(MF_THREADS, 1)
         float *__restrict__ y) {
     constexpr int CL = IT<T>::CL;
     extern __shared__ uint4 mf_smem[];
-    unsigned char *sA = (unsigned char *)mf_smem;      /* [2][MF_BM][MI_LD] */
-    unsigned char *sB = sA + 2 * MF_BM * MI_LD;         /* [2][MF_BN][MI_LD] */
-    WF *sW = (WF *)(sB + 2 * MF_BN * MI_LD);            /* [2][MF_BM] */
-    XF *sX = (XF *)(sW + 2 * MF_BM);                    /* [2][MF_BN] */
+    typedef typename RW<T>::R RR;
+    static_assert(sizeof(RR) <= MI_RAW, "a unit's raw bytes fit the slot");
+    unsigned char *sRaw = (unsigned char *)mf_smem;          /* [MI_ST][MF_THREADS][MI_RAW] (16-byte aligned) */
+    unsigned char *sA = sRaw + MI_ST * MF_THREADS * MI_RAW; /* [2][MF_BM][MI_LD] */
+    unsigned char *sB = sA + 2 * MF_BM * MI_LD;              /* [MI_ST][MF_BN][MI_LD] */
+    WF *sW = (WF *)(sB + MI_ST * MF_BN * MI_LD);             /* [2][MF_BM] */
+    XF *sX = (XF *)(sW + 2 * MF_BM);                         /* [MI_ST][MF_BN] */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = (warp & 1) * 64, wn = (warp >> 1) * 32;
     const int gid = lane >> 2, tig = lane & 3;
@@ -297,8 +408,9 @@ static __global__ void __launch_bounds__(MF_THREADS, 1)
     const int br = tid >> 1, bh = tid & 1; /* activation loads: row br, unit bh */
     const int bxr = r0 + br < na ? r0 + br : na - 1;
     const int8_t *xrow = xq + (int64_t)bxr * K;
-    typename TT<T>::W wreg;
 
+    /* the loads of step s into stage b: the activations (codes, scales,
+     * sums) and this thread's unit of raw weight bytes */
     auto fetch = [&](int s, int b) {
         const int u = 2 * s + bh;
         int pa, pb;
@@ -320,11 +432,12 @@ static __global__ void __launch_bounds__(MF_THREADS, 1)
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(su32(&f->d[bh])), "l"(xd + xo) : "memory");
         if (HAS_MIN<T>)
             asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(su32(&f->s[bh])), "l"(xs + xo) : "memory");
-        wreg = TT<T>::load(w, arow, 2 * s + au);
+        RW<T>::issue((RR *)(sRaw + ((size_t)b * MF_THREADS + tid) * MI_RAW), w, arow, 2 * s + au);
     };
-    auto put = [&](int s, int b) {
+    /* this thread's unit of step s, from raw stage rb, decoded into buffer b */
+    auto put = [&](int s, int rb, int b) {
         const int u = 2 * s + au;
-        const IU v = IT<T>::dec(wreg, u);
+        const IU v = IT<T>::dec(RW<T>::get((const RR *)(sRaw + ((size_t)rb * MF_THREADS + tid) * MI_RAW), w, arow, u), u);
         unsigned char *dA = sA + ((size_t)b * MF_BM + ar) * MI_LD;
         *(int4 *)(dA + icol<T>(au, 0)) = v.a;
         *(int4 *)(dA + icol<T>(au, 1)) = v.b;
@@ -354,17 +467,24 @@ static __global__ void __launch_bounds__(MF_THREADS, 1)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
 
+    /* loads run two steps ahead: stage s % 3 holds step s's activations and
+     * raw weights; a thread waits for its own copies (cp.async.wait_group)
+     * before it decodes its unit, and the barrier after the decode makes
+     * every thread's copies and decodes visible to the mmas of the next step */
     fetch(0, 0);
-    put(0, 0);
-    cpa_wait();
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    if (nsteps > 1) fetch(1, 1);
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 1;" ::: "memory");
+    put(0, 0, 0);
     __syncthreads();
     for (int s = 0; s < nsteps; s++) {
-        const int b = s & 1;
-        if (s + 1 < nsteps) fetch(s + 1, b ^ 1);
-        const unsigned char *tA = sA + (size_t)b * MF_BM * MI_LD, *tB = sB + (size_t)b * MF_BN * MI_LD;
+        const int b = s & 1, st = s % MI_ST;
+        if (s + 2 < nsteps) fetch(s + 2, (s + 2) % MI_ST);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        const unsigned char *tA = sA + (size_t)b * MF_BM * MI_LD, *tB = sB + (size_t)st * MF_BN * MI_LD;
         const WF *fw = sW + b * MF_BM;
-        const XF *fx = sX + b * MF_BN;
-#pragma unroll
+        const XF *fx = sX + st * MF_BN;
+#pragma unroll 1
         for (int g = 0; g < 2; g++) {
             unsigned af[4][4], bf[2][4];
 #pragma unroll
@@ -396,38 +516,50 @@ static __global__ void __launch_bounds__(MF_THREADS, 1)
                     cd[ni][h] = CL == IC_G32 ? q.d[g] : q.d[0];
                     if (HAS_MIN<T>) cs[ni][h] = q.s[g];
                 }
+            if (CL != IC_K16) {
+                /* every mma of the group first (independent, pipelined), then the scalings */
+                int d[4][4][4];
 #pragma unroll
-            for (int mi = 0; mi < 4; mi++)
+                for (int mi = 0; mi < 4; mi++)
 #pragma unroll
-                for (int ni = 0; ni < 4; ni++) {
-                    const unsigned b0 = bf[ni >> 1][2 * (ni & 1)], b1 = bf[ni >> 1][2 * (ni & 1) + 1];
-                    int d[4];
-                    if (CL != IC_K16) {
-                        mma_i32(d, af[mi], b0, b1, MI_MAGIC);
+                    for (int ni = 0; ni < 4; ni++)
+                        mma_i32(d[mi][ni], af[mi], bf[ni >> 1][2 * (ni & 1)], bf[ni >> 1][2 * (ni & 1) + 1], MI_MAGIC);
+#pragma unroll
+                for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++)
 #pragma unroll
                         for (int e = 0; e < 4; e++) {
                             float a = __fmaf_rn(__fmul_rn(rf[mi][e >> 1][0], cd[ni][e & 1]),
-                                                __fsub_rn(__int_as_float(d[e]), 12582912.0f), acc[mi][ni][e]);
+                                                __fsub_rn(__int_as_float(d[mi][ni][e]), 12582912.0f), acc[mi][ni][e]);
                             if (HAS_MIN<T>) a = __fmaf_rn(-rm[mi][e >> 1], cs[ni][e & 1], a);
                             acc[mi][ni][e] = a;
                         }
-                    } else {
-                        int d2[4];
-                        mma_i16(d, af[mi][0], af[mi][1], b0);
-                        mma_i16(d2, af[mi][2], af[mi][3], b1);
+            } else {
+#pragma unroll
+                for (int mi = 0; mi < 4; mi++) {
+                    int d[4][4], d2[4][4];
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++) {
+                        mma_i16(d[ni], af[mi][0], af[mi][1], bf[ni >> 1][2 * (ni & 1)]);
+                        mma_i16(d2[ni], af[mi][2], af[mi][3], bf[ni >> 1][2 * (ni & 1) + 1]);
+                    }
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++)
 #pragma unroll
                         for (int e = 0; e < 4; e++) {
                             const float c = cd[ni][e & 1];
-                            float a = __fmaf_rn(__fmul_rn(rf[mi][e >> 1][0], c), (float)d[e], acc[mi][ni][e]);
-                            acc[mi][ni][e] = __fmaf_rn(__fmul_rn(rf[mi][e >> 1][1], c), (float)d2[e], a);
+                            float a = __fmaf_rn(__fmul_rn(rf[mi][e >> 1][0], c), (float)d[ni][e], acc[mi][ni][e]);
+                            acc[mi][ni][e] = __fmaf_rn(__fmul_rn(rf[mi][e >> 1][1], c), (float)d2[ni][e], a);
                         }
-                    }
                 }
+            }
         }
-        if (s + 1 < nsteps) put(s + 1, b ^ 1);
-        cpa_wait();
+        asm volatile("cp.async.wait_group 1;" ::: "memory");
+        if (s + 1 < nsteps) put(s + 1, (s + 1) % MI_ST, b ^ 1);
         __syncthreads();
     }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
 
 #pragma unroll
     for (int ni = 0; ni < 4; ni++)
