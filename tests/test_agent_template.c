@@ -279,6 +279,7 @@ static void one_model(const char *rel) {
     free(src);
     pm.vocab = voc;
     pm.det = chat_template_format(pm.ct);
+    pm.resume = true;
     printf("%s (recurrent state %zu bytes)%s:\n", rel, state_bytes, no_resume ? ", no resume points" : "");
     /* the reference: no prefix cache, no speculation */
     eng_engine *g = engine(0, false, ENG_SPEC_OFF);

@@ -121,7 +121,7 @@ bool prm_build(const prm_model *pm, creq *r, prm_prompt *p, api_error *e) {
         return api_seterr(e, APIE_INTERNAL, NULL, "tokenizing the prompt failed: %s", err.msg), false;
     }
     p->n_tokens = (int32_t)n;
-    if (r->api != API_COMPLETIONS && !r->prefill) {
+    if (pm->resume && r->api != API_COMPLETIONS && !r->prefill) {
         /* where the next turn's prompt stops repeating this one: the probes render as this prompt did */
         chat_options opt = options_of(r);
         chat_prompt cp = {.text = p->text.data ? p->text.data : "", .len = p->text.len, .spans = p->spans,

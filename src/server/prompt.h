@@ -8,7 +8,7 @@
  * chat_render (mid-conversation system messages in place, or demoted in place
  * when the template refuses them) and tokenizes with chat_tokenize, then
  * finds where the likely next turns stop repeating the prompt
- * (chat_resume_points: a hybrid model keeps its state there). A final
+ * (chat_resume_points, when pm->resume: a hybrid model keeps its state there). A final
  * assistant message is continued: the prompt ends with its text (and no
  * resume points are found for it). Legacy
  * completions use their prompt text (or token ids) as is. Errors are the
@@ -32,6 +32,8 @@ typedef struct prm_model {
     chat_template *ct;
     const tok_vocab *vocab; /* borrowed */
     tc_detection det;
+    bool resume;            /* find the prompts' resume points (set for a hybrid model with the prefix
+                               cache, which keeps states there; prm_model_init leaves it false) */
 } prm_model;
 
 /* Reads the chat template and special-token texts of a model (vocab is
