@@ -446,6 +446,118 @@ static void test_prefix(void) {
     json_decref(agent_full);
 }
 
+/* ---- where the next turn stops repeating a prompt (chat_resume_points) ---- */
+
+/* Renders msgs[0..n) with the generation prompt and tokenizes it with the Qwen vocabulary. */
+static bool render_tokens(const chat_template *t, const json_t *msgs, size_t n, const json_t *tools, json_t **sub,
+                          chat_prompt *p, int32_t **tok, int64_t *nt) {
+    *sub = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append(*sub, json_array_get(msgs, i));
+    chat_options o = {.add_generation_prompt = true, .now = fixed_now()};
+    hn_err err = {0};
+    if (chat_render(t, *sub, tools, &o, p, &err) != HN_OK) {
+        json_decref(*sub);
+        return false;
+    }
+    CHECKF(chat_tokenize_spans(qwen_vocab, p->text, p->len, p->spans, p->n_spans, tok, nt, &err) == HN_OK, "tokenize: %s",
+           err.msg);
+    return true;
+}
+
+/* On every template and turn of the two agent conversations: the tail
+ * tokenizing agrees with tokenizing the probes whole. On the Qwen templates,
+ * with their tokenizer: each point is exactly where the conversation's real
+ * next turn stops repeating the prompt (a user message; a tool result, the
+ * call's reasoning sent back or not); on Qwen3.5: 2 tokens before the end for
+ * a user message after a text reply (its "<think>\n" is not repeated), back
+ * at the loop's first reply after tool results, 1 token before for a tool
+ * result without the reasoning ("\n" + "\n" is one token), the whole prompt
+ * with it. */
+static void test_resume(void) {
+    json_t *agent_tools = json_loads(AGENT_TOOLS, 0, NULL);
+    json_t *convs[2] = {json_loads(AGENT_PLAIN, 0, NULL), json_loads(AGENT_FULL, 0, NULL)};
+    CHECK(agent_tools && convs[0] && convs[1] && qwen_vocab);
+    if (!qwen_vocab) return;
+    int same = 0, differ = 0, real_checked = 0, real_bad = 0, q35 = 0;
+    char first[300] = "";
+    for (int ti = 0; ti < g_ntmpl; ti++) {
+        tmpl_entry *e = &g_tmpl[ti];
+        if (!e->t) continue;
+        bool qwen = is_qwen(e->name), is35 = !strcmp(e->name, "Qwen3.5-4B.jinja");
+        for (int ci = 0; ci < 2; ci++) {
+            const json_t *msgs = convs[ci];
+            size_t n = json_array_size(msgs);
+            int64_t prev_out[CHAT_RESUME_MAX] = {0}, prev_n = 0, loop_start = -1;
+            int32_t *prev_tok = NULL;
+            for (size_t i = 1; i <= n; i++) {
+                if (i < n && !is_role_str(json_array_get(msgs, i), "assistant")) continue;
+                json_t *sub;
+                chat_prompt p;
+                int32_t *tok = NULL;
+                int64_t nt = 0;
+                if (!render_tokens(e->t, msgs, i, agent_tools, &sub, &p, &tok, &nt)) break;
+                int64_t fast[CHAT_RESUME_MAX], ref[CHAT_RESUME_MAX];
+                hn_err err = {0};
+                chat_options o = {.add_generation_prompt = true, .now = fixed_now()};
+                CHECK(chat_resume_points(e->t, qwen_vocab, sub, agent_tools, &o, &p, tok, nt, false, fast, &err) == HN_OK);
+                CHECK(chat_resume_points(e->t, qwen_vocab, sub, agent_tools, &o, &p, tok, nt, true, ref, &err) == HN_OK);
+                bool eq = !memcmp(fast, ref, sizeof fast);
+                same += eq;
+                differ += !eq;
+                if (!eq && !first[0])
+                    snprintf(first, sizeof first, "%s, %s, %zu messages: fast %lld %lld %lld, reference %lld %lld %lld",
+                             e->name, ci ? "agent_full" : "agent_plain", i, (long long)fast[0], (long long)fast[1],
+                             (long long)fast[2], (long long)ref[0], (long long)ref[1], (long long)ref[2]);
+                /* the previous turn's point for the kind of message that followed its reply */
+                if (qwen && prev_tok) {
+                    size_t k = i - 1; /* this prompt's last message; the previous prompt's reply is before */
+                    while (k > 0 && !is_role_str(json_array_get(msgs, k), "assistant")) k--;
+                    const json_t *a = json_array_get(msgs, k), *next = json_array_get(msgs, k + 1);
+                    int kind = is_role_str(next, "user") ? CHAT_RESUME_USER
+                               : json_object_get(a, "reasoning_content") ? CHAT_RESUME_TOOL_REASONING
+                                                                           : CHAT_RESUME_TOOL;
+                    int64_t d = 0;
+                    while (d < prev_n && d < nt && prev_tok[d] == tok[d]) d++;
+                    real_checked++;
+                    if (d != prev_out[kind]) {
+                        real_bad++;
+                        CHECKF(0, "%s, %s, %zu messages: the next turn repeats %lld tokens of the previous prompt's %lld, "
+                               "its point (kind %d) says %lld", e->name, ci ? "agent_full" : "agent_plain", i,
+                               (long long)d, (long long)prev_n, kind, (long long)prev_out[kind]);
+                    }
+                }
+                if (is35) {
+                    size_t l = i - 1; /* the last message but system reminders (demoted into it) */
+                    while (l > 0 && is_role_str(json_array_get(msgs, l), "system")) l--;
+                    bool after_user = is_role_str(json_array_get(msgs, l), "user");
+                    if (after_user) loop_start = nt - 2;
+                    CHECKF(fast[CHAT_RESUME_USER] == (after_user ? nt - 2 : loop_start) &&
+                           fast[CHAT_RESUME_TOOL] == nt - 1 && fast[CHAT_RESUME_TOOL_REASONING] == nt,
+                           "Qwen3.5, %s, %zu messages (%lld tokens): %lld %lld %lld", ci ? "agent_full" : "agent_plain", i,
+                           (long long)nt, (long long)fast[0], (long long)fast[1], (long long)fast[2]);
+                    q35++;
+                }
+                hn_free(prev_tok);
+                prev_tok = tok;
+                prev_n = nt;
+                memcpy(prev_out, fast, sizeof prev_out);
+                chat_prompt_free(&p);
+                json_decref(sub);
+            }
+            hn_free(prev_tok);
+        }
+    }
+    printf("resume points: tail = whole on %d of %d prompts (first difference: %s); the real next turn where the "
+           "point says on %d of %d Qwen turns; %d Qwen3.5 turns checked\n",
+           same, same + differ, first[0] ? first : "none", real_checked - real_bad, real_checked, q35);
+    CHECKF(differ == 0, "tail tokenizing differs: %s", first);
+    CHECKF(same >= 300 && real_checked >= 30 && q35 == 11, "%d prompts, %d real turns, %d Qwen3.5",
+           same, real_checked, q35);
+    json_decref(agent_tools);
+    json_decref(convs[0]);
+    json_decref(convs[1]);
+}
+
 /* chat_render is the identity on well-formed input: on every corpus pair
  * that renders, it gives jinja2's output byte for byte (except the pairs where
  * a normalisation applies by design: content null -> "", which lets more
@@ -798,6 +910,29 @@ static void test_alloc_failures(void) {
         chat_template_free(t);
     }
     CHECKF(ok_at > 0, "never rendered under allocation failure");
+    /* the resume points: out of memory, or each point right (or -1: that probe failed to render) */
+    chat_options o = {.add_generation_prompt = true};
+    chat_prompt p;
+    int32_t *tok = NULL;
+    int64_t nt = 0, want[CHAT_RESUME_MAX];
+    hn_err err = {0};
+    CHECK(qwen_vocab && chat_render(e->t, m, tl, &o, &p, &err) == HN_OK &&
+          chat_tokenize_spans(qwen_vocab, p.text, p.len, p.spans, p.n_spans, &tok, &nt, &err) == HN_OK &&
+          chat_resume_points(e->t, qwen_vocab, m, tl, &o, &p, tok, nt, false, want, &err) == HN_OK);
+    ok_at = -1;
+    for (long n = 0; tok && n < 100000 && ok_at < 0; n += n < 200 ? 1 : 37) {
+        int64_t got[CHAT_RESUME_MAX];
+        hn_alloc_fail_after(n);
+        hn_status st = chat_resume_points(e->t, qwen_vocab, m, tl, &o, &p, tok, nt, false, got, &err);
+        hn_alloc_fail_after(-1);
+        bool right = st == HN_OK;
+        for (int i = 0; right && i < CHAT_RESUME_MAX; i++) right = got[i] == want[i] || got[i] == -1;
+        CHECKF(right || st == HN_ERR_NOMEM, "resume points, fail after %ld: %d %s: %lld %lld %lld of %lld %lld %lld", n, (int)st, err.msg, (long long)got[0], (long long)got[1], (long long)got[2], (long long)want[0], (long long)want[1], (long long)want[2]);
+        if (st == HN_OK && !memcmp(got, want, sizeof got)) ok_at = (int)n;
+    }
+    CHECKF(ok_at > 0, "never found the resume points under allocation failure");
+    hn_free(tok);
+    chat_prompt_free(&p);
     json_decref(m);
     json_decref(tl);
 }
@@ -808,6 +943,7 @@ int main(void) {
     test_caps();
     test_prefix();
     test_corpus_identity();
+    test_resume();
     test_billing();
     test_system_in_place();
     test_key_order();

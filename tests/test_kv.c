@@ -639,10 +639,64 @@ static void test_ckpt_kinds(void) {
     kv_free(kv);
 }
 
+/* Conversation tags: a conversation that resumes at one of its tips passes
+ * its tips past there (a branch its client left) to the head of the ladder
+ * LRU, and no other conversation's; touching a checkpoint keeps it (a tip,
+ * the most recently used) against the LRU. */
+static void test_ckpt_conv(void) {
+    kv_config c = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4, .n_blocks = 16, .type = QT_F32,
+                   .state_bytes = 5000, .n_state_slots = 8, .n_ckpt = 5};
+    kv_cache *kv;
+    CHECK(kv_create(&c, &kv, &e) == HN_OK);
+    kv_seq a;
+    kv_seq_init(&a, kv, 32, &e);
+    CHECK(kv_seq_state_acquire(kv, &a, &e) == HN_OK);
+    int32_t t[32];
+    fill_tokens(t, 32, 5);
+    CHECK(kv_seq_reserve(kv, &a, 24, &e) == HN_OK);
+    a.n_tokens = a.state_len = 24;
+    kv_seq_commit(kv, &a, t, 24);
+    const int32_t *ab = a.blocks;
+    const kv_seq *seqs[1] = {&a};
+    /* conversation 7: tips at blocks 1, 3, 4; conversation 9: a tip at block 5; a ladder one at 2 */
+    for (int i = 1; i <= 5; i++) CHECK(kv_ckpt_take(kv, ab[i], i == 2 ? KV_CK_LADDER : KV_CK_TIP) >= 0);
+    kv_ckpt_tag(kv, ab[1], 7, 8);
+    kv_ckpt_tag(kv, ab[3], 7, 16);
+    kv_ckpt_tag(kv, ab[4], 7, 20);
+    kv_ckpt_tag(kv, ab[5], 9, 24);
+    kv_ckpt_tag(kv, ab[2], 7, 12);
+    CHECK(kv_ckpt_conv(kv, ab[1]) == 7 && kv_ckpt_conv(kv, ab[5]) == 9 && kv_ckpt_conv(kv, ab[2]) == 0);
+    /* 7 resumes at 8: its tips at 16 and 20 pass, 9's does not, nor 7's at 8 */
+    CHECK(kv_ckpt_pass_past(kv, 7, 8) == 2 && kv_ckpt_pass_past(kv, 7, 8) == 0);
+    CHECK(kv_ckpt_conv(kv, ab[3]) == 0 && kv_ckpt_conv(kv, ab[4]) == 0 && kv_ckpt_conv(kv, ab[1]) == 7 &&
+          kv_ckpt_conv(kv, ab[5]) == 9);
+    CHECK(check(kv, seqs, 1));
+    /* full: the passed ones go before the older ladder one (at the head) */
+    CHECK(kv_ckpt_take(kv, ab[0], KV_CK_LADDER) >= 0 && kv_ckpt_of(kv, ab[2]) >= 0 &&
+          (kv_ckpt_of(kv, ab[3]) < 0) + (kv_ckpt_of(kv, ab[4]) < 0) == 1);
+    /* touching: the tip at 1 is the most recently used kept one, the one at 5 goes first */
+    CHECK(kv_ckpt_touch(kv, ab[1], KV_CK_TIP) && !kv_ckpt_touch(kv, 15, KV_CK_TIP));
+    kv_ckpt_drop(kv, ab[2]);
+    kv_ckpt_drop(kv, ab[3]);
+    kv_ckpt_drop(kv, ab[4]);
+    kv_ckpt_drop(kv, ab[0]);
+    for (int i = 2; i <= 4; i++) CHECK(kv_ckpt_take(kv, ab[i], KV_CK_TIP) >= 0); /* 5 held: 1, 5, 2, 3, 4 */
+    CHECK(kv_ckpt_take(kv, ab[0], KV_CK_TIP) >= 0 && kv_ckpt_of(kv, ab[5]) < 0 && kv_ckpt_of(kv, ab[1]) >= 0);
+    /* a ladder checkpoint touched as a tip is kept again; a dropped one has no tag */
+    kv_ckpt_pass(kv, ab[2]);
+    CHECK(kv_ckpt_touch(kv, ab[2], KV_CK_TIP) && kv_ckpt_take(kv, ab[5], KV_CK_LADDER) == -1);
+    kv_ckpt_drop(kv, ab[1]);
+    CHECK(kv_ckpt_conv(kv, ab[1]) == 0);
+    CHECK(check(kv, seqs, 1));
+    kv_seq_free(&a, kv);
+    kv_free(kv);
+}
+
 int main(void) {
     test_basics();
     test_state();
     test_ckpt_kinds();
+    test_ckpt_conv();
     test_types();
     test_slab_shrink();
     test_prefix();

@@ -236,6 +236,7 @@ int cmd_serve(int argc, char **argv) {
     const gguf_ctx *meta;
     const tok_vocab *voc;
     int32_t n_ctx, kv_tokens = 0;
+    bool resume = false;
     int rc = 1;
     if (test_engine) {
         if (gguf_open(model, &g, &err) != HN_OK || tok_load(g, &vocab, &err) != HN_OK) {
@@ -283,6 +284,7 @@ int cmd_serve(int argc, char **argv) {
         eng_get_stats(eng, &es);
         if (es.blocks_max > 0 && es.block_size > 0 && (int64_t)es.blocks_max * es.block_size < INT32_MAX)
             kv_tokens = es.blocks_max * es.block_size;
+        resume = es.ckpt_max > 0; /* a hybrid with the prefix cache: it keeps states where a next turn resumes */
     }
     {
         prm_model pm;
@@ -290,6 +292,7 @@ int cmd_serve(int argc, char **argv) {
             fprintf(stderr, "hone serve: the model's chat template: %s\n", err.msg);
             goto out;
         }
+        pm.resume = resume;
         const char *name = alias ? alias : gguf_get_str(meta, "general.name");
         cfg.model_name = name && *name ? name : "hone";
         if (n_keys) { /* --api-key given: those keys (HONE_API_KEY is the default of one) */

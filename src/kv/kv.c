@@ -236,10 +236,12 @@ hn_status kv_create(const kv_config *cfg, kv_cache **out, hn_err *err) {
         kv->ck_kind = hn_calloc(n, 1);
         kv->ck_prev = hn_malloc(sizeof(int32_t) * n);
         kv->ck_next = hn_malloc(sizeof(int32_t) * n);
+        kv->ck_conv = hn_calloc(n, sizeof(uint64_t));
+        kv->ck_pos = hn_calloc(n, sizeof(int32_t));
         if (kv->ckpt && kv->ck_prev && kv->ck_next)
             for (size_t i = 0; i < n; i++) kv->ckpt[i] = kv->ck_prev[i] = kv->ck_next[i] = -1;
         kv->ck_head[0] = kv->ck_tail[0] = kv->ck_head[1] = kv->ck_tail[1] = -1;
-        if (!kv->st_taken || !kv->ckpt || !kv->ck_kind || !kv->ck_prev || !kv->ck_next) {
+        if (!kv->st_taken || !kv->ckpt || !kv->ck_kind || !kv->ck_prev || !kv->ck_next || !kv->ck_conv || !kv->ck_pos) {
             kv_free(kv);
             return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory");
         }
@@ -287,6 +289,8 @@ void kv_free(kv_cache *kv) {
     hn_free(kv->ck_kind);
     hn_free(kv->ck_prev);
     hn_free(kv->ck_next);
+    hn_free(kv->ck_conv);
+    hn_free(kv->ck_pos);
     hn_free(kv);
 }
 
@@ -498,12 +502,48 @@ void kv_ckpt_drop(kv_cache *kv, int32_t b) {
     kv_state_free(kv, kv->ckpt[b]);
     kv->ckpt[b] = -1;
     kv->ck_kind[b] = KV_CK_LADDER;
+    kv->ck_conv[b] = 0;
     kv->n_ckpt--;
 }
 
 void kv_ckpt_pass(kv_cache *kv, int32_t b) {
     if (kv->ckpt && b >= 0 && b < kv->cfg.n_blocks && kv->ckpt[b] >= 0 && kv->ck_kind[b] == KV_CK_TIP)
         ck_set_kind(kv, b, KV_CK_LADDER);
+}
+
+void kv_ckpt_tag(kv_cache *kv, int32_t b, uint64_t conv, int32_t pos) {
+    if (!kv->ckpt || b < 0 || b >= kv->cfg.n_blocks || kv->ckpt[b] < 0) return;
+    kv->ck_conv[b] = conv;
+    kv->ck_pos[b] = pos;
+}
+
+uint64_t kv_ckpt_conv(const kv_cache *kv, int32_t b) {
+    if (!kv->ckpt || b < 0 || b >= kv->cfg.n_blocks || kv->ckpt[b] < 0 || kv->ck_kind[b] != KV_CK_TIP) return 0;
+    return kv->ck_conv[b];
+}
+
+int32_t kv_ckpt_pass_past(kv_cache *kv, uint64_t conv, int32_t pos) {
+    int32_t n = 0;
+    if (!kv->ckpt || !conv) return 0;
+    for (int32_t b = kv->ck_head[1], nx; b >= 0; b = nx) {
+        nx = kv->ck_next[b];
+        if (kv->ck_kind[b] != KV_CK_TIP || kv->ck_conv[b] != conv || kv->ck_pos[b] <= pos) continue;
+        ck_unlink(kv, b); /* a ladder checkpoint now, the first to go */
+        kv->ck_kind[b] = KV_CK_LADDER;
+        kv->ck_prev[b] = -1;
+        kv->ck_next[b] = kv->ck_head[0];
+        if (kv->ck_head[0] >= 0) kv->ck_prev[kv->ck_head[0]] = b;
+        else kv->ck_tail[0] = b;
+        kv->ck_head[0] = b;
+        n++;
+    }
+    return n;
+}
+
+bool kv_ckpt_touch(kv_cache *kv, int32_t b, kv_ck_kind kind) {
+    if (!kv->ckpt || b < 0 || b >= kv->cfg.n_blocks || kv->ckpt[b] < 0) return false;
+    ck_set_kind(kv, b, kind > kv->ck_kind[b] ? (int)kind : kv->ck_kind[b]);
+    return true;
 }
 
 int32_t kv_ckpt_take(kv_cache *kv, int32_t b, kv_ck_kind kind) {

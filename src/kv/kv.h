@@ -145,6 +145,8 @@ typedef struct kv_cache {
     int32_t *ckpt;         /* [n_blocks] state slot of the block's checkpoint, -1: none */
     uint8_t *ck_kind;      /* [n_blocks] its kv_ck_kind */
     int32_t *ck_prev, *ck_next; /* checkpoint LRUs over blocks, [0] ladder, [1] kept (head: dropped first) */
+    uint64_t *ck_conv;     /* [n_blocks] the conversation of the block's checkpoint (kv_ckpt_tag), 0: none */
+    int32_t *ck_pos;       /* [n_blocks] and its position */
     int32_t ck_head[2], ck_tail[2], n_ckpt;
     uint64_t ckpt_hits, ckpt_evictions;
     int32_t *slab_nfree;   /* free blocks in each mapped slab */
@@ -293,6 +295,20 @@ int32_t kv_ckpt_take(kv_cache *kv, int32_t block, kv_ck_kind kind);
 /* The block's checkpoint, if a tip, becomes a ladder one: its sequence has
  * moved on and kept a deeper state. */
 void kv_ckpt_pass(kv_cache *kv, int32_t block);
+/* The block's checkpoint, if any, is in use again: at least of `kind`, and
+ * the most recently used of its LRU (a request names it as its own tip,
+ * computed by an earlier turn). Returns whether the block has one. */
+bool kv_ckpt_touch(kv_cache *kv, int32_t block, kv_ck_kind kind);
+/* Tags the block's checkpoint (if any) with the conversation it belongs to
+ * (the caller's id: 0 none) and its position. */
+void kv_ckpt_tag(kv_cache *kv, int32_t block, uint64_t conv, int32_t pos);
+/* The conversation tag of the block's checkpoint if it is a tip, else 0. */
+uint64_t kv_ckpt_conv(const kv_cache *kv, int32_t block);
+/* Every tip of conversation conv past position pos becomes a ladder
+ * checkpoint, the first to be dropped: the conversation's next turn
+ * resumed at pos, so they hold states of a prompt end or a reply that the
+ * client re-rendered differently (a branch it left). Returns how many. */
+int32_t kv_ckpt_pass_past(kv_cache *kv, uint64_t conv, int32_t pos);
 /* Drops the block's checkpoint (if any). */
 void kv_ckpt_drop(kv_cache *kv, int32_t block);
 /* References to a block (sequences holding it). */

@@ -85,6 +85,13 @@ typedef struct ereq {
     int32_t ck_roll;             /* hybrids: block of its rolling reply checkpoint, or -1 */
     int32_t ck_from;             /* hybrids: block of the checkpoint its state was restored from, or -1 */
     int32_t ck_at;               /* hybrids: also checkpoint at this position (the end of a chunk others wait for) */
+    int32_t tip_at[ENG_RESUME_MAX]; /* hybrids: the prompt's tips (block boundaries of r.resume), n_tip_at of them */
+    int32_t n_tip_at;            /* 0: the tip is the prompt's last full block */
+    bool ck_from_tip;            /* ck_from is one of tip_at (it stays a tip) */
+    uint64_t conv;               /* hybrids: its conversation, the tag of its tips (kv_ckpt_tag): that of the
+                                    tip it first resumed from, else its id; 0 until its first match */
+    bool reply_tips;             /* a likely next turn repeats all of the prompt, so maybe the reply: it gets
+                                    rolling tips (no resume points given, or one at n_prompt) */
     int32_t plan_end;            /* this step: the position its chunk ends at */
     /* speculative decoding: the drafter over toks (NULL: not speculating),
      * this step's draft (n_draft tokens after the decode token, their
@@ -319,7 +326,7 @@ static void mtp_leave(eng_engine *e, ereq *q) {
  * its previous reply checkpoint (which this one replaces, when b is in the
  * reply). */
 static void kept_tip(eng_engine *e, ereq *q, int32_t b) {
-    if (q->ck_from >= 0) kv_ckpt_pass(e->kv, q->ck_from);
+    if (q->ck_from >= 0 && !q->ck_from_tip) kv_ckpt_pass(e->kv, q->ck_from);
     q->ck_from = -1;
     if (q->seq.n_hashed * e->kv->cfg.block_size > q->n_prompt) {
         if (q->ck_roll >= 0 && q->ck_roll != b) kv_ckpt_drop(e->kv, q->ck_roll);
@@ -327,19 +334,20 @@ static void kept_tip(eng_engine *e, ereq *q, int32_t b) {
     }
 }
 
-static void release_seq(eng_engine *e, ereq *q) {
+static void release_seq(eng_engine *e, ereq *q, bool done) {
     if (e->p.prefix_cache) kv_seq_commit(e->kv, &q->seq, q->toks, q->n_toks);
     if (e->hybrid) {
         flush_ckpts(e);
-        /* a sequence leaving at a block boundary (preempted in prefill, or a
-         * reply that ends on one or crossed one in its last verify) keeps its
-         * state there as a checkpoint */
+        /* a sequence leaving at a block boundary (preempted, or a finished
+         * reply that ends on one or crossed one in its last verify, if a next
+         * turn may repeat it) keeps its state there as a checkpoint */
         int bs = e->kv->cfg.block_size;
         kv_seq *s = &q->seq;
         int32_t src, at = ckpt_src(e, q, &src);
-        if (e->p.prefix_cache && at > 0 && s->n_hashed * bs == at) {
+        if (e->p.prefix_cache && at > 0 && s->n_hashed * bs == at && (!done || q->reply_tips || at <= q->n_prompt)) {
             int32_t b = s->blocks[s->n_hashed - 1];
             int32_t slot = kv_ckpt_take(e->kv, b, KV_CK_TIP);
+            kv_ckpt_tag(e->kv, b, q->conv, at);
             hn_err err;
             if (slot >= 0 && model_state_copy(e->m, e->kv, 1, &src, &slot, &err)) kv_ckpt_drop(e->kv, b);
             else if (slot >= 0) kept_tip(e, q, b);
@@ -351,15 +359,28 @@ static void release_seq(eng_engine *e, ereq *q) {
     mtp_restart(e, q);
 }
 
+/* Hybrids: whether position p (a block boundary) is one of the prompt's
+ * tips: the last block boundary at or before a point where the next turn's
+ * prompt may stop repeating this one (eng_request.resume), or, when none is
+ * given, the prompt's last full block. */
+static bool tip_point(const eng_engine *e, const ereq *q, int32_t p) {
+    int bs = e->kv->cfg.block_size;
+    if (!q->n_tip_at) return p > 0 && p == q->n_prompt / bs * bs;
+    for (int32_t i = 0; i < q->n_tip_at; i++)
+        if (q->tip_at[i] == p) return true;
+    return false;
+}
+
 /* Hybrids: whether the state after position p (a block boundary) of a
- * request's prompt is worth a checkpoint: the prompt's last full block
- * (where the next turn diverges) and a geometric ladder back from it
- * (1, 2, 4, ... blocks before), so that an edit anywhere recomputes from a
- * checkpoint not far before it. */
+ * request's prompt is worth a checkpoint: the prompt's tips (tip_point) and
+ * a geometric ladder back from its last full block (1, 2, 4, ... blocks
+ * before, the last full block itself included), so that an edit anywhere
+ * recomputes from a checkpoint not far before it. */
 static bool ckpt_point(const eng_engine *e, const ereq *q, int32_t p) {
     int bs = e->kv->cfg.block_size;
     int32_t last = q->n_prompt / bs * bs;
     if (p <= 0 || p > last || p % bs) return false;
+    if (tip_point(e, q, p)) return true;
     int32_t d = (last - p) / bs;
     return d == 0 || (d & (d - 1)) == 0;
 }
@@ -380,7 +401,7 @@ static void running_remove(eng_engine *e, int32_t i) {
 static void finish_running(eng_engine *e, int32_t i, eng_finish fin, hn_status st, const char *msg) {
     ereq *q = e->running[i];
     running_remove(e, i);
-    release_seq(e, q);
+    release_seq(e, q, true);
     finish_free(e, q, fin, st, msg);
 }
 
@@ -455,10 +476,28 @@ static void match_prefix(eng_engine *e, ereq *q) {
             kv_seq_truncate(e->kv, &q->seq, before);
             got = 0;
         }
+        if (!q->conv) {
+            /* resuming at a tip of a conversation continues it; its tips past
+             * here belong to a branch its client left (a reply it re-rendered) */
+            uint64_t c = got > 0 && before == 0 ? kv_ckpt_conv(e->kv, q->seq.blocks[q->seq.n_blocks - 1]) : 0;
+            q->conv = c ? c : q->id;
+            if (c) kv_ckpt_pass_past(e->kv, c, q->seq.n_tokens);
+        }
         if (got > 0) {
             q->seq.state_len = q->seq.n_tokens;
-            if (q->ck_from >= 0) kv_ckpt_pass(e->kv, q->ck_from); /* resumed deeper than before */
+            if (q->ck_from >= 0 && !q->ck_from_tip) kv_ckpt_pass(e->kv, q->ck_from); /* resumed deeper than before */
             q->ck_from = q->seq.blocks[q->seq.n_blocks - 1];
+            q->ck_from_tip = false;
+            /* a tip of this prompt that an earlier turn computed (where a user
+             * message after a run of tool calls will diverge) stays kept, as
+             * recently used as this request's own tips (the match passed it) */
+            int bs = e->kv->cfg.block_size;
+            for (int32_t i = 0; i < q->n_tip_at; i++) {
+                int32_t p = q->tip_at[i];
+                if (p <= before || p > q->seq.n_tokens) continue;
+                kv_ckpt_touch(e->kv, q->seq.blocks[p / bs - 1], KV_CK_TIP);
+                if (p == q->seq.n_tokens) q->ck_from_tip = true;
+            }
         }
     } else {
         got = kv_seq_match(e->kv, &q->seq, q->toks, q->n_toks - 1);
@@ -510,7 +549,7 @@ static void preempt_one(eng_engine *e) {
         if (e->running[i]->admit_order > e->running[v]->admit_order) v = i;
     ereq *q = e->running[v];
     running_remove(e, v);
-    release_seq(e, q);
+    release_seq(e, q, false);
     q->resumed = true;
     wait_push_head(e, q);
     e->preemptions++;
@@ -998,13 +1037,15 @@ static void want_ckpt(eng_engine *e, ereq *q) {
     int32_t b = s->blocks[s->n_hashed - 1];
     int kind = KV_CK_TIP;
     if (n <= q->n_prompt) {
-        int32_t last = q->n_prompt / bs * bs;
         kind = -1;
-        if (ckpt_point(e, q, n) || n == q->ck_at) kind = n == last ? KV_CK_TIP : KV_CK_LADDER;
+        if (ckpt_point(e, q, n) || n == q->ck_at) kind = tip_point(e, q, n) ? KV_CK_TIP : KV_CK_LADDER;
         if (kv_block_refs(e->kv, b) >= 2 && !kv_seq_next_cached(e->kv, s, q->toks, q->n_prompt)) kind = KV_CK_BRANCH;
         if (kind < 0) return;
+    } else if (!q->reply_tips) {
+        return; /* no likely next turn repeats the reply */
     }
     int32_t slot = kv_ckpt_take(e->kv, b, (kv_ck_kind)kind);
+    if (kind == KV_CK_TIP) kv_ckpt_tag(e->kv, b, q->conv, n); /* also when it only raised one there */
     if (slot < 0) return;
     if (kind == KV_CK_TIP) kept_tip(e, q, b);
     e->ck_src[e->n_ck] = src;
@@ -1559,6 +1600,18 @@ hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err
     q->r = *r;
     q->r.prompt = NULL;
     q->n_prompt = r->n_prompt;
+    bool any = false, all = false; /* resume points given; one repeats the whole prompt */
+    for (int32_t i = 0; i < r->n_resume && i < ENG_RESUME_MAX; i++) { /* the tips: block boundaries, distinct */
+        int32_t p = r->resume[i];
+        if (p < 0 || p > r->n_prompt) continue;
+        any = true;
+        all |= p == r->n_prompt;
+        p = p / e->kv->cfg.block_size * e->kv->cfg.block_size;
+        bool dup = false;
+        for (int32_t j = 0; j < q->n_tip_at; j++) dup |= q->tip_at[j] == p;
+        if (!dup) q->tip_at[q->n_tip_at++] = p;
+    }
+    q->reply_tips = !any || all;
     q->max_gen = r->max_tokens > 0 ? r->max_tokens : 0;
     int64_t cap = (int64_t)e->n_ctx + 1;
     if (q->max_gen > 0 && (int64_t)r->n_prompt + q->max_gen < cap) cap = (int64_t)r->n_prompt + q->max_gen;

@@ -120,6 +120,8 @@ typedef struct eng_event {
 
 typedef void (*eng_event_fn)(void *ctx, const eng_event *ev);
 
+enum { ENG_RESUME_MAX = 4 };
+
 typedef struct eng_request {
     const int32_t *prompt;     /* copied by eng_submit */
     int32_t n_prompt;
@@ -144,6 +146,16 @@ typedef struct eng_request {
     uint64_t cache_ns;         /* prefix-cache namespace (kv_seq.ns): 0 shares cached prefixes with every
                                   request of namespace 0; requests of different namespaces never reuse
                                   each other's blocks (the server gives each API key its own) */
+    /* Hybrids: prompt positions where the conversation's next turn may stop
+     * repeating this prompt (the server finds them by rendering the likely
+     * next turns: template/chat.h chat_resume_points), each in [0, n_prompt]
+     * (others are ignored). The prompt's tip checkpoints go at the last block
+     * boundary at or before each, instead of at its last full block; one in
+     * the cached prefix is kept as a tip. When none is n_prompt (no likely
+     * next turn repeats all of the prompt), the reply gets no checkpoints.
+     * n_resume 0: a tip at the prompt's last full block, and the reply's. */
+    int32_t resume[ENG_RESUME_MAX];
+    int32_t n_resume;
 } eng_request;
 
 /* Loads the model, creates the KV pool and starts the engine thread. */

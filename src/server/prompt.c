@@ -37,6 +37,13 @@ void prm_model_free(prm_model *pm) {
     memset(pm, 0, sizeof *pm);
 }
 
+static chat_options options_of(const creq *r) {
+    chat_options opt = {.add_generation_prompt = true,
+                        .thinking = r->thinking < 0 ? CHAT_THINK_DEFAULT : r->thinking ? CHAT_THINK_ON : CHAT_THINK_OFF,
+                        .kwargs = r->template_kwargs};
+    return opt;
+}
+
 static bool render(const prm_model *pm, const creq *r, prm_prompt *p, api_error *e) {
     const json_t *msgs = r->messages;
     json_t *head = NULL;
@@ -48,9 +55,7 @@ static bool render(const prm_model *pm, const creq *r, prm_prompt *p, api_error 
         if (!head) return api_seterr(e, APIE_INTERNAL, NULL, "out of memory"), false;
         msgs = head;
     }
-    chat_options opt = {.add_generation_prompt = true,
-                        .thinking = r->thinking < 0 ? CHAT_THINK_DEFAULT : r->thinking ? CHAT_THINK_ON : CHAT_THINK_OFF,
-                        .kwargs = r->template_kwargs};
+    chat_options opt = options_of(r);
     chat_prompt cp;
     hn_err err = {0};
     hn_status st = chat_render(pm->ct, msgs, r->tools, &opt, &cp, &err);
@@ -116,6 +121,25 @@ bool prm_build(const prm_model *pm, creq *r, prm_prompt *p, api_error *e) {
         return api_seterr(e, APIE_INTERNAL, NULL, "tokenizing the prompt failed: %s", err.msg), false;
     }
     p->n_tokens = (int32_t)n;
+    if (pm->resume && r->api != API_COMPLETIONS && !r->prefill) {
+        /* where the next turn's prompt stops repeating this one: the probes render as this prompt did */
+        chat_options opt = options_of(r);
+        chat_prompt cp = {.text = p->text.data ? p->text.data : "", .len = p->text.len, .spans = p->spans,
+                          .n_spans = p->n_spans};
+        int64_t at[CHAT_RESUME_MAX];
+        /* a hint: without memory for it, none (the engine keeps the prompt's end) */
+        if (chat_resume_points(pm->ct, pm->vocab, r->messages, r->tools, &opt, &cp, p->tokens, n, false, at, &err))
+            for (int i = 0; i < CHAT_RESUME_MAX; i++) at[i] = -1;
+        for (int i = 0; i < CHAT_RESUME_MAX; i++) { /* insertion: distinct, ascending */
+            if (at[i] < 0) continue;
+            int j = p->n_resume;
+            while (j > 0 && p->resume[j - 1] > at[i]) j--;
+            if (j > 0 && p->resume[j - 1] == at[i]) continue;
+            memmove(p->resume + j + 1, p->resume + j, sizeof *p->resume * (size_t)(p->n_resume - j));
+            p->resume[j] = (int32_t)at[i];
+            p->n_resume++;
+        }
+    }
     return true;
 }
 

@@ -6,8 +6,11 @@
  * the tool-call / reasoning format detected for the template. prm_build renders
  * the request's messages and tools with add_generation_prompt through
  * chat_render (mid-conversation system messages in place, or demoted in place
- * when the template refuses them) and tokenizes with chat_tokenize. A final
- * assistant message is continued: the prompt ends with its text. Legacy
+ * when the template refuses them) and tokenizes with chat_tokenize, then
+ * finds where the likely next turns stop repeating the prompt
+ * (chat_resume_points, when pm->resume: a hybrid model keeps its state there). A final
+ * assistant message is continued: the prompt ends with its text (and no
+ * resume points are found for it). Legacy
  * completions use their prompt text (or token ids) as is. Errors are the
  * client's (400), with the template's own message. */
 #ifndef HN_SERVER_PROMPT_H
@@ -29,6 +32,8 @@ typedef struct prm_model {
     chat_template *ct;
     const tok_vocab *vocab; /* borrowed */
     tc_detection det;
+    bool resume;            /* find the prompts' resume points (set for a hybrid model with the prefix
+                               cache, which keeps states there; prm_model_init leaves it false) */
 } prm_model;
 
 /* Reads the chat template and special-token texts of a model (vocab is
@@ -44,6 +49,9 @@ typedef struct prm_prompt {
     bool start_in_reasoning; /* the prompt ends inside an open <think> */
     size_t *spans;           /* text from the request spelling control tokens (chat_prompt.spans) */
     size_t n_spans;
+    int32_t resume[CHAT_RESUME_MAX]; /* chat APIs: where a next turn's prompt may stop repeating this one
+                                        (chat_resume_points: tokens it repeats), distinct, ascending */
+    int n_resume;
 } prm_prompt;
 
 /* Renders (chat APIs) and tokenizes r into p. On failure fills e (APIE_INVALID for template errors,

@@ -292,6 +292,7 @@ enum MHD_Result srv_generate(srv_conn *c, json_t *body, bool count_only, bool re
                       .on_event = on_event,
                       .ctx = j,
                       .cache_ns = c->cache_ns};
+    for (int i = 0; i < c->prompt.n_resume && i < ENG_RESUME_MAX; i++) er.resume[er.n_resume++] = c->prompt.resume[i];
     if (!cst_attach(s->cst, &c->req, &c->prompt, &er, &j->cst, &e)) {
         j->refs = 1;
         srv_job_release(j);

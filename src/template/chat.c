@@ -950,3 +950,124 @@ hn_status chat_tokenize_spans(const tok_vocab *v, const char *prompt, size_t len
     *n = got;
     return HN_OK;
 }
+
+/* ---- where the next turn stops repeating this prompt ---- */
+
+/* The conversation with a next turn a client may send after this prompt's
+ * reply (CHAT_RESUME_*): a user message after a text reply, or a tool result
+ * after a call of the first tool, its reasoning dropped or sent back; NULL
+ * (with *nomem false) for a tool turn without tools. Shallow: the caller's
+ * messages are shared. */
+static json_t *next_turn(const json_t *messages, const json_t *tools, int kind, bool *nomem) {
+    const char *name = json_string_value(json_object_get(json_object_get(json_array_get(tools, 0), "function"), "name"));
+    *nomem = false;
+    if (kind != CHAT_RESUME_USER && !name) return NULL;
+    json_t *m = json_array();
+    int bad = !m || json_array_extend(m, (json_t *)messages);
+    if (!bad && kind != CHAT_RESUME_USER) {
+        json_t *a = json_pack("{s:s,s:s,s:[{s:s,s:s,s:{s:s,s:{}}}]}", "role", "assistant", "content", "", "tool_calls",
+                              "id", "call_0", "type", "function", "function", "name", name, "arguments");
+        if (a && kind == CHAT_RESUME_TOOL_REASONING) bad = json_object_set_new(a, "reasoning_content", json_string("OK"));
+        bad |= json_array_append_new(m, a);
+        bad |= json_array_append_new(m, json_pack("{s:s,s:s,s:s}", "role", "tool", "tool_call_id", "call_0", "content",
+                                                  "OK"));
+    } else if (!bad) {
+        bad = json_array_append_new(m, json_pack("{s:s,s:s}", "role", "assistant", "content", "OK"));
+        bad |= json_array_append_new(m, json_pack("{s:s,s:s}", "role", "user", "content", "OK"));
+    }
+    if (bad) {
+        json_decref(m);
+        *nomem = true;
+        return NULL;
+    }
+    return m;
+}
+
+/* Splits for tail tokenizing: the index of the last control token of tokens
+ * (the template's own markup: never matched inside request text) that ends
+ * within the first c bytes of text, and its offset in *at; -1 when there is
+ * none or the token pieces do not tile the text's end (a SentencePiece space
+ * prefix, say): the caller tokenizes everything then. Text split at a control
+ * token tokenizes as its two parts do, so the part before it needs no work. */
+static int64_t control_before(const tok_vocab *v, const char *text, size_t len, const int32_t *tokens, int64_t n,
+                              size_t c, size_t *at) {
+    size_t end = len;
+    for (int64_t i = n - 1; i >= 1; i--) { /* token 0 may be a BOS the text does not spell */
+        int32_t pl = tok_piece(v, tokens[i], true, NULL, 0);
+        size_t cl;
+        if (pl < 0 || (size_t)pl > end) return -1;
+        end -= (size_t)pl;
+        if (end + (size_t)pl > c || !tok_is_control(v, tokens[i], &cl)) continue;
+        const char *s = tok_text(v, tokens[i]);
+        if (cl != (size_t)pl || !s || memcmp(text + end, s, cl)) return -1;
+        *at = end;
+        return i;
+    }
+    return -1;
+}
+
+/* How many of the prompt's tokens the probe's tokens repeat: the probe
+ * tokenized whole (reference), or only from the last control token before
+ * the first differing byte. -1: out of memory (tokenizing fails only so). */
+static int64_t shared_tokens(const tok_vocab *v, const char *text, size_t len, const int32_t *tokens, int64_t n,
+                             const chat_prompt *pr, bool reference) {
+    size_t c = 0;
+    while (c < len && c < pr->len && text[c] == pr->text[c]) c++;
+    size_t at = 0;
+    int64_t i0 = reference ? -1 : control_before(v, text, len, tokens, n, c, &at), got;
+    int32_t *pt = NULL;
+    if (i0 < 0) { /* the whole probe, as the next turn's prompt would be tokenized */
+        hn_err err;
+        if (chat_tokenize_spans(v, pr->text, pr->len, pr->spans, pr->n_spans, &pt, &got, &err)) return -1;
+        i0 = 0;
+    } else {
+        size_t tl = pr->len - at, *sp = pr->n_spans ? hn_malloc(pr->n_spans * 2 * sizeof *sp) : NULL, ns = 0;
+        int64_t cap = (int64_t)tl + 4;
+        pt = hn_malloc((size_t)cap * sizeof *pt);
+        if (!pt || (pr->n_spans && !sp)) {
+            hn_free(pt);
+            hn_free(sp);
+            return -1;
+        }
+        for (size_t k = 0; k < pr->n_spans; k++)
+            if (pr->spans[2 * k + 1] > at) {
+                sp[2 * ns] = pr->spans[2 * k] > at ? pr->spans[2 * k] - at : 0;
+                sp[2 * ns + 1] = pr->spans[2 * k + 1] - at;
+                ns++;
+            }
+        got = tok_encode_spans(v, pr->text + at, tl, false, sp, ns, pt, cap);
+        hn_free(sp);
+        if (got < 0 || got > cap) { /* out of memory (a token covers a byte: never more than cap) */
+            hn_free(pt);
+            return -1;
+        }
+    }
+    int64_t k = 0;
+    while (i0 + k < n && k < got && tokens[i0 + k] == pt[k]) k++;
+    hn_free(pt);
+    return i0 + k;
+}
+
+hn_status chat_resume_points(const chat_template *t, const tok_vocab *v, const json_t *messages, const json_t *tools,
+                             const chat_options *opt, const chat_prompt *p, const int32_t *tokens, int64_t n_tokens,
+                             bool reference, int64_t out[CHAT_RESUME_MAX], hn_err *err) {
+    for (int i = 0; i < CHAT_RESUME_MAX; i++) out[i] = -1;
+    chat_options o = {0};
+    if (opt) o = *opt;
+    o.add_generation_prompt = true; /* as the next turn is rendered */
+    for (int i = 0; i < CHAT_RESUME_MAX; i++) {
+        bool nomem;
+        json_t *m = next_turn(messages, tools, i, &nomem);
+        if (nomem) return hn_errf(err, HN_ERR_NOMEM, "out of memory");
+        if (!m) continue;
+        chat_prompt pr;
+        hn_err rerr = {0};
+        hn_status st = chat_render(t, m, tools, &o, &pr, &rerr);
+        json_decref(m);
+        if (st == HN_ERR_NOMEM) return hn_errf(err, HN_ERR_NOMEM, "out of memory");
+        if (st == HN_OK) out[i] = shared_tokens(v, p->text, p->len, tokens, n_tokens, &pr, reference);
+        chat_prompt_free(&pr);
+        if (st == HN_OK && out[i] < 0) return hn_errf(err, HN_ERR_NOMEM, "out of memory");
+    }
+    return HN_OK;
+}

@@ -173,6 +173,33 @@ hn_status chat_tokenize(const tok_vocab *v, const char *prompt, size_t len, int3
 hn_status chat_tokenize_spans(const tok_vocab *v, const char *prompt, size_t len, const size_t *spans, size_t n_spans,
                               int32_t **tokens, int64_t *n, hn_err *err);
 
+/* Where the next turn's prompt may stop repeating this one. A hybrid model
+ * resumes only where it kept a recurrent-state checkpoint, so the engine
+ * wants one at (or just before) the token where the next turn's prompt first
+ * differs from this one, and the template decides where that is: Qwen3.5's
+ * generation prompt ends "<|im_start|>assistant\n<think>\n" but a reply in
+ * history renders as "<|im_start|>assistant\n" + its answer (2 tokens
+ * earlier), or, for a tool-call turn whose reasoning the client drops, as
+ * "<think>\n\n</think>" (the "\n" merges into "\n\n": 1 token earlier); a
+ * user message after a run of tool calls drops the reasoning of all of them
+ * (back at the first one's reply). Found by rendering likely next turns
+ * (probes appended to messages) and comparing their tokens with this
+ * prompt's. out[k] is, for the next turn k (CHAT_RESUME_USER: a user message
+ * after a text reply; CHAT_RESUME_TOOL: a tool result after a call of the
+ * first tool, the call's reasoning dropped; CHAT_RESUME_TOOL_REASONING: sent
+ * back), the count of this prompt's tokens it repeats (n_tokens: all, and
+ * then the reply may be repeated too), or -1 when that probe does not render
+ * (or, for the tool turns, there are no tools). messages, tools and opt are
+ * this prompt's (as chat_render got them), p its rendering and
+ * tokens[0..n_tokens) its tokenization (chat_tokenize_spans). Only the
+ * probes' tails are tokenized, from the last control token before their
+ * first differing byte (text split at a control token tokenizes as its
+ * parts do); reference tokenizes them whole. Fails only with HN_ERR_NOMEM. */
+enum { CHAT_RESUME_USER, CHAT_RESUME_TOOL, CHAT_RESUME_TOOL_REASONING, CHAT_RESUME_MAX };
+hn_status chat_resume_points(const chat_template *t, const tok_vocab *v, const json_t *messages, const json_t *tools,
+                             const chat_options *opt, const chat_prompt *p, const int32_t *tokens, int64_t n_tokens,
+                             bool reference, int64_t out[CHAT_RESUME_MAX], hn_err *err);
+
 /* Removes Claude Code's billing line from a system text: returns a new
  * hn_malloc'd string without any line that starts with
  * "x-anthropic-billing-header:" (nor the newline ending it, nor the blank
