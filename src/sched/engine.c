@@ -628,7 +628,9 @@ static int32_t choose_draft(eng_engine *e, ereq *q, int32_t *rows_left, int32_t 
 
 /* A model drafter's choice for a decoding request (the draft model's, before
  * the plan; the MTP layer's, after the step before): 0 when it does not draft
- * now, else the most tokens to draft, at least *min_k. The controller decides
+ * now, else the most tokens to draft, at least *min_k, and in *pick (NULL:
+ * not wanted) how many the controller chose for the expected acceptance
+ * (DFlash drafts that many: its tokens come at once). The controller decides
  * from the expected acceptance (spc_acc_rate) and the drafter's cost per
  * token dcost whether drafting pays and how far (in auto mode a suffix
  * proposal worth verifying comes first and the model is not run for it; in
@@ -637,7 +639,7 @@ static int32_t choose_draft(eng_engine *e, ereq *q, int32_t *rows_left, int32_t 
  * nd decoding requests at context ctx; c1: a one-row target step; per:
  * each request's share of the step's drafted rows. */
 static int32_t model_draft_k(eng_engine *e, ereq *q, int32_t ctx, int32_t nd, double dcost, double c1, int32_t per,
-                             int32_t *min_k) {
+                             int32_t *min_k, int32_t *pick) {
     int32_t kmax = draft_room(e, q);
     if (kmax > per) kmax = per;
     if (kmax <= 0) return 0;
@@ -665,6 +667,7 @@ static int32_t model_draft_k(eng_engine *e, ereq *q, int32_t ctx, int32_t nd, do
     q->dctl.idle = 0;
     q->draft_force = force;
     *min_k = force ? (k < DRAFT_PROBE_LEN ? k : DRAFT_PROBE_LEN) : 1;
+    if (pick) *pick = k;
     return kmax;
 }
 
@@ -701,7 +704,7 @@ static void model_drafts(eng_engine *e) {
     for (int32_t i = 0; i < e->n_running; i++) {
         ereq *q = e->running[i];
         if (q->n_toks - q->seq.n_tokens != 1 || !q->dseq) continue;
-        int32_t min_k = 1, kmax = model_draft_k(e, q, ctx, nd, dcost, c1, per, &min_k);
+        int32_t min_k = 1, kmax = model_draft_k(e, q, ctx, nd, dcost, c1, per, &min_k, NULL);
         if (kmax == 0) continue;
         drf_job *j = &e->djobs[nj++];
         *j = (drf_job){.seq = q->dseq, .toks = q->toks, .n_toks = q->n_toks, .k = kmax, .min_k = min_k,
@@ -756,11 +759,11 @@ static void hd_drafts(eng_engine *e) {
     if (!nj) return;
     for (int32_t i = 0; i < nj; i++) {
         ereq *q = e->mreq[i];
-        int32_t min_k = 1, k = 0;
-        if (q->n_toks - q->seq.n_tokens == 1) k = model_draft_k(e, q, ctx, nd, dcost, c1, per, &min_k);
-        if (e->dfl) {
+        int32_t min_k = 1, k = 0, pick = 0;
+        if (q->n_toks - q->seq.n_tokens == 1) k = model_draft_k(e, q, ctx, nd, dcost, c1, per, &min_k, &pick);
+        if (e->dfl) { /* a block's slots come at once: as many as the controller chose (their head rows cost) */
             e->fjobs[i] = (dfl_job){.seq = q->fseq, .toks = q->toks, .from = q->L0, .n = q->seq.n_tokens - q->L0,
-                                    .row0 = q->row0, .k = k, .out = q->draft, .p = q->draft_p};
+                                    .row0 = q->row0, .k = k ? pick : 0, .out = q->draft, .p = q->draft_p};
             continue;
         }
         mtp_job *j = &e->mjobs[i];
@@ -1379,7 +1382,7 @@ static hn_status open_dflash(eng_engine *e, const eng_params *p, hn_err *err) {
     if (st) {
         if (p->spec != ENG_SPEC_DFLASH) return HN_OK; /* the draft model's own load says why */
         char msg[sizeof err->msg];
-        snprintf(msg, sizeof msg, "%s", err->msg);
+        snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
         return hn_errf(err, st, "engine: DFlash drafter %s: %s", p->draft_path, msg);
     }
     const char *arch = gguf_get_str(g, "general.architecture");
@@ -1414,7 +1417,7 @@ static hn_status dflash_setup(eng_engine *e, const eng_params *p, const kv_confi
     if (st) {
         if (st != HN_ERR_UNSUPPORTED) {
             char msg[sizeof err->msg];
-            snprintf(msg, sizeof msg, "%s", err->msg);
+            snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
             st = hn_errf(err, HN_ERR_UNSUPPORTED, "engine: DFlash drafter %s: its tokenizer: %s", p->draft_path, msg);
         }
         return st;
@@ -1486,7 +1489,7 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     st = model_load(p.model_path, &mp, &e->m, err);
     if (st && e->dfl_g) {
         char msg[sizeof err->msg];
-        snprintf(msg, sizeof msg, "%s", err->msg);
+        snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
         hn_errf(err, st, "engine: DFlash drafter %s with the target %s: %s", p.draft_path, p.model_path, msg);
     }
     if (st) goto fail;

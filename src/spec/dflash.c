@@ -74,7 +74,7 @@ hn_status dfl_new(model *m, const dfl_params *pin, dfl_drafter **out, hn_err *er
     }
     const int32_t bs = d->kv->cfg.block_size;
     if ((st = plan_init(&d->plan, B, S, (d->p.n_ctx + info->block_size + bs) / bs + 1, err))) goto fail;
-    if ((st = spc_cost_init(&d->cost, S, err))) goto fail;
+    if ((st = spc_cost_init(&d->cost, d->cap_out, err))) goto fail;
     *out = d;
     return HN_OK;
 fail:
@@ -233,7 +233,7 @@ static hn_status blocks(dfl_drafter *d, dfl_job *jobs, int32_t n_jobs, int32_t *
     const double t0 = hn_now_ms();
     hn_status st = run(d, n, n_seqs, true, err);
     if (st == HN_OK) {
-        spc_cost_record(&d->cost, ctx, n_seqs, hn_now_ms() - t0);
+        spc_cost_record(&d->cost, ctx, n_rows, hn_now_ms() - t0); /* by the tokens it drafted */
         const float *logits = model_logits(d->m);
         for (int32_t r = 0; r < n_rows; r++) {
             dfl_job *j = &jobs[d->row_job[r]];
@@ -278,8 +278,8 @@ void dfl_trim(dfl_drafter *d) { kv_trim(d->kv, 0); }
 
 double dfl_token_cost(const dfl_drafter *d, const spc_cost *tc, int32_t ctx, int32_t n_sessions, double ratio) {
     if (n_sessions < 1) n_sessions = 1;
-    if (spc_cost_known(tc, ctx) && spc_cost_known(&d->cost, ctx))
-        return spc_cost_est(&d->cost, ctx, n_sessions) / n_sessions / d->per_block;
+    int32_t rows = n_sessions * d->per_block < d->cap_out ? n_sessions * d->per_block : d->cap_out;
+    if (spc_cost_known(tc, ctx) && spc_cost_known(&d->cost, ctx)) return spc_cost_est(&d->cost, ctx, rows) / rows;
     return ratio * spc_cost_est(tc, ctx, 1) / d->per_block;
 }
 

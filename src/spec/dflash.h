@@ -104,10 +104,11 @@ hn_status dfl_step(dfl_drafter *d, dfl_job *jobs, int32_t n_jobs, hn_err *err);
 /* Drops the drafter's cached prefix blocks and unmaps its empty slabs. */
 void dfl_trim(dfl_drafter *d);
 /* The cost of one drafted token for each of n sessions at context ctx in
- * the units of the target's table tc: a block forward (the drafter's own
- * table of them, by sessions) spread over the block's drafts; measured when
- * both tables know ctx, else ratio (a block forward's weight bytes over the
- * target's) times a target one-row step, spread likewise. */
+ * the units of the target's table tc: a block forward of full blocks for
+ * all n (the drafter's own table of block forwards, by the tokens they
+ * drafted) over its tokens; measured when both tables know ctx, else ratio
+ * (a block forward's weight bytes over the target's) times a target
+ * one-row step, spread over a block's drafts. */
 double dfl_token_cost(const dfl_drafter *d, const spc_cost *tc, int32_t ctx, int32_t n_sessions, double ratio);
 /* kv_check of the drafter's cache with its live sequences. */
 hn_status dfl_check(const dfl_drafter *d, const struct kv_seq *const *seqs, int n, hn_err *err);
