@@ -504,7 +504,7 @@ int main(void) {
     CHECK(eng_spec_from_name("auto", &v) == 0 && v == ENG_SPEC_AUTO);
     CHECK(eng_spec_from_name("off", &v) == 0 && v == ENG_SPEC_OFF);
     CHECK(eng_spec_from_name("suffix", &v) == 0 && v == ENG_SPEC_SUFFIX);
-    CHECK(eng_spec_from_name("dflash", &v) == 2 && eng_spec_from_name("mtp", &v) == 0 && v == ENG_SPEC_MTP);
+    CHECK(eng_spec_from_name("dflash", &v) == 0 && v == ENG_SPEC_DFLASH && eng_spec_from_name("mtp", &v) == 0 && v == ENG_SPEC_MTP);
     CHECK(eng_spec_from_name("draft", &v) == 0 && v == ENG_SPEC_DRAFT); /* tests/test_spec_draft.c */
     CHECK(eng_spec_from_name("bogus", &v) == 1);
     p.spec = 7;

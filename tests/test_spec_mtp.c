@@ -541,6 +541,6 @@ int main(void) {
     refused(test_data_path(path, sizeof path, "data/models/qwen35-tiny-q8_0.gguf"), ENG_SPEC_AUTO, HN_OK, NULL);
     int v;
     CHECK(eng_spec_from_name("mtp", &v) == 0 && v == ENG_SPEC_MTP && !strcmp(eng_spec_name(v), "mtp"));
-    CHECK(eng_spec_from_name("dflash", &v) == 2);
+    CHECK(eng_spec_from_name("dflash", &v) == 0 && v == ENG_SPEC_DFLASH); /* tests/test_spec_dflash.c */
     TEST_DONE();
 }

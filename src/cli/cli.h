@@ -26,15 +26,14 @@ int cmd_bench_model(int argc, char **argv);
 #include "../backend/registry.h"
 #include "../sched/engine.h"
 
-#define CLI_SPEC_HELP "auto (default: where it pays, measured: the suffix drafter, then the --draft model or else the model's own MTP layer), off, suffix, draft or mtp (always draft, that drafter only; mtp: the model's MTP (nextn) layer); dflash: not built yet"
-#define CLI_DRAFT_HELP "a draft model for --spec draft|auto: any GGUF with the target's vocabulary (not a hybrid)"
+#define CLI_SPEC_HELP "auto (default: where it pays, measured: the suffix drafter, then the --draft model or DFlash drafter, or else the model's own MTP layer), off, suffix, draft, mtp or dflash (always draft, that drafter only; mtp: the model's MTP (nextn) layer; dflash: the --draft file is a DFlash drafter)"
+#define CLI_DRAFT_HELP "a draft model for --spec draft|auto: any GGUF with the target's vocabulary (not a hybrid); or a DFlash drafter (general.architecture dflash) for --spec dflash|auto"
 
 /* Parses the value of --spec for command cmd into *out (eng_spec); prints
- * why and returns false for an unknown or not-yet-built drafter. */
+ * why and returns false for an unknown drafter. */
 static inline bool cli_spec_parse(const char *cmd, const char *v, int *out) {
     int r = eng_spec_from_name(v, out);
-    if (r == 2) fprintf(stderr, "hone %s: --spec %s is not implemented yet (auto, off, suffix, draft, mtp are)\n", cmd, v);
-    else if (r) fprintf(stderr, "hone %s: unknown --spec '%s' (auto, off, suffix, draft, mtp)\n", cmd, v);
+    if (r) fprintf(stderr, "hone %s: unknown --spec '%s' (auto, off, suffix, draft, mtp, dflash)\n", cmd, v);
     return r == 0;
 }
 

@@ -414,6 +414,14 @@ static int bench_agents(int argc, char **argv) {
                mib(es.mtp_kv_peak_bytes), (unsigned long long)(es.mtp_steps - es0.mtp_steps),
                (unsigned long long)(es.mtp_tokens - es0.mtp_tokens), (unsigned long long)(es.mtp_drafted - es0.mtp_drafted),
                (unsigned long long)(es.mtp_left_out - es0.mtp_left_out));
+    if (es.dflash_loaded)
+        printf("  DFlash drafter      KV peak %.1f MiB; %llu drafter steps (%llu rows, injection included), %llu blocks, "
+               "%llu tokens proposed, %llu requests stopped following\n",
+               mib(es.dflash_kv_peak_bytes), (unsigned long long)(es.dflash_steps - es0.dflash_steps),
+               (unsigned long long)(es.dflash_tokens - es0.dflash_tokens),
+               (unsigned long long)(es.dflash_blocks - es0.dflash_blocks),
+               (unsigned long long)(es.dflash_drafted - es0.dflash_drafted),
+               (unsigned long long)(es.dflash_left_out - es0.dflash_left_out));
     if (es.ckpt_max > 0)
         printf("  recurrent state     peak %.1f MiB (live slots + checkpoints); after the sessions end %.1f MiB, "
                "%d of %d checkpoints, %llu prefixes resumed from one; after dropping the cache %.1f MiB\n",

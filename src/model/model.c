@@ -209,26 +209,36 @@ static hn_status find(const gguf_ctx *g, const char *name, int n_dims, int64_t n
     return HN_OK;
 }
 
-/* Binds a matrix (or expert stack) as a backend weight that matmuls read. */
-static hn_status bind(model *m, const char *name, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2, bool required,
-                      be_tensor **w, hn_err *err) {
+hn_status model_bind_from(model *m, const gguf_ctx *g, const char *name, int n_dims, int64_t ne0, int64_t ne1,
+                          int64_t ne2, bool required, unsigned flags, be_tensor **w, hn_err *err) {
     be_weight_src src;
     *w = NULL;
-    hn_status st = find(m->g, name, n_dims, ne0, ne1, ne2, required, &src, err);
+    hn_status st = find(g, name, n_dims, ne0, ne1, ne2, required, &src, err);
     if (st || !src.data) return st;
-    return m->be->ops->weight_load(m->be, &src, BE_W_MATMUL | m->drop, w, err);
+    return m->be->ops->weight_load(m->be, &src, flags, w, err);
 }
 
-/* Binds an f32 vector of n elements (norm weights, biases). */
-static hn_status bind_vec(model *m, const char *name, int64_t n, bool required, be_tensor **out, hn_err *err) {
+hn_status model_bind_vec_from(model *m, const gguf_ctx *g, const char *name, int64_t n, bool required,
+                              be_tensor **out, hn_err *err) {
     be_weight_src src;
     *out = NULL;
-    hn_status st = find(m->g, name, 1, n, 1, 1, required, &src, err);
+    hn_status st = find(g, name, 1, n, 1, 1, required, &src, err);
     if (st || !src.data) return st;
     if (src.type != QT_F32)
         return hn_errf(err, HN_ERR_UNSUPPORTED, "model: tensor %s is %s; hone expects f32 norms and biases", name,
                        qt_name(src.type));
     return m->be->ops->weight_load(m->be, &src, 0, out, err);
+}
+
+/* Binds a matrix (or expert stack) of the model's file as a backend weight that matmuls read. */
+static hn_status bind(model *m, const char *name, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2, bool required,
+                      be_tensor **w, hn_err *err) {
+    return model_bind_from(m, m->g, name, n_dims, ne0, ne1, ne2, required, BE_W_MATMUL | m->drop, w, err);
+}
+
+/* Binds an f32 vector of n elements (norm weights, biases). */
+static hn_status bind_vec(model *m, const char *name, int64_t n, bool required, be_tensor **out, hn_err *err) {
+    return model_bind_vec_from(m, m->g, name, n, required, out, err);
 }
 
 /* The FFN of a layer: dense swiglu or routed experts (+ a shared expert). */
@@ -410,6 +420,17 @@ static int scratch_parts(model *m, scratch_part *parts) {
             P(cat, QT_F32, 2 * E, B);
         }
     }
+    if (m->dfl) {
+        const model_dflash_info *d = &m->dfl->info;
+        int64_t DQ = (int64_t)d->n_head * d->head_dim, DKV = (int64_t)d->n_head_kv * d->head_dim;
+        P(taps, QT_F32, (int64_t)d->n_taps * E, B);
+        P(fq, QT_F32, DQ, B);
+        P(fatt, QT_F32, DQ, B);
+        P(fk, QT_F32, DKV, B);
+        P(fv, QT_F32, DKV, B);
+        P(fhb, QT_F32, d->n_ff, B);
+        P(fhb2, QT_F32, d->n_ff, B);
+    }
 #undef P
     return n;
 }
@@ -474,19 +495,27 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
     m->params.backend = NULL;
     int64_t max_k = hp->n_embd;
     if (!hp->hybrid || hp->n_nextn == 0) m->params.mtp = false;
+    if (m->params.dflash && (st = model_dflash_read(m, m->params.dflash, err))) goto fail;
     int64_t widths[] = {(int64_t)hp->n_head * hp->head_dim, hp->n_ff, hp->n_ff_exp, hp->n_ff_shexp,
-                        (int64_t)hp->ssm_v_heads * hp->ssm_state, m->params.mtp ? 2 * (int64_t)hp->n_embd : 0};
-    for (int i = 0; i < 6; i++)
+                        (int64_t)hp->ssm_v_heads * hp->ssm_state, m->params.mtp ? 2 * (int64_t)hp->n_embd : 0,
+                        model_dflash_max_k(m)};
+    for (int i = 0; i < 7; i++)
         if (widths[i] > max_k) max_k = widths[i];
-    scratch_part parts[40];
+    int max_hd = hp->head_dim, max_group = hp->n_head / hp->n_head_kv;
+    if (m->dfl) {
+        const model_dflash_info *d = &m->dfl->info;
+        if (d->head_dim > max_hd) max_hd = d->head_dim;
+        if (d->n_head / d->n_head_kv > max_group) max_group = d->n_head / d->n_head_kv;
+    }
+    scratch_part parts[48];
     int n_parts = scratch_parts(m, parts);
     size_t arena = 0;
     for (int i = 0; i < n_parts; i++) arena += be_tensor_bytes(parts[i].type, parts[i].ne0, parts[i].ne1);
     be_limits lim = {
         .max_rows = m->params.max_batch * (hp->n_expert > 0 ? hp->n_expert_used : 1),
         .max_k = max_k,
-        .max_head_dim = hp->head_dim,
-        .max_group = hp->n_head / hp->n_head_kv,
+        .max_head_dim = max_hd,
+        .max_group = max_group,
         .max_experts = hp->n_expert,
         .arena_bytes = arena,
     };
@@ -535,6 +564,7 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
     /* the tied output last, as before: its file pages may go once packed (get_rows faults the rows it reads back in) */
     if (hp->tied_output && (st = m->be->ops->weight_load(m->be, &src, BE_W_MATMUL | m->drop, &out_w, err))) goto fail;
     m->output = out_w;
+    if (m->dfl && (st = model_dflash_bind(m, err))) goto fail;
     if (m->params.mtp) {
         /* the first MTP layer runs (model_mtp_step); its row-selection plan
          * has no sequences and rows that store nothing */
@@ -592,6 +622,7 @@ void model_free(model *m) {
     if (m->own_be) be_free(m->be);
     plan_free(&m->plan);
     plan_free(&m->hplan);
+    model_dflash_free(m);
     hn_free(m->layers);
     hn_free(m->seq_next);
     if (m->owned) gguf_close(m->owned);

@@ -92,6 +92,11 @@ typedef struct model_params {
      * step also keeps its rows' final hidden state (after output_norm) in
      * the backend for model_mtp_step (no effect on the logits) */
     bool mtp;
+    /* a DFlash drafter's GGUF (general.architecture "dflash"; borrowed: it
+     * must outlive the model), loaded with the model onto its backend (the
+     * model_dflash_* calls below); every step then also keeps its rows'
+     * residual stream at the drafter's target layers. NULL: none */
+    const gguf_ctx *dflash;
 } model_params;
 
 /* A ragged batch (see step_batch in sched/plan.h). */
@@ -180,6 +185,67 @@ kv_config model_mtp_kv_config(const model *m, int32_t n_blocks, int block_size);
  * Errors: HN_ERR_INVALID without an MTP layer, for a plan over the limits or
  * a cache of another shape; the backend's. */
 hn_status model_mtp_step(model *m, kv_cache *mkv, const step_plan *p, const int32_t *hsel, int32_t n_hsel, hn_err *err);
+
+/* ---- DFlash (a block-diffusion drafter, spec/dflash.h) ----
+ * A DFlash file, in the form llama.cpp reads (general.architecture
+ * "dflash"), holds a few qwen3-style layers that draft a block of tokens in
+ * one forward, conditioned on the target's hidden states. Its keys are the
+ * usual `dflash.*` shape keys plus dflash.block_size (the trained block,
+ * default 16), dflash.target_layers (T indices: the residual stream at the
+ * input of target layer L is tapped; L = the target's layer count is the
+ * final residual, before output_norm) and tokenizer.ggml.mask_token_id, and
+ * optionally dflash.sample_from_anchor and dflash.attention.causal (both
+ * false by default). Its tensors: fc.weight (T E -> E), enc.output_norm
+ * (E), output_norm (E), per layer attn_norm, attn_q/k/v/output,
+ * attn_q_norm/attn_k_norm, ffn_norm, ffn_gate/up/down, and optionally its
+ * own token_embd / output (else the target's are used). Its width E must
+ * be the target's.
+ *
+ * Each target step keeps, per row, the tapped residual streams side by
+ * side (T E floats). Injection (model_dflash_inject): a position p's taps
+ * are fused into g_p = enc.output_norm(rms(fc . taps_p)), and every drafter
+ * layer stores K = rope(k_norm(wk g_p)), V = wv g_p at p in the drafter's
+ * own KV cache (model_dflash_kv_config). A block (model_dflash_block):
+ * tokens [x_n, mask, ..., mask] at positions n .. n + bs - 1 through the
+ * layers (attn_norm; q/k/v, q/k norms, rope; attention over the context's
+ * K/V and the whole block, not causal unless dflash.attention.causal;
+ * output; ffn_norm; SwiGLU FFN), output_norm and the output matrix: slot i
+ * (i >= 1) drafts the token at position n + i (with sample_from_anchor,
+ * slot i >= 0 drafts position n + i + 1). Refused: rope scaling, sliding
+ * windows, attention sinks, a reduced draft vocabulary (d2t), DSpark's
+ * Markov head and DFlash2's selector (messages say which). */
+
+typedef struct model_dflash_info {
+    int32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_rot;
+    int32_t block_size;        /* the trained block (tokens per block forward) */
+    int32_t mask_token;
+    int32_t n_taps;
+    int32_t taps[16];          /* target layers whose input is tapped, in fc's input order */
+    bool sample_from_anchor;   /* slot i drafts position n + i + 1 (else n + i, slot 0 the anchor) */
+    bool causal;               /* block attention causal (else every block row sees the whole block) */
+    size_t weight_bytes;       /* what a block forward reads: the drafter's tensors, plus the target's
+                                  embedding rows and output matrix when it uses them (the output's bytes) */
+} model_dflash_info;
+
+/* Whether a DFlash drafter was loaded with the model (model_params.dflash). */
+bool model_has_dflash(const model *m);
+/* Its shape and options (NULL without one). */
+const model_dflash_info *model_dflash(const model *m);
+/* A KV cache configuration for the drafter: its layers and head shape. */
+kv_config model_dflash_kv_config(const model *m, int32_t n_blocks, int block_size);
+/* Injection over plan p (built against dkv, a cache of
+ * model_dflash_kv_config; no logits): row i is the tapped row sel[i] of
+ * the last model_step (sel NULL: row i; ascending, n_sel == p->n_tokens),
+ * stored at its plan position. The taps are consumed (a selection moves
+ * them in place). Errors: HN_ERR_INVALID without a drafter, for a plan over
+ * the limits or a cache of another shape; the backend's. */
+hn_status model_dflash_inject(model *m, kv_cache *dkv, const step_plan *p, const int32_t *sel, int32_t n_sel,
+                              hn_err *err);
+/* A block forward over plan p (against dkv, each sequence's rows a block at
+ * its positions, after its injected context): the wanted rows' logits are at
+ * model_logits() after it. The block rows' K/V are stored at their slots
+ * (the caller truncates them away). Errors: as model_dflash_inject. */
+hn_status model_dflash_block(model *m, kv_cache *dkv, const step_plan *p, hn_err *err);
 
 /* Runs the batch. Takes KV blocks from kv as sequences grow; writes the logits
  * of the tokens that want them, in batch order, as rows of n_vocab floats into

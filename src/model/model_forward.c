@@ -137,6 +137,14 @@ static void ffn(model *m, const model_layer *L, int n) {
     }
 }
 
+/* DFlash: the residual stream entering layer il, for each tap of that layer, into its columns of the taps. */
+static void keep_taps(model *m, int il, int n) {
+    const model_dflash_info *d = &m->dfl->info;
+    const int E = m->hp.n_embd;
+    for (int k = 0; k < d->n_taps; k++)
+        if (d->taps[k] == il) m->be->ops->copy_cols(m->be, m->s.x, E, 0, n, E, m->s.taps, d->n_taps * E, k * E);
+}
+
 /* The forward of one planned step (n rows: the plan's tokens, or its padded
  * rows on a backend that replays graphs). */
 static void forward(model *m, kv_cache *kv, const step_plan *p, const uint32_t *const *masks) {
@@ -153,6 +161,7 @@ static void forward(model *m, kv_cache *kv, const step_plan *p, const uint32_t *
     // the MTP layers (the last n_nextn) are not part of the main forward
     for (int il = 0; il < hp->n_layer - hp->n_nextn; il++) {
         const model_layer *L = &m->layers[il];
+        if (m->dfl) keep_taps(m, il, n); /* the DFlash drafter's taps: this layer's input */
 
         // mixer: attention, or (hybrids) gated attention / delta-net, on the rms-normed stream; residual
         ops->rms_norm(be, s->x, L->attn_norm, n, E, hp->rms_eps, s->xb);
@@ -166,6 +175,8 @@ static void forward(model *m, kv_cache *kv, const step_plan *p, const uint32_t *
         ffn(m, L, n);
         ops->add(be, s->x, s->xb2, s->x, (size_t)n * (size_t)E);
     }
+
+    if (m->dfl) keep_taps(m, hp->n_layer - hp->n_nextn, n); /* and the final residual */
 
     // MTP: every row's final hidden state, kept for the MTP layer (model_mtp_step)
     if (m->mtp) ops->rms_norm(be, s->x, m->output_norm, n, E, hp->rms_eps, s->hid);

@@ -75,7 +75,30 @@ typedef struct model_scratch {
     /* MTP (model_params.mtp with nextn layers) */
     be_tensor *hid;     /* (B, n_embd) each row's final hidden state (main step), or an MTP step's output states */
     be_tensor *cat;     /* (B, 2 n_embd) the MTP's [enorm(embed) | hnorm(hidden)] */
+    /* DFlash (model_params.dflash): the taps of each row, and the drafter's
+     * own projections (its x, xb, xb2 and logits are the model's: the
+     * drafter runs between target steps, at the target's width) */
+    be_tensor *taps;    /* (B, T n_embd) each row's tapped residual streams, side by side */
+    be_tensor *fq, *fatt; /* (B, drafter n_head * head_dim) */
+    be_tensor *fk, *fv; /* (B, drafter n_head_kv * head_dim) */
+    be_tensor *fhb, *fhb2; /* (B, drafter n_ff) */
 } model_scratch;
+
+/* A DFlash drafter loaded with the model (model_dflash.c; model.h says what it computes). */
+typedef struct model_dfl {
+    model_dflash_info info;
+    float rope_base, rms_eps;
+    const gguf_ctx *g;
+    be_tensor *fc;          /* (T n_embd -> n_embd) */
+    be_tensor *enc_norm;    /* (n_embd) after fc */
+    be_tensor *out_norm;    /* (n_embd) before the output matrix */
+    be_tensor *tok_embd;    /* its own embedding table, or NULL: the target's */
+    be_tensor *output;      /* its own output matrix, or NULL: the target's */
+    model_layer *layers;    /* attn_norm, wq/wk/wv/wo, q_norm/k_norm, ffn_norm, w_gate/w_up/w_down */
+    step_plan aplan;        /* a block's attention view of its plan: the plan's arrays but positions apos */
+    int32_t *apos;          /* [max_batch] every row at its sequence's last position */
+    step_plan gplan;        /* the taps' row selection: no sequences, the selected rows wanted */
+} model_dfl;
 
 struct model {
     model_hparams hp;
@@ -96,13 +119,32 @@ struct model {
     /* scratch that follows the load: the limits of load time, each activation
      * tensor with what its rows count (SC_*), and the row classes backed now */
     be_limits lim;
-    be_act_rows sc_act[40];
-    uint8_t sc_scale[40];
+    be_act_rows sc_act[48];
+    uint8_t sc_scale[48];
     int n_sc;
     int32_t sc_rows, sc_out; /* tokens and logits rows the backed scratch holds */
     /* MTP: the runnable layer (NULL: none), and the plan of model_mtp_step's row selection */
     model_layer *mtp;
     step_plan hplan;
+    /* DFlash: the drafter (NULL: none) */
+    model_dfl *dfl;
 };
+
+/* model.c's weight binding, for the drafter's file too: a matrix read by
+ * matmuls (or, flags BE_W_ROWS, an embedding table), and an f32 vector.
+ * Missing and not required: *w NULL. */
+hn_status model_bind_from(model *m, const gguf_ctx *g, const char *name, int n_dims, int64_t ne0, int64_t ne1,
+                          int64_t ne2, bool required, unsigned flags, be_tensor **w, hn_err *err);
+hn_status model_bind_vec_from(model *m, const gguf_ctx *g, const char *name, int64_t n, bool required,
+                              be_tensor **out, hn_err *err);
+
+/* model_dflash.c, for model.c's load: reads and checks the drafter's
+ * metadata against the model (m->dfl made), its activation tensors (added
+ * to parts, each with its rows class), its matmuls' widest input, then its
+ * weights and plans, and the free. */
+hn_status model_dflash_read(model *m, const gguf_ctx *g, hn_err *err);
+int64_t model_dflash_max_k(const model *m);
+hn_status model_dflash_bind(model *m, hn_err *err);
+void model_dflash_free(model *m);
 
 #endif

@@ -50,6 +50,7 @@
 #include "../kv/kv.h"
 #include "../model/model.h"
 #include "../spec/ctl.h"
+#include "../spec/dflash.h"
 #include "../spec/draft.h"
 #include "../spec/mtp.h"
 #include "../spec/suffix.h"
@@ -110,11 +111,13 @@ typedef struct ereq {
     bool dprobe;          /* this step's model draft is a probe of a switched-off request */
     int32_t dprobe_fails; /* probes in a row that had no token accepted (each doubles the interval, to 16x) */
     spc_req dctl;
-    /* the MTP drafter: its sequence of this request (NULL: none; mtp_ok: it
-     * follows the request), and this step's rows: the first (-1: none) and
-     * the sequence's length before the step */
+    /* the drafter that reads the target's hidden states, the MTP layer or
+     * DFlash: its sequence of this request (mseq / fseq; NULL: none; hd_ok:
+     * it follows the request), and this step's rows: the first (-1: none)
+     * and the sequence's length before the step */
     mtp_seq *mseq;
-    bool mtp_ok;
+    dfl_seq *fseq;
+    bool hd_ok;
     int32_t row0, L0;
     /* hybrids, this step: its verified rows' state snapshots are spare[snap0 ..
      * snap0 + n_draft) (-1: none); after verify, v_pos is the position of
@@ -191,7 +194,14 @@ struct eng_engine {
     mtp_drafter *mtp;
     mtp_job *mjobs;
     ereq **mreq;
-    uint64_t mtp_off;
+    uint64_t hd_off;
+    /* the DFlash drafter (NULL: none; in the draft model's place, like the
+     * MTP layer, sharing its calibration, cost prior, request list and
+     * counter of requests stopped following): its file (opened here, read
+     * by the model) and a step's jobs */
+    gguf_ctx *dfl_g;
+    dfl_drafter *dfl;
+    dfl_job *fjobs;
 };
 
 eng_params eng_default_params(void) {
@@ -215,19 +225,18 @@ bool eng_kv_type_from_name(const char *name, int *out) {
 
 const char *eng_kv_type_name(int t) { return t >= 0 && t < 4 ? kv_names[t] : "unknown"; }
 
-static const char *const spec_names[] = {"off", "auto", "suffix", "draft", "mtp"};
+static const char *const spec_names[] = {"off", "auto", "suffix", "draft", "mtp", "dflash"};
 
 int eng_spec_from_name(const char *name, int *out) {
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         if (!strcmp(name, spec_names[i])) {
             *out = i;
             return 0;
         }
-    if (!strcmp(name, "dflash")) return 2;
     return 1;
 }
 
-const char *eng_spec_name(int s) { return s >= 0 && s < 5 ? spec_names[s] : "unknown"; }
+const char *eng_spec_name(int s) { return s >= 0 && s < 6 ? spec_names[s] : "unknown"; }
 
 const double eng_ttft_bounds_ms[ENG_HIST_N] = {10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, INFINITY};
 const double eng_itl_bounds_ms[ENG_HIST_N] = {1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, INFINITY};
@@ -272,6 +281,7 @@ static void finish_free(eng_engine *e, ereq *q, eng_finish fin, hn_status st, co
     kv_seq_free(&q->seq, NULL);
     if (q->dseq) drf_seq_free(e->drf, q->dseq);
     if (q->mseq) mtp_seq_free(e->mtp, q->mseq, q->toks);
+    if (q->fseq) dfl_seq_free(e->dfl, q->fseq, q->toks);
     sfx_free(q->sfx);
     smp_free(q->smp);
     hn_free(q->toks);
@@ -305,20 +315,29 @@ static int32_t ckpt_src(const eng_engine *e, const ereq *q, int32_t *src) {
     return at;
 }
 
-/* The request's MTP sequence starts again with its (emptied) KV sequence. */
-static void mtp_restart(eng_engine *e, ereq *q) {
-    if (!q->mseq) return;
-    mtp_seq_reset(e->mtp, q->mseq, q->toks);
-    q->mtp_ok = true;
+/* The request's sequence of the hidden-state drafter (MTP or DFlash): held at all, and its length. */
+static bool hd_has(const ereq *q) { return q->mseq || q->fseq; }
+static int32_t hd_len(const ereq *q) { return q->mseq ? mtp_seq_len(q->mseq) : dfl_seq_len(q->fseq); }
+
+/* Empties it (publishing what it held). */
+static void hd_reset(eng_engine *e, ereq *q) {
+    if (q->mseq) mtp_seq_reset(e->mtp, q->mseq, q->toks);
+    if (q->fseq) dfl_seq_reset(e->dfl, q->fseq, q->toks);
 }
 
-/* The request's MTP sequence stops following it (this request drafts no
- * more with the MTP layer). */
-static void mtp_leave(eng_engine *e, ereq *q) {
-    if (!q->mseq || !q->mtp_ok) return;
-    mtp_seq_reset(e->mtp, q->mseq, q->toks);
-    q->mtp_ok = false;
-    e->mtp_off++;
+/* It starts again with its request's (emptied) KV sequence. */
+static void hd_restart(eng_engine *e, ereq *q) {
+    if (!hd_has(q)) return;
+    hd_reset(e, q);
+    q->hd_ok = true;
+}
+
+/* It stops following its request (this request drafts no more with it). */
+static void hd_leave(eng_engine *e, ereq *q) {
+    if (!hd_has(q) || !q->hd_ok) return;
+    hd_reset(e, q);
+    q->hd_ok = false;
+    e->hd_off++;
 }
 
 /* Hybrids: the request kept a tip checkpoint at block b, deeper than the
@@ -356,7 +375,7 @@ static void release_seq(eng_engine *e, ereq *q, bool done) {
         q->ck_roll = q->ck_from = q->ck_at = -1;
     }
     kv_seq_truncate(e->kv, &q->seq, 0);
-    mtp_restart(e, q);
+    hd_restart(e, q);
 }
 
 /* Hybrids: whether position p (a block boundary) is one of the prompt's
@@ -502,11 +521,15 @@ static void match_prefix(eng_engine *e, ereq *q) {
     } else {
         got = kv_seq_match(e->kv, &q->seq, q->toks, q->n_toks - 1);
     }
-    if (got > 0 && q->mseq && q->mtp_ok) {
-        /* the MTP sequence takes the same prefix from its own cache; one that
-         * cannot (evicted there) has no hidden states to catch up with */
+    if (got > 0 && hd_has(q) && q->hd_ok) {
+        /* the hidden-state drafter's sequence takes the same prefix from its
+         * own cache; one that cannot (evicted there) has no hidden states to
+         * catch up with */
         int32_t n = q->seq.n_tokens;
-        if (mtp_seq_len(q->mseq) != before || mtp_seq_match(e->mtp, q->mseq, q->toks, n) != n) mtp_leave(e, q);
+        int32_t m = hd_len(q) != before ? -1
+                    : q->mseq         ? mtp_seq_match(e->mtp, q->mseq, q->toks, n)
+                                      : dfl_seq_match(e->dfl, q->fseq, q->toks, n);
+        if (m != n) hd_leave(e, q);
     }
     if (got > 0 && !q->resumed) {
         int32_t end = before + got < q->n_prompt ? before + got : q->n_prompt;
@@ -528,7 +551,7 @@ static void admit(eng_engine *e) {
         if (e->n_running > 0 && kv_n_free(e->kv) < need) {
             kv_seq_truncate(e->kv, &q->seq, 0); /* keep nothing pinned while it waits */
             if (e->hybrid) kv_seq_state_release(e->kv, &q->seq);
-            mtp_restart(e, q);
+            hd_restart(e, q);
             q->ck_from = -1;
             if (!q->resumed) {
                 e->cached_tokens -= (uint64_t)q->st.n_cached;
@@ -644,7 +667,9 @@ static int32_t choose_draft(eng_engine *e, ereq *q, int32_t *rows_left, int32_t 
 
 /* A model drafter's choice for a decoding request (the draft model's, before
  * the plan; the MTP layer's, after the step before): 0 when it does not draft
- * now, else the most tokens to draft, at least *min_k. The controller decides
+ * now, else the most tokens to draft, at least *min_k, and in *pick (NULL:
+ * not wanted) how many the controller chose for the expected acceptance
+ * (DFlash drafts that many: its tokens come at once). The controller decides
  * from the expected acceptance (spc_acc_rate) and the drafter's cost per
  * token dcost whether drafting pays and how far (in auto mode a suffix
  * proposal worth verifying comes first and the model is not run for it; in
@@ -653,7 +678,7 @@ static int32_t choose_draft(eng_engine *e, ereq *q, int32_t *rows_left, int32_t 
  * nd decoding requests at context ctx; c1: a one-row target step; per:
  * each request's share of the step's drafted rows. */
 static int32_t model_draft_k(eng_engine *e, ereq *q, int32_t ctx, int32_t nd, double dcost, double c1, int32_t per,
-                             int32_t *min_k) {
+                             int32_t *min_k, int32_t *pick) {
     int32_t kmax = draft_room(e, q);
     if (kmax > per) kmax = per;
     if (kmax <= 0) return 0;
@@ -666,7 +691,7 @@ static int32_t model_draft_k(eng_engine *e, ereq *q, int32_t ctx, int32_t nd, do
     }
     double a = spc_acc_rate(&e->dcal, &q->dctl, 0.6), qa[ENG_SPEC_MAX], ex = 0;
     for (int32_t j = 0; j < kmax; j++) qa[j] = a;
-    bool force = e->spec == ENG_SPEC_DRAFT || e->spec == ENG_SPEC_MTP;
+    bool force = e->spec == ENG_SPEC_DRAFT || e->spec == ENG_SPEC_MTP || e->spec == ENG_SPEC_DFLASH;
     int32_t k = spc_choose_q(&e->cost, qa, kmax, ctx, nd, nd, dcost, force, &ex);
     /* switched off: a short probe now and then, rarer as the drafter's steps cost more than
      * a target step (so that probing costs at most about 1/SPC_PROBE_EVERY of the time) and
@@ -681,6 +706,7 @@ static int32_t model_draft_k(eng_engine *e, ereq *q, int32_t ctx, int32_t nd, do
     q->dctl.idle = 0;
     q->draft_force = force;
     *min_k = force ? (k < DRAFT_PROBE_LEN ? k : DRAFT_PROBE_LEN) : 1;
+    if (pick) *pick = k;
     return kmax;
 }
 
@@ -717,7 +743,7 @@ static void model_drafts(eng_engine *e) {
     for (int32_t i = 0; i < e->n_running; i++) {
         ereq *q = e->running[i];
         if (q->n_toks - q->seq.n_tokens != 1 || !q->dseq) continue;
-        int32_t min_k = 1, kmax = model_draft_k(e, q, ctx, nd, dcost, c1, per, &min_k);
+        int32_t min_k = 1, kmax = model_draft_k(e, q, ctx, nd, dcost, c1, per, &min_k, NULL);
         if (kmax == 0) continue;
         drf_job *j = &e->djobs[nj++];
         *j = (drf_job){.seq = q->dseq, .toks = q->toks, .n_toks = q->n_toks, .k = kmax, .min_k = min_k,
@@ -736,26 +762,29 @@ static void model_drafts(eng_engine *e) {
     }
 }
 
-/* Speculation with the MTP layer, right after a step (it reads the step's
- * hidden states): every request the step computed rows of, whose MTP
- * sequence follows it, catches up on the rows it kept, and those that will
- * decode next step draft as model_draft_k decides (the first token from the
- * catch-up's last row, each further one an MTP step, spec/mtp.h); the
- * proposal waits in q->draft for the next plan, where choose_draft picks how
- * many to verify. In auto mode a request whose probes keep missing (the
- * fourth in a row, at the longest interval) stops following (no catch-up
- * rows for it from then on). */
-static void mtp_drafts(eng_engine *e) {
+/* Speculation with a drafter that reads the target's hidden states (the
+ * MTP layer or DFlash), right after a step (it reads the step's hidden
+ * states): every request the step computed rows of, whose drafter sequence
+ * follows it, catches up on the rows it kept, and those that will decode
+ * next step draft as model_draft_k decides (MTP: the first token from the
+ * catch-up's last row, each further one an MTP step, spec/mtp.h; DFlash: a
+ * block forward after the injection, spec/dflash.h); the proposal waits in
+ * q->draft for the next plan, where choose_draft picks how many to verify.
+ * In auto mode a request whose probes keep missing (the fourth in a row, at
+ * the longest interval) stops following (no catch-up rows for it from then
+ * on). */
+static void hd_drafts(eng_engine *e) {
     int32_t ctx, nj = 0, nd = decoding_ctx(e, &ctx);
-    const double dcost = nd ? mtp_token_cost(e->mtp, &e->cost, ctx, nd, e->draft_ratio) : 0;
+    const double dcost = !nd ? 0 : e->mtp ? mtp_token_cost(e->mtp, &e->cost, ctx, nd, e->draft_ratio)
+                                          : dfl_token_cost(e->dfl, &e->cost, ctx, nd, e->draft_ratio);
     const double floor = nd ? spc_draft_floor(&e->cost, ctx, nd, nd, dcost) : 0, c1 = spc_cost_est(&e->cost, ctx, 1);
     int32_t per = nd && e->spec_rows / nd > 0 ? e->spec_rows / nd : 1;
     for (int32_t i = 0; i < e->n_running; i++) {
         ereq *q = e->running[i];
-        if (q->row0 < 0 || !q->mseq || !q->mtp_ok) continue;
+        if (q->row0 < 0 || !hd_has(q) || !q->hd_ok) continue;
         int32_t kept = q->seq.n_tokens - q->L0;
-        if (mtp_seq_len(q->mseq) != q->L0 || kept < 0 || (e->spec == ENG_SPEC_AUTO && q->dprobe_fails >= 4)) {
-            mtp_leave(e, q); /* (kept < 0: the target recomputes from scratch, which cannot happen) */
+        if (hd_len(q) != q->L0 || kept < 0 || (e->spec == ENG_SPEC_AUTO && q->dprobe_fails >= 4)) {
+            hd_leave(e, q); /* (kept < 0: the target recomputes from scratch, which cannot happen) */
             continue;
         }
         if (kept == 0) continue;
@@ -769,22 +798,30 @@ static void mtp_drafts(eng_engine *e) {
     if (!nj) return;
     for (int32_t i = 0; i < nj; i++) {
         ereq *q = e->mreq[i];
-        int32_t min_k = 1, k = 0;
-        if (q->n_toks - q->seq.n_tokens == 1) k = model_draft_k(e, q, ctx, nd, dcost, c1, per, &min_k);
+        int32_t min_k = 1, k = 0, pick = 0;
+        if (q->n_toks - q->seq.n_tokens == 1) k = model_draft_k(e, q, ctx, nd, dcost, c1, per, &min_k, &pick);
+        if (e->dfl) { /* a block's slots come at once: as many as the controller chose (their head rows cost) */
+            e->fjobs[i] = (dfl_job){.seq = q->fseq, .toks = q->toks, .from = q->L0, .n = q->seq.n_tokens - q->L0,
+                                    .row0 = q->row0, .k = k ? pick : 0, .out = q->draft, .p = q->draft_p};
+            continue;
+        }
         mtp_job *j = &e->mjobs[i];
         *j = (mtp_job){.seq = q->mseq, .toks = q->toks, .from = q->L0, .n = q->seq.n_tokens - q->L0, .row0 = q->row0,
                        .k = k, .min_k = min_k, .min_run = (float)floor, .out = q->draft, .p = q->draft_p};
         for (int b = 0; b < SPC_LEN_B; b++) j->cal[b] = spc_calib(&e->dcal, &q->dctl, b);
     }
     hn_err err;
-    mtp_step(e->mtp, e->mjobs, nj, &err); /* a failed job drafts nothing (and stops following) */
+    /* a failed job drafts nothing (and stops following) */
+    if (e->dfl) dfl_step(e->dfl, e->fjobs, nj, &err);
+    else mtp_step(e->mtp, e->mjobs, nj, &err);
     for (int32_t i = 0; i < nj; i++) {
         ereq *q = e->mreq[i];
-        if (e->mjobs[i].failed) {
-            q->mtp_ok = false;
-            e->mtp_off++;
+        bool failed = e->dfl ? e->fjobs[i].failed : e->mjobs[i].failed;
+        if (failed) {
+            q->hd_ok = false;
+            e->hd_off++;
         }
-        q->n_mprop = e->mjobs[i].n_out;
+        q->n_mprop = e->dfl ? e->fjobs[i].n_out : e->mjobs[i].n_out;
         q->draft_model = q->n_mprop > 0;
         if (!q->draft_model) q->draft_force = q->dprobe = false;
     }
@@ -1057,20 +1094,23 @@ static void debug_check(eng_engine *e) {
     for (int32_t i = 0; i < e->n_running; i++) e->chk[n++] = &e->running[i]->seq;
     hn_err err;
     hn_status st = kv_check(e->kv, e->chk, n, &err);
-    if (!st && e->mtp) { /* the MTP's cache, and each following sequence's length is its request's */
+    if (!st && (e->mtp || e->dfl)) { /* the drafter's cache, and each following sequence's length is its request's */
         n = 0;
-        for (int32_t i = 0; i < e->n_running; i++)
-            if (e->running[i]->mseq) e->chk[n++] = mtp_seq_kv(e->running[i]->mseq);
-        st = mtp_check(e->mtp, e->chk, n, &err);
-        for (ereq *q = e->wait_head; q && !st; q = q->qnext) /* waiting requests hold no blocks there either */
-            if (q->mseq && mtp_seq_kv(q->mseq)->n_blocks)
-                st = hn_errf(&err, HN_ERR_INTERNAL, "waiting request %llu holds %d MTP blocks", (unsigned long long)q->id,
-                             (int)mtp_seq_kv(q->mseq)->n_blocks);
+        for (int32_t i = 0; i < e->n_running; i++) {
+            const ereq *q = e->running[i];
+            if (q->mseq) e->chk[n++] = mtp_seq_kv(q->mseq);
+            if (q->fseq) e->chk[n++] = dfl_seq_kv(q->fseq);
+        }
+        st = e->mtp ? mtp_check(e->mtp, e->chk, n, &err) : dfl_check(e->dfl, e->chk, n, &err);
+        for (ereq *q = e->wait_head; q && !st; q = q->qnext) { /* waiting requests hold no blocks there either */
+            int32_t nb = q->mseq ? mtp_seq_kv(q->mseq)->n_blocks : q->fseq ? dfl_seq_kv(q->fseq)->n_blocks : 0;
+            if (nb) st = hn_errf(&err, HN_ERR_INTERNAL, "waiting request %llu holds %d drafter blocks", (unsigned long long)q->id, (int)nb);
+        }
         for (int32_t i = 0; i < e->n_running && !st; i++) {
             ereq *q = e->running[i];
-            if (q->mseq && q->mtp_ok && mtp_seq_len(q->mseq) != q->seq.n_tokens)
-                st = hn_errf(&err, HN_ERR_INTERNAL, "request %llu: its MTP sequence holds %d positions, it %d",
-                             (unsigned long long)q->id, (int)mtp_seq_len(q->mseq), (int)q->seq.n_tokens);
+            if (hd_has(q) && q->hd_ok && hd_len(q) != q->seq.n_tokens)
+                st = hn_errf(&err, HN_ERR_INTERNAL, "request %llu: its drafter sequence holds %d positions, it %d",
+                             (unsigned long long)q->id, (int)hd_len(q), (int)q->seq.n_tokens);
         }
     }
     /* waiting requests hold no blocks */
@@ -1158,7 +1198,7 @@ static void step(eng_engine *e) {
                 spc_cost_record(&e->cost, spec_ctx, n, hn_now_ms() - t0);
                 e->spec_verify_steps += any_draft;
             }
-            if (e->mtp) mtp_drafts(e); /* the MTP layer reads this step's hidden states: now */
+            if (e->mtp || e->dfl) hd_drafts(e); /* the MTP layer or DFlash reads this step's hidden states: now */
         }
     }
     if (e->p.debug_check) debug_check(e);
@@ -1261,7 +1301,19 @@ static void publish_stats(eng_engine *e) {
         s->mtp_steps = ms.steps;
         s->mtp_tokens = ms.tokens;
         s->mtp_drafted = ms.drafted;
-        s->mtp_left_out = e->mtp_off;
+        s->mtp_left_out = e->hd_off;
+    }
+    if (e->dfl) {
+        dfl_stats fs;
+        dfl_get_stats(e->dfl, &fs);
+        s->dflash_loaded = true;
+        s->dflash_kv_bytes = fs.kv_bytes;
+        s->dflash_kv_peak_bytes = fs.kv_peak_bytes;
+        s->dflash_steps = fs.steps;
+        s->dflash_tokens = fs.tokens;
+        s->dflash_blocks = fs.blocks;
+        s->dflash_drafted = fs.drafted;
+        s->dflash_left_out = e->hd_off;
     }
     pthread_mutex_unlock(&e->mu);
 }
@@ -1296,6 +1348,7 @@ static void *engine_main(void *arg) {
                 kv_trim(e->kv, 0);
                 if (e->drf) drf_trim(e->drf);
                 if (e->mtp) mtp_trim(e->mtp);
+                if (e->dfl) dfl_trim(e->dfl);
                 scratch_trim(e);
                 trimmed = true;
                 publish_stats(e);
@@ -1313,6 +1366,7 @@ static void *engine_main(void *arg) {
             kv_trim(e->kv, 0);
             if (e->drf) drf_trim(e->drf);
             if (e->mtp) mtp_trim(e->mtp);
+            if (e->dfl) dfl_trim(e->dfl);
             scratch_trim(e);
             publish_stats(e);
             pthread_mutex_lock(&e->mu);
@@ -1359,6 +1413,69 @@ static size_t default_kv_bytes(void) {
     return (size_t)pages * (size_t)psize / 4;
 }
 
+/* The draft file, when it is a DFlash drafter (general.architecture
+ * dflash): kept open in e->dfl_g for the model to load with the target.
+ * --spec dflash takes nothing else, --spec draft refuses one; in auto mode
+ * it takes the draft model's place. */
+static hn_status open_dflash(eng_engine *e, const eng_params *p, hn_err *err) {
+    gguf_ctx *g = NULL;
+    hn_status st = gguf_open(p->draft_path, &g, err);
+    if (st) {
+        if (p->spec != ENG_SPEC_DFLASH) return HN_OK; /* the draft model's own load says why */
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
+        return hn_errf(err, st, "engine: DFlash drafter %s: %s", p->draft_path, msg);
+    }
+    const char *arch = gguf_get_str(g, "general.architecture");
+    bool dflash = arch && !strcmp(arch, "dflash");
+    if (p->spec == ENG_SPEC_DFLASH && !dflash) {
+        st = hn_errf(err, HN_ERR_UNSUPPORTED,
+                     "engine: --spec dflash needs a DFlash drafter; %s is a '%s' model, not general.architecture "
+                     "dflash (a draft model goes with --spec draft)",
+                     p->draft_path, arch ? arch : "(none)");
+    } else if (p->spec == ENG_SPEC_DRAFT && dflash) {
+        st = hn_errf(err, HN_ERR_UNSUPPORTED,
+                     "engine: %s is a DFlash drafter (general.architecture dflash), not a draft model: use --spec "
+                     "dflash (or auto)",
+                     p->draft_path);
+    }
+    if (st || !dflash) {
+        gguf_close(g);
+        return st;
+    }
+    e->dfl_g = g;
+    return HN_OK;
+}
+
+/* The DFlash drafter, once the model loaded it: its vocabulary must be the
+ * target's; its own KV pool has as many blocks as the target's, one
+ * sequence per request. */
+static hn_status dflash_setup(eng_engine *e, const eng_params *p, const kv_config *kc, size_t nb, hn_err *err) {
+    tok_vocab *dv = NULL;
+    hn_status st = tok_load(e->dfl_g, &dv, err);
+    if (!st) st = drf_same_vocab(e->vocab, dv, "DFlash drafter", p->draft_path, err);
+    tok_free(dv);
+    if (st) {
+        if (st != HN_ERR_UNSUPPORTED) {
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
+            st = hn_errf(err, HN_ERR_UNSUPPORTED, "engine: DFlash drafter %s: its tokenizer: %s", p->draft_path, msg);
+        }
+        return st;
+    }
+    dfl_params fp = {.n_ctx = e->n_ctx, .max_seqs = p->max_running, .n_blocks = (int32_t)nb,
+                     .block_size = p->block_size, .k_type = kc->type, .v_type = kc->v_type,
+                     .prefix_cache = p->prefix_cache};
+    if ((st = dfl_new(e->m, &fp, &e->dfl, err))) return st;
+    if ((st = spc_cost_init(&e->dcal, 1, err))) return st;
+    e->fjobs = hn_calloc((size_t)p->max_running, sizeof *e->fjobs);
+    e->mreq = hn_calloc((size_t)p->max_running, sizeof *e->mreq);
+    if (!e->fjobs || !e->mreq) return hn_errf(err, HN_ERR_NOMEM, "engine: out of memory");
+    /* the cost prior: a block forward's weight bytes over the target's */
+    e->draft_ratio = e->model_file_bytes ? (double)model_dflash(e->m)->weight_bytes / (double)e->model_file_bytes : 1;
+    return HN_OK;
+}
+
 hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     *out = NULL;
     if (!pin || !pin->model_path) return hn_errf(err, HN_ERR_INVALID, "engine: no model path");
@@ -1377,13 +1494,24 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     pthread_cond_init(&e->trim_cv, NULL);
-    if (p.spec < ENG_SPEC_OFF || p.spec > ENG_SPEC_MTP || p.spec_max_draft < 0) {
+    if (p.spec < ENG_SPEC_OFF || p.spec > ENG_SPEC_DFLASH || p.spec_max_draft < 0) {
         eng_free(e);
         return hn_errf(err, HN_ERR_INVALID, "engine: bad speculation parameters");
     }
     if (p.spec == ENG_SPEC_DRAFT && !p.draft_path) {
         eng_free(e);
         return hn_errf(err, HN_ERR_INVALID, "engine: --spec draft needs a draft model (--draft FILE)");
+    }
+    if (p.spec == ENG_SPEC_DFLASH && !p.draft_path) {
+        eng_free(e);
+        return hn_errf(err, HN_ERR_INVALID, "engine: --spec dflash needs a DFlash drafter (--draft FILE, a GGUF of "
+                                            "general.architecture dflash)");
+    }
+    hn_status st;
+    if (p.draft_path && (p.spec == ENG_SPEC_DRAFT || p.spec == ENG_SPEC_AUTO || p.spec == ENG_SPEC_DFLASH) &&
+        (st = open_dflash(e, &p, err))) {
+        eng_free(e);
+        return st;
     }
     e->spec = p.spec;
     e->spec_max = p.spec_max_draft > 0 ? p.spec_max_draft : ENG_SPEC_DEFAULT;
@@ -1395,9 +1523,16 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
                        .max_logits = p.max_running + e->spec_rows, .device = p.device,
                        .scratch_fixed = p.scratch_fixed,
                        /* the MTP layer's hidden states, when the model has one and may draft with it */
-                       .mtp = p.spec == ENG_SPEC_MTP || (p.spec == ENG_SPEC_AUTO && !p.draft_path)};
+                       .mtp = p.spec == ENG_SPEC_MTP || (p.spec == ENG_SPEC_AUTO && !p.draft_path),
+                       /* a DFlash drafter given as the draft file: loaded with the model, which taps its layers */
+                       .dflash = e->dfl_g};
     const size_t bytes_m = hn_alloc_bytes();
-    hn_status st = model_load(p.model_path, &mp, &e->m, err);
+    st = model_load(p.model_path, &mp, &e->m, err);
+    if (st && e->dfl_g) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
+        hn_errf(err, st, "engine: DFlash drafter %s with the target %s: %s", p.draft_path, p.model_path, msg);
+    }
     if (st) goto fail;
     if (p.on_load && (st = p.on_load(p.on_load_ctx, e->m, err))) goto fail;
     e->model_bytes = hn_alloc_bytes() - bytes_m;
@@ -1448,7 +1583,8 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
         model_mtp_bytes(e->m, &mb, &tb);
         e->draft_ratio = tb ? (double)mb / (double)tb : 1;
     }
-    if (e->spec && (e->spec == ENG_SPEC_DRAFT || e->spec == ENG_SPEC_AUTO) && p.draft_path) {
+    if (e->dfl_g && (st = dflash_setup(e, &p, &kc, nb, err))) goto fail;
+    if (e->spec && (e->spec == ENG_SPEC_DRAFT || e->spec == ENG_SPEC_AUTO) && p.draft_path && !e->dfl_g) {
         /* the draft model: on a backend of the target's kind, its own KV pool
          * with as many blocks as the target's (one drafter block per target block) */
         drf_params dp = {.path = p.draft_path, .device = model_backend(e->m)->ops->name, .target = model_backend(e->m),
@@ -1524,6 +1660,11 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
         mtp_get_stats(e->mtp, &ms);
         e->engine_bytes -= ms.kv_bytes;
     }
+    if (e->dfl) {
+        dfl_stats fs;
+        dfl_get_stats(e->dfl, &fs);
+        e->engine_bytes -= fs.kv_bytes;
+    }
     publish_stats(e);
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         st = hn_errf(err, HN_ERR_NOMEM, "engine: cannot start its thread");
@@ -1551,10 +1692,13 @@ void eng_free(eng_engine *e) {
     mtp_free(e->mtp);
     hn_free(e->mjobs);
     hn_free(e->mreq);
+    dfl_free(e->dfl);
+    hn_free(e->fjobs);
     spc_cost_free(&e->dcal);
     kv_free(e->kv);
     tok_free(e->vocab);
     model_free(e->m);
+    if (e->dfl_g) gguf_close(e->dfl_g); /* after the model, which read it */
     hn_free(e->running);
     hn_free(e->b_tok);
     hn_free(e->b_pos);
@@ -1636,10 +1780,15 @@ hn_status eng_submit(eng_engine *e, const eng_request *r, eng_req_id *id, hn_err
     }
     if (e->mtp) {
         q->mseq = mtp_seq_new(e->mtp, r->cache_ns); /* without memory the request just does not use the MTP layer */
-        q->mtp_ok = q->mseq != NULL;
+        q->hd_ok = q->mseq != NULL;
         spc_req_init(&q->dctl);
     }
-    if (e->spec && e->spec != ENG_SPEC_DRAFT && e->spec != ENG_SPEC_MTP) {
+    if (e->dfl) {
+        q->fseq = dfl_seq_new(e->dfl, r->cache_ns); /* without memory the request just does not use DFlash */
+        q->hd_ok = q->fseq != NULL;
+        spc_req_init(&q->dctl);
+    }
+    if (e->spec && e->spec != ENG_SPEC_DRAFT && e->spec != ENG_SPEC_MTP && e->spec != ENG_SPEC_DFLASH) {
         /* the drafter over the prompt (built here, off the engine thread); sized for the
          * prompt and a first part of the reply; without memory the request just does not draft */
         int32_t gen = q->max_gen > 0 && q->max_gen < 4096 ? q->max_gen : 4096;

@@ -45,8 +45,10 @@ typedef struct eng_params {
     int spec;                 /* eng_spec: speculative decoding (default off here; the CLI defaults to auto) */
     int32_t spec_max_draft;   /* most drafted tokens per request and step; 0: default (16) */
     const char *draft_path;   /* a draft model (spec/draft.h) with the target's vocabulary: used by
-                                 ENG_SPEC_DRAFT (required) and ENG_SPEC_AUTO; NULL: none (not loaded
-                                 with ENG_SPEC_MTP) */
+                                 ENG_SPEC_DRAFT (required) and ENG_SPEC_AUTO; or a DFlash drafter
+                                 (spec/dflash.h: general.architecture dflash), used by
+                                 ENG_SPEC_DFLASH (required) and ENG_SPEC_AUTO; NULL: none (not
+                                 loaded with ENG_SPEC_MTP) */
     /* called once with the loaded model before the engine thread starts (e.g. to
      * apply tuned kernel parameters); an error fails eng_create. NULL: none */
     hn_status (*on_load)(void *ctx, struct model *m, hn_err *err);
@@ -74,12 +76,23 @@ const char *eng_kv_type_name(int kv_type);
  * drafting (lengths adapted, its steps' cost counted like a draft model's);
  * refused for a model without one. AUTO uses the MTP layer in the draft
  * model's place when the model has one and no draft model is given.
- * Hybrid (recurrent) targets speculate too, their state rolled back
- * (DESIGN.md); a hybrid draft model is refused. */
-typedef enum eng_spec { ENG_SPEC_OFF = 0, ENG_SPEC_AUTO, ENG_SPEC_SUFFIX, ENG_SPEC_DRAFT, ENG_SPEC_MTP } eng_spec;
-/* Parses "off", "auto", "suffix", "draft", "mtp": returns 0 and sets *out;
- * 1 for an unknown name; 2 for a drafter that is named by the design but not
- * built yet ("dflash"). */
+ * DFLASH: a DFlash drafter (spec/dflash.h), the draft file given as
+ * draft_path (general.architecture dflash; anything else is refused, as
+ * is a DFlash file with DRAFT), alone, always drafting (a block forward
+ * per step; lengths adapted); AUTO uses it in the draft model's place when
+ * the draft file is one, and never otherwise. Hybrid (recurrent) targets
+ * speculate too, their state rolled back (DESIGN.md); a hybrid draft
+ * model is refused. */
+typedef enum eng_spec {
+    ENG_SPEC_OFF = 0,
+    ENG_SPEC_AUTO,
+    ENG_SPEC_SUFFIX,
+    ENG_SPEC_DRAFT,
+    ENG_SPEC_MTP,
+    ENG_SPEC_DFLASH
+} eng_spec;
+/* Parses "off", "auto", "suffix", "draft", "mtp", "dflash": returns 0 and
+ * sets *out; 1 for an unknown name. */
 int eng_spec_from_name(const char *name, int *out);
 const char *eng_spec_name(int spec);
 
@@ -235,6 +248,13 @@ typedef struct eng_stats {
     bool mtp_loaded;
     size_t mtp_kv_bytes, mtp_kv_peak_bytes;
     uint64_t mtp_steps, mtp_tokens, mtp_drafted, mtp_left_out;
+    /* the DFlash drafter (when loaded): its own KV slabs (not in kv_bytes),
+     * steps and rows it ran (injection and block forwards), blocks drafted,
+     * of spec_drafted the tokens it proposed, and requests whose drafter
+     * sequence could not follow them */
+    bool dflash_loaded;
+    size_t dflash_kv_bytes, dflash_kv_peak_bytes;
+    uint64_t dflash_steps, dflash_tokens, dflash_blocks, dflash_drafted, dflash_left_out;
 } eng_stats;
 
 /* Per request, as eng_get_sessions reports it. A request is a session's turn:

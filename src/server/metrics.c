@@ -120,6 +120,15 @@ void srv_metrics_text(srv_server *s, sbuf *o) {
         metric(o, "hone_mtp_steps_total", "counter", "MTP-layer steps run (catch-up and drafting).", (double)st.mtp_steps);
         metric(o, "hone_mtp_proposed_tokens_total", "counter", "Tokens the MTP layer proposed.", (double)st.mtp_drafted);
     }
+    if (st.dflash_loaded) { /* the DFlash drafter: its own KV pool, beside hone_kv_bytes */
+        metric(o, "hone_dflash_kv_bytes", "gauge", "Memory backing the DFlash drafter's KV pool now.",
+               (double)st.dflash_kv_bytes);
+        metric(o, "hone_dflash_steps_total", "counter", "DFlash drafter steps run (injection and block forwards).",
+               (double)st.dflash_steps);
+        metric(o, "hone_dflash_blocks_total", "counter", "Blocks the DFlash drafter drafted.", (double)st.dflash_blocks);
+        metric(o, "hone_dflash_proposed_tokens_total", "counter", "Tokens the DFlash drafter proposed.",
+               (double)st.dflash_drafted);
+    }
     metric(o, "hone_engine_bytes", "gauge", "The engine's fixed cost: everything but the KV pool.",
            (double)st.engine_bytes);
     metric(o, "hone_model_bytes", "gauge", "Of it, what loading the model allocated (repacked weights, activations).",

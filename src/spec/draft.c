@@ -39,18 +39,18 @@ struct drf_drafter {
     drf_stats st;
 };
 
-static hn_status same_vocab(const tok_vocab *a, const tok_vocab *b, const char *path, hn_err *err) {
+hn_status drf_same_vocab(const tok_vocab *a, const tok_vocab *b, const char *what, const char *path, hn_err *err) {
     int32_t na = tok_n_vocab(a), nb = tok_n_vocab(b);
     if (na != nb)
         return hn_errf(err, HN_ERR_UNSUPPORTED,
-                       "draft model %s: its vocabulary has %d tokens, the target's %d (a drafter needs the target's vocabulary)",
-                       path, (int)nb, (int)na);
+                       "%s %s: its vocabulary has %d tokens, the target's %d (a drafter needs the target's vocabulary)",
+                       what, path, (int)nb, (int)na);
     for (int32_t i = 0; i < na; i++) {
         const char *ta = tok_text(a, i), *tb = tok_text(b, i);
         if (strcmp(ta ? ta : "", tb ? tb : ""))
             return hn_errf(err, HN_ERR_UNSUPPORTED,
-                           "draft model %s: token %d is '%.40s', the target's is '%.40s' (a drafter needs the target's vocabulary)",
-                           path, (int)i, tb ? tb : "", ta ? ta : "");
+                           "%s %s: token %d is '%.40s', the target's is '%.40s' (a drafter needs the target's vocabulary)",
+                           what, path, (int)i, tb ? tb : "", ta ? ta : "");
     }
     return HN_OK;
 }
@@ -88,7 +88,7 @@ hn_status drf_new(const drf_params *pin, drf_drafter **out, hn_err *err) {
     {
         tok_vocab *dv = NULL;
         if ((st = tok_load(model_gguf(d->m), &dv, err))) goto fail;
-        st = same_vocab(d->p.vocab, dv, d->p.path, err);
+        st = drf_same_vocab(d->p.vocab, dv, "draft model", d->p.path, err);
         tok_free(dv);
         if (st) goto fail;
     }

@@ -58,6 +58,12 @@ typedef struct drf_params {
     const struct tok_vocab *vocab; /* the target's tokenizer: the drafter's must equal it */
 } drf_params;
 
+/* Whether the drafter's tokenizer b (of the file path, a `what`) has the
+ * target's tokens a: the same count and every token's text; else
+ * HN_ERR_UNSUPPORTED with a message naming the first difference. */
+hn_status drf_same_vocab(const struct tok_vocab *a, const struct tok_vocab *b, const char *what, const char *path,
+                         hn_err *err);
+
 /* Loads the draft model and its cache. HN_ERR_UNSUPPORTED for a vocabulary
  * that differs from p->vocab or a hybrid draft model (messages say which). */
 hn_status drf_new(const drf_params *p, drf_drafter **out, hn_err *err);
