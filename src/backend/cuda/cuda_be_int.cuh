@@ -1,5 +1,5 @@
-/* cuda_be_int.cuh: private to backend/cuda: the cuda backend's state and the
- * kernel launchers its ops call (cuda_backend.cu holds the ops, cuda_mm.cu
+/* cuda_be_int.cuh: private to backend/cuda: the kernel launchers the cuda
+ * backend's ops call (cuda_state.cuh holds its state, cuda_ops.cu the ops, cuda_mm.cu
  * the type-templated kernels: get_rows and the dequantizing matmuls,
  * cuda_kern.cu the rest). Launchers queue on a stream and return the launch's
  * error (cudaGetLastError), never waiting. */
