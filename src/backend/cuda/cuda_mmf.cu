@@ -148,12 +148,13 @@ static __global__ void __launch_bounds__(MF_THREADS, 1)
  * Decoded codes of the weights (int8) and the activations' Q8 codes go
  * through the int8 tensor cores (m16n8k32: one 32-value group a mma, whose
  * integer dot is exact); the scales are applied as the CPU's dot kernels
- * apply them: each group adds (f_w d_x) dot, f_w the group's weight
- * scale (a 32-block's d; a K-quant sub-block's d sc_j), minus the
- * K-quants' min terms (dmin m_j) (d_x sum_j); q6_K's scales cover 16
- * values (two k16 mmas a group). So the results differ from the CPU's only
- * in the float summation order (the CPU sums a super-block's sc_j dot_j in
- * integers first): the golden tests' tolerances hold as on the CPU.
+ * apply them: a 32-block type adds (d_w d_x) dot per block; a K-quant
+ * sums sc_j dot_j in integers over its super-block (one integer
+ * multiply-add per output and group) and adds (d d_x) isum once per
+ * super-block, minus its min terms (dmin m_j) (d_x sum_j) per sub-block;
+ * q6_K's scales cover 16 values (two k16 mmas a group). So the results
+ * differ from the CPU's only in the float summation order: the golden
+ * tests' tolerances hold as on the CPU.
  *
  * A step covers 64 values of k = two units of the gemv's layout, laid out
  * in shared memory as two 32-value groups of one scale each: for q4_K/q5_K
@@ -364,11 +365,23 @@ static __device__ __forceinline__ void mma_i16(int (&d)[4], unsigned a0, unsigne
         : "r"(a0), "r"(a1), "r"(b), "r"(0));
 }
 
+/* the block's shape: HC_MMI_SMALL=1 builds 128 x 64 blocks of 8 warps of 32 x 32 (two blocks an
+ * SM by the register bound) instead of 128 x 128 of 64 x 32 (one); the outputs are the same */
+#ifndef HC_MMI_SMALL
+#define HC_MMI_SMALL 0
+#endif
+#define MI_MT (HC_MMI_SMALL ? 2 : 4)    /* 16-row mma tiles a warp */
+#define MI_WMW (HC_MMI_SMALL ? 4 : 2)   /* warps along the weight rows */
+#define MI_BN (HC_MMI_SMALL ? 64 : 128) /* activation rows a block */
+#define MI_MINB (HC_MMI_SMALL ? 2 : 1)
 #define MI_LD 80 /* bytes a shared row: 64 codes + 16 (ldmatrix without bank conflicts) */
 #define MI_MAGIC 0x4B400000
-/* per weight row and step: the groups' scales (K16: each half's), and min factors */
+/* per weight row and step: G32: the groups' scales (f); K-quants: the
+ * groups' integer scales (sc; K16: each half's), the super-block's d (f[0])
+ * and the min factors (mn) */
 struct WF {
-    float f[4], mn[2];
+    float f[2], mn[2];
+    int sc[4];
 };
 /* per activation row and step: the groups' scales and scaled sums */
 struct XF {
@@ -379,11 +392,11 @@ struct XF {
  * MI_ST stages (loads run two steps ahead of the mmas) */
 #define MI_ST 3
 #define MI_SMEM                                                                                              \
-    (2 * MF_BM * MI_LD + MI_ST * MF_BN * MI_LD + 2 * MF_BM * (int)sizeof(WF) + MI_ST * MF_BN * (int)sizeof(XF) + \
+    (2 * MF_BM * MI_LD + MI_ST * MI_BN * MI_LD + 2 * MF_BM * (int)sizeof(WF) + MI_ST * MI_BN * (int)sizeof(XF) + \
      MI_ST * MF_THREADS * MI_RAW)
 
 template <int T>
-static __global__ void __launch_bounds__(MF_THREADS, 1)
+static __global__ void __launch_bounds__(MF_THREADS, MI_MINB)
     mmi(wview w, const int8_t *__restrict__ xq, const float *__restrict__ xd, const float *__restrict__ xs, int na,
         float *__restrict__ y) {
     constexpr int CL = IT<T>::CL;
@@ -392,20 +405,23 @@ static __global__ void __launch_bounds__(MF_THREADS, 1)
     static_assert(sizeof(RR) <= MI_RAW, "a unit's raw bytes fit the slot");
     unsigned char *sRaw = (unsigned char *)mf_smem;          /* [MI_ST][MF_THREADS][MI_RAW] (16-byte aligned) */
     unsigned char *sA = sRaw + MI_ST * MF_THREADS * MI_RAW; /* [2][MF_BM][MI_LD] */
-    unsigned char *sB = sA + 2 * MF_BM * MI_LD;              /* [MI_ST][MF_BN][MI_LD] */
-    WF *sW = (WF *)(sB + MI_ST * MF_BN * MI_LD);             /* [2][MF_BM] */
-    XF *sX = (XF *)(sW + 2 * MF_BM);                         /* [MI_ST][MF_BN] */
+    unsigned char *sB = sA + 2 * MF_BM * MI_LD;              /* [MI_ST][MI_BN][MI_LD] */
+    WF *sW = (WF *)(sB + MI_ST * MI_BN * MI_LD);             /* [2][MF_BM] */
+    XF *sX = (XF *)(sW + 2 * MF_BM);                         /* [MI_ST][MI_BN] */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int wm = (warp & 1) * 64, wn = (warp >> 1) * 32;
+    const int wm = (warp % MI_WMW) * 16 * MI_MT, wn = (warp / MI_WMW) * 32;
     const int gid = lane >> 2, tig = lane & 3;
     const int64_t j0 = (int64_t)blockIdx.x * MF_BM;
-    const int r0 = (int)blockIdx.y * MF_BN;
+    const int r0 = (int)blockIdx.y * MI_BN;
     const int64_t K = w.k, nb32 = K / 32;
     const int nsteps = (int)(K / MF_BK);
 
     const int ar = tid & (MF_BM - 1), au = tid >> 7; /* weight loads: row ar, unit au of the step */
     const int64_t arow = j0 + ar < w.n ? j0 + ar : w.n - 1;
-    const int br = tid >> 1, bh = tid & 1; /* activation loads: row br, unit bh */
+    /* activation loads: row br, unit bh (TPR 4: run brun of it only) */
+    constexpr int TPR = MF_THREADS / MI_BN;
+    static_assert(TPR == 2 || TPR == 4, "two or four threads an activation row");
+    const int br = tid / TPR, bh = (tid % TPR) / (TPR / 2), brun = TPR == 4 ? (tid & 1) : 0;
     const int bxr = r0 + br < na ? r0 + br : na - 1;
     const int8_t *xrow = xq + (int64_t)bxr * K;
 
@@ -415,9 +431,9 @@ static __global__ void __launch_bounds__(MF_THREADS, 1)
         const int u = 2 * s + bh;
         int pa, pb;
         TT<T>::pos(u, pa, pb);
-        unsigned char *dB = sB + ((size_t)b * MF_BN + br) * MI_LD;
-        cpa16(dB + icol<T>(bh, 0), xrow + pa);
-        cpa16(dB + icol<T>(bh, 1), xrow + pb);
+        unsigned char *dB = sB + ((size_t)b * MI_BN + br) * MI_LD;
+        if (TPR == 2 || brun == 0) cpa16(dB + icol<T>(bh, 0), xrow + pa);
+        if (TPR == 2 || brun == 1) cpa16(dB + icol<T>(bh, 1), xrow + pb);
         /* group bh's scale (and sum): the 32-block of the group's first value */
         int g0;
         if (RUN_MAJOR<T>) {
@@ -427,11 +443,13 @@ static __global__ void __launch_bounds__(MF_THREADS, 1)
         } else {
             g0 = pa / 32;
         }
-        XF *f = &sX[b * MF_BN + br];
+        XF *f = &sX[b * MI_BN + br];
         const int64_t xo = (int64_t)bxr * nb32 + g0;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(su32(&f->d[bh])), "l"(xd + xo) : "memory");
-        if (HAS_MIN<T>)
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(su32(&f->s[bh])), "l"(xs + xo) : "memory");
+        if (brun == 0) {
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(su32(&f->d[bh])), "l"(xd + xo) : "memory");
+            if (HAS_MIN<T>)
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(su32(&f->s[bh])), "l"(xs + xo) : "memory");
+        }
         RW<T>::issue((RR *)(sRaw + ((size_t)b * MF_THREADS + tid) * MI_RAW), w, arow, 2 * s + au);
     };
     /* this thread's unit of step s, from raw stage rb, decoded into buffer b */
@@ -445,27 +463,35 @@ static __global__ void __launch_bounds__(MF_THREADS, 1)
         if (CL == IC_G32) {
             f->f[au] = v.f;
         } else if (CL == IC_K16) {
-            f->f[2 * au] = v.f * (float)v.sa;
-            f->f[2 * au + 1] = v.f * (float)v.sb;
+            f->sc[2 * au] = v.sa;
+            f->sc[2 * au + 1] = v.sb;
+            if (au == 0) f->f[0] = v.f;
         } else if (RUN_MAJOR<T>) { /* both units carry the step's two sub-blocks' scales: unit 0 writes them */
             if (au == 0) {
-                f->f[0] = v.f * (float)v.sa;
-                f->f[1] = v.f * (float)v.sb;
+                f->sc[0] = v.sa;
+                f->sc[1] = v.sb;
                 f->mn[0] = v.ma;
                 f->mn[1] = v.mb;
+                f->f[0] = v.f;
             }
         } else { /* iq4_xs: a unit is a group */
-            f->f[au] = v.f * (float)v.sa;
+            f->sc[au] = v.sa;
+            if (au == 0) f->f[0] = v.f;
         }
     };
 
-    float acc[4][4][4];
+    /* acc: the float sum; isum (K-quants): the super-block's sum of sc_j dot_j, exact */
+    float acc[MI_MT][4][4];
+    int isum[CL == IC_G32 ? 1 : MI_MT][4][4];
 #pragma unroll
-    for (int mi = 0; mi < 4; mi++)
+    for (int mi = 0; mi < MI_MT; mi++)
 #pragma unroll
         for (int ni = 0; ni < 4; ni++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
+            for (int e = 0; e < 4; e++) {
+                acc[mi][ni][e] = 0.0f;
+                if (CL != IC_G32) isum[mi][ni][e] = 0;
+            }
 
     /* loads run two steps ahead: stage s % 3 holds step s's activations and
      * raw weights; a thread waits for its own copies (cp.async.wait_group)
@@ -481,79 +507,109 @@ static __global__ void __launch_bounds__(MF_THREADS, 1)
         const int b = s & 1, st = s % MI_ST;
         if (s + 2 < nsteps) fetch(s + 2, (s + 2) % MI_ST);
         asm volatile("cp.async.commit_group;" ::: "memory");
-        const unsigned char *tA = sA + (size_t)b * MF_BM * MI_LD, *tB = sB + (size_t)st * MF_BN * MI_LD;
+        const unsigned char *tA = sA + (size_t)b * MF_BM * MI_LD, *tB = sB + (size_t)st * MI_BN * MI_LD;
         const WF *fw = sW + b * MF_BM;
-        const XF *fx = sX + st * MF_BN;
+        const XF *fx = sX + st * MI_BN;
 #pragma unroll 1
         for (int g = 0; g < 2; g++) {
-            unsigned af[4][4], bf[2][4];
+            unsigned af[MI_MT][4], bf[2][4];
 #pragma unroll
-            for (int mi = 0; mi < 4; mi++)
+            for (int mi = 0; mi < MI_MT; mi++)
                 ldsm4(af[mi], tA + (wm + 16 * mi + (lane & 15)) * MI_LD + 32 * g + (lane >> 4) * 16);
 #pragma unroll
             for (int nj = 0; nj < 2; nj++)
                 ldsm4(bf[nj], tB + (wn + 16 * nj + ((lane >> 4) << 3) + (lane & 7)) * MI_LD + 32 * g + ((lane >> 3) & 1) * 16);
             /* the factors of this thread's rows (4 tiles x gid, gid + 8) and columns (4 tiles x 2 tig, + 1) */
-            float rf[4][2][2], rm[4][2], cd[4][2], cs[4][2];
+            if (CL == IC_G32) {
+                float rf[MI_MT][2], cd[4][2];
 #pragma unroll
-            for (int mi = 0; mi < 4; mi++)
+                for (int mi = 0; mi < MI_MT; mi++)
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const WF &q = fw[wm + 16 * mi + gid + 8 * h];
-                    if (CL == IC_K16) {
-                        rf[mi][h][0] = q.f[2 * g];
-                        rf[mi][h][1] = q.f[2 * g + 1];
-                    } else {
-                        rf[mi][h][0] = q.f[g];
-                    }
-                    if (HAS_MIN<T>) rm[mi][h] = q.mn[g];
-                }
+                    for (int h = 0; h < 2; h++) rf[mi][h] = fw[wm + 16 * mi + gid + 8 * h].f[g];
 #pragma unroll
-            for (int ni = 0; ni < 4; ni++)
+                for (int ni = 0; ni < 4; ni++)
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const XF &q = fx[wn + 8 * ni + 2 * tig + h];
-                    cd[ni][h] = CL == IC_G32 ? q.d[g] : q.d[0];
-                    if (HAS_MIN<T>) cs[ni][h] = q.s[g];
-                }
-            if (CL != IC_K16) {
+                    for (int h = 0; h < 2; h++) cd[ni][h] = fx[wn + 8 * ni + 2 * tig + h].d[g];
                 /* every mma of the group first (independent, pipelined), then the scalings */
-                int d[4][4][4];
+                int d[MI_MT][4][4];
 #pragma unroll
-                for (int mi = 0; mi < 4; mi++)
+                for (int mi = 0; mi < MI_MT; mi++)
 #pragma unroll
                     for (int ni = 0; ni < 4; ni++)
                         mma_i32(d[mi][ni], af[mi], bf[ni >> 1][2 * (ni & 1)], bf[ni >> 1][2 * (ni & 1) + 1], MI_MAGIC);
 #pragma unroll
-                for (int mi = 0; mi < 4; mi++)
+                for (int mi = 0; mi < MI_MT; mi++)
 #pragma unroll
                     for (int ni = 0; ni < 4; ni++)
 #pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            float a = __fmaf_rn(__fmul_rn(rf[mi][e >> 1][0], cd[ni][e & 1]),
-                                                __fsub_rn(__int_as_float(d[mi][ni][e]), 12582912.0f), acc[mi][ni][e]);
-                            if (HAS_MIN<T>) a = __fmaf_rn(-rm[mi][e >> 1], cs[ni][e & 1], a);
-                            acc[mi][ni][e] = a;
-                        }
+                        for (int e = 0; e < 4; e++)
+                            acc[mi][ni][e] = __fmaf_rn(__fmul_rn(rf[mi][e >> 1], cd[ni][e & 1]),
+                                                       __fsub_rn(__int_as_float(d[mi][ni][e]), 12582912.0f),
+                                                       acc[mi][ni][e]);
             } else {
+                /* K-quants: isum += sc_j dot_j (integers, exact); the min terms (dmin m_j) (d_x sum_j) in floats */
+                int rs[MI_MT][2][2];
+                float rm[MI_MT][2], cs[4][2];
 #pragma unroll
-                for (int mi = 0; mi < 4; mi++) {
+                for (int mi = 0; mi < MI_MT; mi++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const WF &q = fw[wm + 16 * mi + gid + 8 * h];
+                        rs[mi][h][0] = q.sc[CL == IC_K16 ? 2 * g : g];
+                        rs[mi][h][1] = CL == IC_K16 ? q.sc[2 * g + 1] : 0;
+                        if (HAS_MIN<T>) rm[mi][h] = q.mn[g];
+                    }
+                if (HAS_MIN<T>)
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++) cs[ni][h] = fx[wn + 8 * ni + 2 * tig + h].s[g];
+#pragma unroll
+                for (int mi = 0; mi < MI_MT; mi++) {
                     int d[4][4], d2[4][4];
 #pragma unroll
                     for (int ni = 0; ni < 4; ni++) {
-                        mma_i16(d[ni], af[mi][0], af[mi][1], bf[ni >> 1][2 * (ni & 1)]);
-                        mma_i16(d2[ni], af[mi][2], af[mi][3], bf[ni >> 1][2 * (ni & 1) + 1]);
+                        const unsigned b0 = bf[ni >> 1][2 * (ni & 1)], b1 = bf[ni >> 1][2 * (ni & 1) + 1];
+                        if (CL == IC_K16) {
+                            mma_i16(d[ni], af[mi][0], af[mi][1], b0);
+                            mma_i16(d2[ni], af[mi][2], af[mi][3], b1);
+                        } else {
+                            mma_i32(d[ni], af[mi], b0, b1, 0);
+                        }
                     }
 #pragma unroll
                     for (int ni = 0; ni < 4; ni++)
 #pragma unroll
                         for (int e = 0; e < 4; e++) {
-                            const float c = cd[ni][e & 1];
-                            float a = __fmaf_rn(__fmul_rn(rf[mi][e >> 1][0], c), (float)d[ni][e], acc[mi][ni][e]);
-                            acc[mi][ni][e] = __fmaf_rn(__fmul_rn(rf[mi][e >> 1][1], c), (float)d2[ni][e], a);
+                            int v = isum[mi][ni][e] + rs[mi][e >> 1][0] * d[ni][e];
+                            if (CL == IC_K16) v += rs[mi][e >> 1][1] * d2[ni][e];
+                            isum[mi][ni][e] = v;
+                            if (HAS_MIN<T>)
+                                acc[mi][ni][e] = __fmaf_rn(-rm[mi][e >> 1], cs[ni][e & 1], acc[mi][ni][e]);
                         }
                 }
             }
+        }
+        if (CL != IC_G32 && (s & 3) == 3) { /* the super-block's end: acc += (d d_x) isum */
+            float rd[MI_MT][2], cd[4][2];
+#pragma unroll
+            for (int mi = 0; mi < MI_MT; mi++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) rd[mi][h] = fw[wm + 16 * mi + gid + 8 * h].f[0];
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) cd[ni][h] = fx[wn + 8 * ni + 2 * tig + h].d[0];
+#pragma unroll
+            for (int mi = 0; mi < MI_MT; mi++)
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        acc[mi][ni][e] = __fmaf_rn(__fmul_rn(rd[mi][e >> 1], cd[ni][e & 1]),
+                                                   (float)isum[mi][ni][e], acc[mi][ni][e]);
+                        isum[mi][ni][e] = 0;
+                    }
         }
         asm volatile("cp.async.wait_group 1;" ::: "memory");
         if (s + 1 < nsteps) put(s + 1, (s + 1) % MI_ST, b ^ 1);
@@ -569,7 +625,7 @@ static __global__ void __launch_bounds__(MF_THREADS, 1)
             if (C >= na) continue;
             float *yr = y + (int64_t)C * w.n;
 #pragma unroll
-            for (int mi = 0; mi < 4; mi++)
+            for (int mi = 0; mi < MI_MT; mi++)
 #pragma unroll
                 for (int g = 0; g < 2; g++) {
                     const int64_t R = j0 + wm + 16 * mi + gid + 8 * g;
@@ -679,7 +735,8 @@ hn_status hc_mmf(const hc_weight *w, const float *x, int na, float *y, hc_gemv_s
     } else {
         st = hc_quant_rows(w, x, na, s, reuse_x, stream, err);
         if (st) return st;
-        mi_kernel(w->type)<<<grid, MF_THREADS, MI_SMEM, cs>>>(mf_view(w), s->xq, s->xd, s->xs, na, y);
+        const dim3 gi((unsigned)((w->n + MF_BM - 1) / MF_BM), (unsigned)((na + MI_BN - 1) / MI_BN));
+        mi_kernel(w->type)<<<gi, MF_THREADS, MI_SMEM, cs>>>(mf_view(w), s->xq, s->xd, s->xs, na, y);
     }
     HC_LAUNCHED(err, "mmf kernel");
     return HN_OK;
