@@ -148,13 +148,13 @@ static __global__ void __launch_bounds__(MF_THREADS, 1)
  * Decoded codes of the weights (int8) and the activations' Q8 codes go
  * through the int8 tensor cores (m16n8k32: one 32-value group a mma, whose
  * integer dot is exact); the scales are applied as the CPU's dot kernels
- * apply them: a 32-block type adds (d_w d_x) dot per block; a K-quant
- * sums sc_j dot_j in integers over its super-block (one integer
- * multiply-add per output and group) and adds (d d_x) isum once per
- * super-block, minus its min terms (dmin m_j) (d_x sum_j) per sub-block;
- * q6_K's scales cover 16 values (two k16 mmas a group). So the results
- * differ from the CPU's only in the float summation order: the golden
- * tests' tolerances hold as on the CPU.
+ * apply them: each group adds (f_w d_x) dot, f_w the group's weight
+ * scale (a 32-block's d; a K-quant sub-block's d sc_j), minus the
+ * K-quants' min terms (dmin m_j) (d_x sum_j); q6_K's scales cover 16
+ * values (two k16 mmas a group). So the results differ from the CPU's only
+ * in the float summation order (the CPU sums a super-block's sc_j dot_j in
+ * integers first; HC_MMI_ISUM=1 does so too): the golden tests' tolerances
+ * hold as on the CPU.
  *
  * A step covers 64 values of k = two units of the gemv's layout, laid out
  * in shared memory as two 32-value groups of one scale each: for q4_K/q5_K
@@ -374,13 +374,21 @@ static __device__ __forceinline__ void mma_i16(int (&d)[4], unsigned a0, unsigne
 #define MI_WMW (HC_MMI_SMALL ? 4 : 2)   /* warps along the weight rows */
 #define MI_BN (HC_MMI_SMALL ? 64 : 128) /* activation rows a block */
 #define MI_MINB (HC_MMI_SMALL ? 2 : 1)
+/* HC_MMI_ISUM=1: a K-quant sums sc_j dot_j in integers over its super-block (one integer
+ * multiply-add per output and group, the float scaling once per 256 values, as the CPU does)
+ * instead of scaling each group's dot in floats; the outputs differ in the float rounding only.
+ * Both knobs are build-time experiments: the defaults are what the GPU tests validated; 1 has
+ * been compiled, not yet measured or tested on a GPU. */
+#ifndef HC_MMI_ISUM
+#define HC_MMI_ISUM 0
+#endif
 #define MI_LD 80 /* bytes a shared row: 64 codes + 16 (ldmatrix without bank conflicts) */
 #define MI_MAGIC 0x4B400000
-/* per weight row and step: G32: the groups' scales (f); K-quants: the
- * groups' integer scales (sc; K16: each half's), the super-block's d (f[0])
- * and the min factors (mn) */
+/* per weight row and step: the groups' float scales (f; K16: each half's: d sc_j for a
+ * K-quant), their integer scales (sc, HC_MMI_ISUM), the super-block's d (fd) and the min
+ * factors (mn) */
 struct WF {
-    float f[2], mn[2];
+    float f[4], mn[2], fd;
     int sc[4];
 };
 /* per activation row and step: the groups' scales and scaled sums */
@@ -463,26 +471,38 @@ static __global__ void __launch_bounds__(MF_THREADS, MI_MINB)
         if (CL == IC_G32) {
             f->f[au] = v.f;
         } else if (CL == IC_K16) {
-            f->sc[2 * au] = v.sa;
-            f->sc[2 * au + 1] = v.sb;
-            if (au == 0) f->f[0] = v.f;
+            f->f[2 * au] = v.f * (float)v.sa;
+            f->f[2 * au + 1] = v.f * (float)v.sb;
+            if (HC_MMI_ISUM) {
+                f->sc[2 * au] = v.sa;
+                f->sc[2 * au + 1] = v.sb;
+                if (au == 0) f->fd = v.f;
+            }
         } else if (RUN_MAJOR<T>) { /* both units carry the step's two sub-blocks' scales: unit 0 writes them */
             if (au == 0) {
-                f->sc[0] = v.sa;
-                f->sc[1] = v.sb;
+                f->f[0] = v.f * (float)v.sa;
+                f->f[1] = v.f * (float)v.sb;
                 f->mn[0] = v.ma;
                 f->mn[1] = v.mb;
-                f->f[0] = v.f;
+                if (HC_MMI_ISUM) {
+                    f->sc[0] = v.sa;
+                    f->sc[1] = v.sb;
+                    f->fd = v.f;
+                }
             }
         } else { /* iq4_xs: a unit is a group */
-            f->sc[au] = v.sa;
-            if (au == 0) f->f[0] = v.f;
+            f->f[au] = v.f * (float)v.sa;
+            if (HC_MMI_ISUM) {
+                f->sc[au] = v.sa;
+                if (au == 0) f->fd = v.f;
+            }
         }
     };
 
     /* acc: the float sum; isum (K-quants): the super-block's sum of sc_j dot_j, exact */
     float acc[MI_MT][4][4];
-    int isum[CL == IC_G32 ? 1 : MI_MT][4][4];
+    constexpr bool ISUM = CL != IC_G32 && HC_MMI_ISUM;
+    int isum[ISUM ? MI_MT : 1][4][4];
 #pragma unroll
     for (int mi = 0; mi < MI_MT; mi++)
 #pragma unroll
@@ -490,7 +510,7 @@ static __global__ void __launch_bounds__(MF_THREADS, MI_MINB)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 acc[mi][ni][e] = 0.0f;
-                if (CL != IC_G32) isum[mi][ni][e] = 0;
+                if (ISUM) isum[mi][ni][e] = 0;
             }
 
     /* loads run two steps ahead: stage s % 3 holds step s's activations and
@@ -520,32 +540,70 @@ static __global__ void __launch_bounds__(MF_THREADS, MI_MINB)
             for (int nj = 0; nj < 2; nj++)
                 ldsm4(bf[nj], tB + (wn + 16 * nj + ((lane >> 4) << 3) + (lane & 7)) * MI_LD + 32 * g + ((lane >> 3) & 1) * 16);
             /* the factors of this thread's rows (4 tiles x gid, gid + 8) and columns (4 tiles x 2 tig, + 1) */
-            if (CL == IC_G32) {
-                float rf[MI_MT][2], cd[4][2];
+            if (!ISUM) {
+                /* each group's dot scaled in floats: (f_w d_x) dot [- (dmin m_j) (d_x sum_j)] */
+                float rf[MI_MT][2][2], rm[MI_MT][2], cd[4][2], cs[4][2];
 #pragma unroll
                 for (int mi = 0; mi < MI_MT; mi++)
 #pragma unroll
-                    for (int h = 0; h < 2; h++) rf[mi][h] = fw[wm + 16 * mi + gid + 8 * h].f[g];
+                    for (int h = 0; h < 2; h++) {
+                        const WF &q = fw[wm + 16 * mi + gid + 8 * h];
+                        if (CL == IC_K16) {
+                            rf[mi][h][0] = q.f[2 * g];
+                            rf[mi][h][1] = q.f[2 * g + 1];
+                        } else {
+                            rf[mi][h][0] = q.f[g];
+                        }
+                        if (HAS_MIN<T>) rm[mi][h] = q.mn[g];
+                    }
 #pragma unroll
                 for (int ni = 0; ni < 4; ni++)
 #pragma unroll
-                    for (int h = 0; h < 2; h++) cd[ni][h] = fx[wn + 8 * ni + 2 * tig + h].d[g];
-                /* every mma of the group first (independent, pipelined), then the scalings */
-                int d[MI_MT][4][4];
+                    for (int h = 0; h < 2; h++) {
+                        const XF &q = fx[wn + 8 * ni + 2 * tig + h];
+                        cd[ni][h] = CL == IC_G32 ? q.d[g] : q.d[0];
+                        if (HAS_MIN<T>) cs[ni][h] = q.s[g];
+                    }
+                if (CL != IC_K16) {
+                    /* every mma of the group first (independent, pipelined), then the scalings */
+                    int d[MI_MT][4][4];
 #pragma unroll
-                for (int mi = 0; mi < MI_MT; mi++)
+                    for (int mi = 0; mi < MI_MT; mi++)
 #pragma unroll
-                    for (int ni = 0; ni < 4; ni++)
-                        mma_i32(d[mi][ni], af[mi], bf[ni >> 1][2 * (ni & 1)], bf[ni >> 1][2 * (ni & 1) + 1], MI_MAGIC);
+                        for (int ni = 0; ni < 4; ni++)
+                            mma_i32(d[mi][ni], af[mi], bf[ni >> 1][2 * (ni & 1)], bf[ni >> 1][2 * (ni & 1) + 1],
+                                    MI_MAGIC);
 #pragma unroll
-                for (int mi = 0; mi < MI_MT; mi++)
+                    for (int mi = 0; mi < MI_MT; mi++)
 #pragma unroll
-                    for (int ni = 0; ni < 4; ni++)
+                        for (int ni = 0; ni < 4; ni++)
 #pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            acc[mi][ni][e] = __fmaf_rn(__fmul_rn(rf[mi][e >> 1], cd[ni][e & 1]),
-                                                       __fsub_rn(__int_as_float(d[mi][ni][e]), 12582912.0f),
-                                                       acc[mi][ni][e]);
+                            for (int e = 0; e < 4; e++) {
+                                float a = __fmaf_rn(__fmul_rn(rf[mi][e >> 1][0], cd[ni][e & 1]),
+                                                    __fsub_rn(__int_as_float(d[mi][ni][e]), 12582912.0f),
+                                                    acc[mi][ni][e]);
+                                if (HAS_MIN<T>) a = __fmaf_rn(-rm[mi][e >> 1], cs[ni][e & 1], a);
+                                acc[mi][ni][e] = a;
+                            }
+                } else {
+#pragma unroll
+                    for (int mi = 0; mi < MI_MT; mi++) {
+                        int d[4][4], d2[4][4];
+#pragma unroll
+                        for (int ni = 0; ni < 4; ni++) {
+                            mma_i16(d[ni], af[mi][0], af[mi][1], bf[ni >> 1][2 * (ni & 1)]);
+                            mma_i16(d2[ni], af[mi][2], af[mi][3], bf[ni >> 1][2 * (ni & 1) + 1]);
+                        }
+#pragma unroll
+                        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++) {
+                                const float c = cd[ni][e & 1];
+                                float a = __fmaf_rn(__fmul_rn(rf[mi][e >> 1][0], c), (float)d[ni][e], acc[mi][ni][e]);
+                                acc[mi][ni][e] = __fmaf_rn(__fmul_rn(rf[mi][e >> 1][1], c), (float)d2[ni][e], a);
+                            }
+                    }
+                }
             } else {
                 /* K-quants: isum += sc_j dot_j (integers, exact); the min terms (dmin m_j) (d_x sum_j) in floats */
                 int rs[MI_MT][2][2];
@@ -590,12 +648,12 @@ static __global__ void __launch_bounds__(MF_THREADS, MI_MINB)
                 }
             }
         }
-        if (CL != IC_G32 && (s & 3) == 3) { /* the super-block's end: acc += (d d_x) isum */
+        if (ISUM && (s & 3) == 3) { /* the super-block's end: acc += (d d_x) isum */
             float rd[MI_MT][2], cd[4][2];
 #pragma unroll
             for (int mi = 0; mi < MI_MT; mi++)
 #pragma unroll
-                for (int h = 0; h < 2; h++) rd[mi][h] = fw[wm + 16 * mi + gid + 8 * h].f[0];
+                for (int h = 0; h < 2; h++) rd[mi][h] = fw[wm + 16 * mi + gid + 8 * h].fd;
 #pragma unroll
             for (int ni = 0; ni < 4; ni++)
 #pragma unroll
