@@ -15,9 +15,14 @@
  *   that fits only with its experts apart loads only so, and the refusals
  *   say why), and the scratch counts the expert backend's;
  * - nothing allocates in the token loop;
+ * - through the engine, two sessions' tokens (greedy, seeded) are those of
+ *   the model on one backend, its stats say where the experts are, and the
+ *   allocation hook's count is the engine's and the KV's, to the byte;
  * - bad counts, a dense model and the main backend as the expert backend are
  *   refused with messages that say so. */
+#include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cpu/cpu.h"
 #include "backend/registry.h"
@@ -25,6 +30,7 @@
 #include "kv/kv.h"
 #include "model/model.h"
 #include "mtp_fixture.h"
+#include "sched/engine.h"
 #include "spec/mtp.h"
 #include "test.h"
 
@@ -432,6 +438,112 @@ static void test_mtp(void) {
            drafted[0][1], drafted[0][2], drafted[1][0], drafted[1][1], drafted[1][2]);
 }
 
+/* ---- through the engine ---- */
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t toks[64];
+    int n;
+    bool done;
+    hn_status status;
+} sink;
+
+static void on_event(void *ctx, const eng_event *ev) {
+    sink *k = ctx;
+    pthread_mutex_lock(&k->mu);
+    if (ev->type == ENG_EV_TOKEN && k->n < 64) k->toks[k->n++] = ev->token;
+    if (ev->type == ENG_EV_DONE) {
+        k->done = true;
+        k->status = ev->status;
+        pthread_cond_broadcast(&k->cv);
+    }
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* Two sessions (greedy and seeded) through the engine with cpu_moe n: their
+ * tokens into toks[2][24]; the engine's stats say where the experts are, and
+ * the allocation hook's count is the engine's and the KV's, to the byte. */
+static void engine_run(const char *path, int n, int32_t toks[2][24], int32_t *layers, size_t *apart) {
+    const size_t before = hn_alloc_bytes();
+    eng_params ep = eng_default_params();
+    ep.model_path = path;
+    ep.n_threads = 2;
+    ep.n_ctx = 256;
+    ep.kv_max_bytes = (size_t)16 << 20;
+    ep.cpu_moe = n;
+    ep.debug_check = true;
+    eng_engine *g = NULL;
+    hn_err e;
+    if (eng_create(&ep, &g, &e)) {
+        CHECKF(0, "engine cpu_moe %d: %s", n, e.msg);
+        return;
+    }
+    sink k[2];
+    for (int j = 0; j < 2; j++) {
+        memset(&k[j], 0, sizeof k[j]);
+        pthread_mutex_init(&k[j].mu, NULL);
+        pthread_cond_init(&k[j].cv, NULL);
+        int32_t prompt[40];
+        for (int i = 0; i < 40; i++) prompt[i] = (int32_t)((i * 7919 + 13 + 101 * j) % 2000 + 3);
+        eng_request r = {.prompt = prompt, .n_prompt = 40, .max_tokens = 24, .ignore_eog = true, .on_event = on_event,
+                         .ctx = &k[j]};
+        r.sampling = smp_default_params();
+        r.sampling.temp = j ? 0.8f : 0;
+        r.sampling.seed = 5;
+        eng_req_id id;
+        CHECK(eng_submit(g, &r, &id, &e) == HN_OK);
+    }
+    for (int j = 0; j < 2; j++) {
+        pthread_mutex_lock(&k[j].mu);
+        while (!k[j].done) pthread_cond_wait(&k[j].cv, &k[j].mu);
+        pthread_mutex_unlock(&k[j].mu);
+        CHECKF(k[j].status == HN_OK && k[j].n == 24, "engine cpu_moe %d: session %d: %d tokens", n, j, k[j].n);
+        memcpy(toks[j], k[j].toks, sizeof toks[j]);
+    }
+    eng_stats st;
+    for (int i = 0; i < 400; i++) {
+        eng_get_stats(g, &st);
+        if (st.n_running == 0 && st.n_waiting == 0 && st.blocks_used == 0) break;
+        usleep(5000);
+    }
+    eng_trim(g);
+    eng_get_stats(g, &st);
+    *layers = st.moe_apart_layers;
+    *apart = st.moe_apart_bytes;
+    CHECKF(st.check_failures == 0, "engine cpu_moe %d: %s", n, st.check_error);
+    CHECKF(hn_alloc_bytes() - before == st.engine_bytes + st.kv_bytes,
+           "engine cpu_moe %d idle: engine %zu + KV %zu bytes, the allocator %zu", n, st.engine_bytes, st.kv_bytes,
+           hn_alloc_bytes() - before);
+    eng_free(g);
+    CHECKF(hn_alloc_bytes() == before, "engine cpu_moe %d: %zd bytes left after eng_free", n,
+           (ssize_t)(hn_alloc_bytes() - before));
+}
+
+static void test_engine(const char *file) {
+    char path[512], rel[256];
+    snprintf(rel, sizeof rel, "data/models/%s", file);
+    test_data_path(path, sizeof path, rel);
+    int32_t a[2][24], b[2][24];
+    int32_t la = -1, lb = -1;
+    size_t xa = 1, xb = 0;
+    engine_run(path, 0, a, &la, &xa);
+    engine_run(path, -1, b, &lb, &xb);
+    CHECKF(!memcmp(a, b, sizeof a), "%s: the engine's tokens with every expert apart differ", file);
+    /* the experts' bytes, as the model counts them */
+    model *m = NULL;
+    hn_err e;
+    size_t mb = 0, want = 0;
+    if (load(path, -1, XBE_SECOND, 16, &m, &e) == HN_OK) {
+        model_weight_bytes(m, &mb, &want);
+        lb -= model_hp(m)->n_layer;
+        unload(&m);
+    }
+    CHECKF(la == 0 && xa == 0 && lb == 0 && xb == want && want > 0,
+           "%s: engine stats: %d layers / %zu bytes apart; with all: %d off / %zu bytes (the model's %zu)", file, la,
+           xa, lb, xb, want);
+}
+
 int main(void) {
     static const char *const files[] = {"qwen3moe-2k-q8_0.gguf", "qwen3moe-2k-q4_k_m.gguf", "qwen3moe-2k-mxfp4_moe.gguf",
                                         "qwen35moe-tiny-q8_0.gguf", "qwen35moe-tiny-q4_k_m.gguf"};
@@ -455,5 +567,7 @@ int main(void) {
     refused("qwen3-2k-q8_0.gguf", -1, XBE_NONE, "not a MoE model");
     refused("qwen3moe-2k-q8_0.gguf", 1, XBE_MAIN, "the expert backend is the main backend");
     test_mtp();
+    test_engine("qwen3moe-2k-q8_0.gguf");
+    test_engine("qwen35moe-tiny-q8_0.gguf");
     TEST_DONE();
 }

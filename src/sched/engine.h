@@ -214,6 +214,11 @@ typedef struct eng_stats {
      * (and on_load) allocated: repacked weights, activations, scratch.
      * Weights read in place from the file mapping are model_file_bytes. */
     size_t engine_bytes, model_bytes, model_file_bytes;
+    /* experts apart (eng_params.cpu_moe): the layers whose routed experts
+     * the expert backend holds, and of model_file_bytes those weights' (not
+     * on the main backend) */
+    int32_t moe_apart_layers;
+    size_t moe_apart_bytes;
     /* the backend's scratch and activations now, and their peak: they
      * follow the steps run (sized for the largest step since the engine
      * last went idle, given back to one token's worth when idle);
