@@ -9,6 +9,9 @@
  *   three prompts prefilled in one step (every row's logits), a decode step
  *   of the three, a step mixing decode and prefill, and the same in steps of
  *   a few tokens; the MTP layer's drafts too when its experts are apart;
+ * - a step syncs each backend once more per layer apart (the main one also
+ *   at its end), and a sync of either backend that fails mid-step fails the
+ *   step with its message, the steps after it right;
  * - the expert stacks of those layers are loaded onto the expert backend
  *   only (every weight_load seen on both), model_weight_bytes says so, the
  *   fit check of a backend with memory of its own counts them off (a model
@@ -44,6 +47,8 @@ typedef struct tap {
     int n_exps;         /* expert stacks loaded */
     uint32_t exps_of;   /* bit il: a stack of layer il */
     size_t fake_free;   /* > 0: mem_info reports this much free */
+    int fail_syncs;     /* > 0: the next syncs (this many) fail, as a device error would */
+    int syncs;          /* syncs seen */
 } tap;
 
 static tap taps[2];
@@ -60,6 +65,17 @@ static hn_status tap_weight_load(be_backend *b, const be_weight_src *src, unsign
         t->exps_of |= 1u << il;
     }
     return t->real->weight_load(b, src, flags, out, err);
+}
+
+static hn_status tap_sync(be_backend *b, hn_err *err) {
+    tap *t = tap_of(b);
+    t->syncs++;
+    hn_status st = t->real->sync(b, err);
+    if (!st && t->fail_syncs > 0) {
+        t->fail_syncs--;
+        return hn_errf(err, HN_ERR_INTERNAL, "test: the %s backend's sync fails", t == &taps[0] ? "main" : "expert");
+    }
+    return st;
 }
 
 static bool tap_mem_info(be_backend *b, size_t *free_b, size_t *total_b) {
@@ -81,6 +97,7 @@ static void tap_open(tap *t) {
     t->ops = *t->real;
     t->ops.weight_load = tap_weight_load;
     t->ops.mem_info = tap_mem_info;
+    t->ops.sync = tap_sync;
     t->b->ops = &t->ops;
 }
 
@@ -233,6 +250,26 @@ static void test_logits(const char *file) {
         CHECKF(got.n == ref.n && !memcmp(got.lg, ref.lg, sizeof(float) * ref.n),
                "%s: cpu_moe %d: the logits are not the one-backend model's bits (%zu of %zu floats)", file, n, got.n,
                ref.n);
+        /* syncs: the step's one, and per step one more on each backend for each layer apart */
+        const int steps = 3, apart_n = n < 0 ? L : n;
+        CHECKF(taps[0].syncs == steps * (1 + apart_n) && taps[1].syncs == steps * apart_n,
+               "%s: cpu_moe %d: %d main and %d expert syncs in %d steps", file, n, taps[0].syncs, taps[1].syncs,
+               steps);
+        if (apart_n) {
+            /* a failing sync mid-step (either backend's) fails the step with its message; the next steps are right */
+            for (int which = 0; which < 2; which++) {
+                taps[which].fail_syncs = 1;
+                out_buf o = {got.lg, 0, got.cap};
+                st = workload(m, &o, &e);
+                CHECKF(st == HN_ERR_INTERNAL && strstr(e.msg, which ? "expert backend's sync" : "main backend's sync"),
+                       "%s: cpu_moe %d: a failing %s sync: %d %s", file, n, which ? "expert" : "main", (int)st,
+                       st ? e.msg : "");
+                taps[which].fail_syncs = 0;
+            }
+            got.n = 0;
+            CHECKF(workload(m, &got, &e) == HN_OK && got.n == ref.n && !memcmp(got.lg, ref.lg, sizeof(float) * ref.n),
+                   "%s: cpu_moe %d: after failed steps the logits are not the one-backend model's bits", file, n);
+        }
         CHECKF(model_moe_remote_layers(m) == apart && (model_moe_backend(m) == (apart ? taps[1].b : NULL)),
                "%s: cpu_moe %d: %d layers apart", file, n, model_moe_remote_layers(m));
         /* the stacks of the last `apart` layers on the expert backend only, the others on the main one */
