@@ -147,7 +147,8 @@ hn_status model_state_copy(model *m, const kv_cache *kv, int n, const int32_t *s
 
 /* Computes one step over plan p (built by plan_build for this model's
  * vocabulary, at most max_batch tokens and max_logits wanted rows, against
- * kv): enqueues the forward on the backend and syncs. masks (NULL: none) has
+ * kv): enqueues the forward on the backend and syncs (with experts apart,
+ * also once per layer apart on each backend, mid-step). masks (NULL: none) has
  * one allowed-token bitmask per wanted row (NULL: that row unmasked; see
  * mask_logits in backend.h), applied to the logits before they are fetched.
  * On success the wanted
