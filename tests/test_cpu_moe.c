@@ -313,6 +313,19 @@ static void test_logits(const char *file) {
         }
         unload(&m);
     }
+    /* scratch backed whole from load (scratch_fixed): the same bits */
+    taps_open();
+    model_params fp = {.max_batch = 64, .backend = taps[0].b, .cpu_moe = -1, .moe_backend = taps[1].b,
+                       .scratch_fixed = true};
+    if (model_load(path, &fp, &m, &e) == HN_OK) {
+        got.n = 0;
+        CHECKF(workload(m, &got, &e) == HN_OK && got.n == ref.n && !memcmp(got.lg, ref.lg, sizeof(float) * ref.n),
+               "%s: cpu_moe -1 with scratch_fixed: not the one-backend bits", file);
+        unload(&m);
+    } else {
+        CHECKF(0, "%s: scratch_fixed: %s", file, e.msg);
+        taps_close();
+    }
     /* the expert backend model_load makes (on the main backend's pool), and
      * steps of a few tokens (prefill split, the scratch of both grown step by step) */
     got.n = 0;

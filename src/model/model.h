@@ -107,9 +107,10 @@ typedef struct model_params {
      * weight stay on the main backend. A MoE model only; HN_ERR_INVALID for
      * a dense model or a count below -1 or above the layers */
     int cpu_moe;
-    /* the expert backend to use (borrowed: outlives the model); NULL: a CPU
-     * backend made by model_load (on the main backend's thread pool when
-     * that is a CPU backend, else of n_threads) */
+    /* the expert backend to use when cpu_moe is not 0 (borrowed: outlives
+     * the model; a fresh backend, as for `backend`); NULL: a CPU backend
+     * made by model_load (on the main backend's thread pool when that is a
+     * CPU backend, else of n_threads) */
     be_backend *moe_backend;
 } model_params;
 
