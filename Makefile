@@ -166,7 +166,7 @@ $(BUILD)/bench/bench_cuda_gemv: bench/bench_cuda_gemv.c $(BUILD)/libhone.a $(CUD
 
 # headers and sources some tests include besides test.h
 $(BUILD)/tests/test_server_limits $(BUILD)/tests/test_server_http: tests/srv_client.h
-$(BUILD)/tests/test_spec_mtp: tests/mtp_fixture.h
+$(BUILD)/tests/test_spec_mtp $(BUILD)/tests/test_cpu_moe: tests/mtp_fixture.h
 $(BUILD)/tests/test_spec_dflash: tests/dflash_fixture.h
 $(BUILD)/tests/test_fuzz_replay: tests/fuzz/fuzz_api.c
 $(BUILD)/tests/test_fuzz_corpora: tests/fuzz/fuzz_common.h tests/fuzz/fuzz_gguf.c tests/fuzz/fuzz_tokenizer.c tests/fuzz/fuzz_template.c tests/fuzz/fuzz_grammar.c

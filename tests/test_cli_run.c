@@ -52,6 +52,8 @@ static int forward_run(const char *path, const int32_t *prompt, int n, int gen, 
     int32_t *pos = hn_malloc(sizeof(int32_t) * (size_t)n), *sid = hn_calloc((size_t)n, sizeof(int32_t));
     if (!smp || !lg || !pos || !sid || kv_create(&kc, &kv, &e) != HN_OK || kv_seq_init(&s, kv, n + gen, &e) != HN_OK)
         goto out;
+    /* a hybrid's sequence holds a recurrent-state slot */
+    if (model_hp(m)->hybrid && kv_seq_state_acquire(kv, &s, &e) != HN_OK) goto out;
     for (int i = 0; i < n; i++) {
         pos[i] = i;
         smp_accept(smp, prompt[i]);
@@ -221,6 +223,13 @@ int main(void) {
     run_equals_forward(bin, lq4, longp, 300, 40, "--temp 0", &greedy_sp, "llama-2k-q4_k_m greedy, 300-token prompt");
     run_equals_forward(bin, q8, rep, 12, 48, hot_args, &hot, "qwen3-2k-q8_0 sampled");
     run_equals_forward(bin, lq4, rep, 12, 48, hot_args, &hot, "llama-2k-q4_k_m sampled");
+    /* experts apart (--cpu-moe): the tokens of the model on one backend */
+    char moe[1024], hyb[1024], moe_hot[256];
+    test_data_path(moe, sizeof moe, "data/models/qwen3moe-2k-q8_0.gguf");
+    test_data_path(hyb, sizeof hyb, "data/models/qwen35moe-tiny-q8_0.gguf");
+    snprintf(moe_hot, sizeof moe_hot, "%s --cpu-moe all", hot_args);
+    run_equals_forward(bin, moe, longp, 300, 40, "--temp 0 --cpu-moe 1", &greedy_sp, "qwen3moe-2k-q8_0 --cpu-moe 1 greedy");
+    run_equals_forward(bin, hyb, rep, 12, 48, moe_hot, &hot, "qwen35moe-tiny-q8_0 --cpu-moe all sampled");
 
     /* text in, text out, speed on stderr */
     snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -p 'Hello, my name is' -n 6 --temp 0.7 --seed 1 2>&1 >/dev/null", bin, real);
@@ -283,6 +292,20 @@ int main(void) {
     CHECK(run(cmd, out, sizeof out) == 0 && strstr(out, "usage: hone run"));
     snprintf(cmd, sizeof cmd, "'%s' logits --help", bin);
     CHECK(run(cmd, out, sizeof out) == 0 && strstr(out, "usage: hone logits"));
+    static const char *const with_moe[] = {"run", "serve", "bench -r 1", "bench agents"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(cmd, sizeof cmd, "'%s' %s --help", bin, with_moe[i]);
+        CHECKF(run(cmd, out, sizeof out) == 0 && strstr(out, "--cpu-moe N") && strstr(out, "on the CPU"),
+               "hone %s --help does not document --cpu-moe", with_moe[i]);
+    }
+    snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -p hi --cpu-moe many 2>&1", bin, moe);
+    CHECK(run(cmd, out, sizeof out) == 2 && strstr(out, "bad --cpu-moe 'many'"));
+    snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -p hi --cpu-moe -2 2>&1", bin, moe);
+    CHECK(run(cmd, out, sizeof out) == 2 && strstr(out, "bad --cpu-moe '-2'"));
+    snprintf(cmd, sizeof cmd, "HONE_NO_TUNE=1 '%s' run -m '%s' -p hi --cpu-moe 3 2>&1", bin, moe);
+    CHECKF(run(cmd, out, sizeof out) == 1 && strstr(out, "counted 0..2"), "%s", out);
+    snprintf(cmd, sizeof cmd, "HONE_NO_TUNE=1 '%s' run -m '%s' -p hi --cpu-moe 1 2>&1", bin, q3);
+    CHECKF(run(cmd, out, sizeof out) == 1 && strstr(out, "not a MoE model"), "%s", out);
     snprintf(cmd, sizeof cmd, "'%s' run -m /nonexistent.gguf -p hi 2>&1", bin);
     CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "nonexistent"));
     snprintf(cmd, sizeof cmd, "'%s' run -m '%s' --tokens '1 999999' 2>&1", bin, q3);

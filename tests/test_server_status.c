@@ -226,6 +226,7 @@ int main(void) {
     rc = run_capture(cmd, out, sizeof out);
     CHECK(rc == 0 && strstr(out, "\"sessions\":[{"));
     CHECK(strstr(out, "\"scratch_bytes\":") != NULL); /* the model's scratch, in the status object */
+    CHECK(strstr(out, "\"moe_apart_layers\":0") && strstr(out, "\"moe_apart_bytes\":0")); /* no --cpu-moe */
 
     st = http("GET", "/metrics", true, NULL, buf, sizeof buf);
     CHECK(st == 200);
@@ -239,6 +240,7 @@ int main(void) {
     CHECKF(used > 0 && metric(buf, "hone_kv_blocks{state=\"cached\"}") >= 0 && metric(buf, "hone_kv_bytes") >= used * bb,
            "KV blocks used %g", used);
     CHECK(metric(buf, "hone_engine_bytes") > 0 && metric(buf, "hone_model_file_bytes") > 0);
+    CHECK(metric(buf, "hone_model_moe_apart_bytes") == 0);
     /* the scratch, sized for the steps run: some, at most its peak */
     CHECKF(metric(buf, "hone_scratch_bytes") > 0 &&
                metric(buf, "hone_scratch_bytes") <= metric(buf, "hone_scratch_peak_bytes"),

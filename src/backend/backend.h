@@ -274,7 +274,9 @@ typedef struct be_ops {
 
     /* ---- version 5: hybrid (recurrent) layers ---- */
     /* y[r][y_off + i] = x[r][x_off + i] for i < nc, r < n, rows of x_ld and
-     * y_ld elements (splits interleaved projections: gated q, q/k/v). */
+     * y_ld elements (splits interleaved projections: gated q, q/k/v). The
+     * elements' bits are copied (f32, or i32 routing ids packed beside f32
+     * rows: experts apart, model_forward.c). */
     void (*copy_cols)(be_backend *b, const be_tensor *x, int x_ld, int x_off, int n, int nc, be_tensor *y, int y_ld,
                       int y_off);
     /* y[r][i] = x[r][i] * sigmoid(g[r][g_dim == 1 ? 0 : i]) for n rows of dim

@@ -23,8 +23,13 @@ int cmd_bench_model(int argc, char **argv);
 
 #include <string.h>
 
+#include <errno.h>
+#include <stdlib.h>
+
 #include "../backend/registry.h"
+#include "../model/model.h"
 #include "../sched/engine.h"
+#include "../tune/apply.h"
 
 #define CLI_SPEC_HELP "auto (default: where it pays, measured: the suffix drafter, then the --draft model or DFlash drafter, or else the model's own MTP layer), off, suffix, draft, mtp or dflash (always draft, that drafter only; mtp: the model's MTP (nextn) layer; dflash: the --draft file is a DFlash drafter)"
 #define CLI_DRAFT_HELP "a draft model for --spec draft|auto: any GGUF with the target's vocabulary (not a hybrid); or a DFlash drafter (general.architecture dflash) for --spec dflash|auto"
@@ -35,6 +40,37 @@ static inline bool cli_spec_parse(const char *cmd, const char *v, int *out) {
     int r = eng_spec_from_name(v, out);
     if (r) fprintf(stderr, "hone %s: unknown --spec '%s' (auto, off, suffix, draft, mtp, dflash)\n", cmd, v);
     return r == 0;
+}
+
+#define CLI_CPU_MOE_HELP "keep the routed experts of the last N layers (all: every layer) on the CPU, the rest of the model on the --device (for a MoE model whose experts do not fit its memory; default 0)"
+
+/* Parses the value of --cpu-moe (a layer count, or "all" / -1) for command
+ * cmd into *out (model_params.cpu_moe); prints why and returns false
+ * otherwise (a count past the model's layers is the model's to refuse). */
+static inline bool cli_cpu_moe_parse(const char *cmd, const char *v, int *out) {
+    char *end;
+    errno = 0;
+    long n = strcmp(v, "all") ? strtol(v, &end, 10) : -1;
+    if (strcmp(v, "all") && (end == v || *end || errno || n < -1 || n > 1 << 20)) {
+        fprintf(stderr, "hone %s: bad --cpu-moe '%s' (a number of layers, or all)\n", cmd, v);
+        return false;
+    }
+    *out = (int)n;
+    return true;
+}
+
+/* The tuned kernel parameters (tn_load_tune) for the model's backend and,
+ * with experts apart (--cpu-moe), for its expert backend; a failure only
+ * warns. */
+static inline void cli_load_tune(struct model *m, const char *cmd) {
+    char who[64];
+    snprintf(who, sizeof who, "hone %s", cmd);
+    hn_err e = {0};
+    if (tn_load_tune(model_backend(m), model_gguf(m), model_n_threads(m), who, &e) != HN_OK)
+        fprintf(stderr, "hone %s: kernel tuning skipped: %s\n", cmd, e.msg);
+    be_backend *x = model_moe_backend(m);
+    if (x && tn_load_tune(x, model_gguf(m), be_n_threads(x), who, &e) != HN_OK)
+        fprintf(stderr, "hone %s: kernel tuning of the expert backend skipped: %s\n", cmd, e.msg);
 }
 
 /* With --device auto (requested NULL or "auto"), one line on stderr saying

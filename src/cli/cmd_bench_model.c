@@ -26,7 +26,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: hone bench -m FILE [-p N] [-n N] [-t N] [--depth D] [-r REPS] [-b BATCH] [--csv] [--no-tune] [--device NAME]\n"
+            "usage: hone bench -m FILE [-p N] [-n N] [-t N] [--depth D] [-r REPS] [-b BATCH] [--csv] [--no-tune] [--device NAME] [--cpu-moe N]\n"
             "\n"
             "Measures prompt processing (ppN) and token generation (tgN) speed like\n"
             "llama-bench: median tokens/s over REPS repetitions, as a markdown table.\n"
@@ -43,7 +43,8 @@ static void usage(FILE *f) {
             "  --csv              print `test,depth,threads,median,min,max` lines instead\n"
             "  --no-tune          built-in kernel parameters: neither tune nor use the tuning cache\n"
             "  --device NAME      backend: auto (default: the best available), cpu, cuda\n"
-            "                     (also HONE_NO_TUNE=1; by default the first start tunes, up to 30 s)\n");
+            "                     (also HONE_NO_TUNE=1; by default the first start tunes, up to 30 s)\n"
+            "  --cpu-moe N        " CLI_CPU_MOE_HELP "\n");
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -126,6 +127,7 @@ int cmd_bench_model(int argc, char **argv) {
     const char *path = NULL, *device = NULL;
     long n_prompt = 512, n_gen = 128, depth = 0, reps = 5, batch = 512, n_threads = 0;
     bool csv = false, no_tune = false;
+    int cpu_moe = 0;
     qt_type ctk = QT_F16, ctv = QT_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -153,6 +155,10 @@ int cmd_bench_model(int argc, char **argv) {
         }
         if (!strcmp(a, "--device")) {
             device = v;
+            continue;
+        }
+        if (!strcmp(a, "--cpu-moe")) {
+            if (!cli_cpu_moe_parse("bench", v, &cpu_moe)) return 2;
             continue;
         }
         if (!strcmp(a, "--spec")) { /* a forward-pass benchmark: nothing is generated, so nothing to draft */
@@ -208,15 +214,14 @@ int cmd_bench_model(int argc, char **argv) {
     hn_err err = {0};
     bench_ctx c = {.rng = 0x9e3779b97f4a7c15ull};
     double *rates = hn_malloc(sizeof(double) * (size_t)reps);
-    model_params mp = {.n_threads = (int)n_threads, .max_batch = (int)batch, .device = device};
+    model_params mp = {.n_threads = (int)n_threads, .max_batch = (int)batch, .device = device, .cpu_moe = cpu_moe};
     if (!rates) goto done;
     if (model_load(path, &mp, &c.m, &err) != HN_OK) {
         fprintf(stderr, "hone bench: %s: %s\n", path, err.msg);
         goto done;
     }
     cli_device_note("bench", device, model_backend(c.m)->ops->name);
-    if (!no_tune && tn_load_tune(model_backend(c.m), model_gguf(c.m), model_n_threads(c.m), "hone bench", &err) != HN_OK)
-        fprintf(stderr, "hone bench: kernel tuning skipped: %s\n", err.msg);
+    if (!no_tune) cli_load_tune(c.m, "bench");
     const model_hparams *hp = model_hp(c.m);
     int64_t need = depth + (n_prompt > n_gen ? n_prompt : n_gen) + 1;
     if (need > hp->n_ctx_train) {
@@ -238,6 +243,12 @@ int cmd_bench_model(int argc, char **argv) {
         goto done;
     }
     const char *type = main_type(model_gguf(c.m));
+    char dev[64]; /* the backend, and where the experts are when some are apart (--cpu-moe) */
+    if (model_moe_remote_layers(c.m))
+        snprintf(dev, sizeof dev, "%s, experts of %d layers on %s", model_backend(c.m)->ops->name,
+                 model_moe_remote_layers(c.m), model_moe_backend(c.m)->ops->name);
+    else
+        snprintf(dev, sizeof dev, "%s", model_backend(c.m)->ops->name);
     if (!csv) {
         printf("| model | type | device | threads | test | t/s (median) | min | max |\n");
         printf("| --- | --- | --- | ---: | --- | ---: | ---: | ---: |\n");
@@ -262,8 +273,8 @@ int cmd_bench_model(int argc, char **argv) {
             printf("%s%ld,%ld,%d,%.2f,%.2f,%.2f\n", test == 0 ? "pp" : "tg", n, depth, model_n_threads(c.m), med,
                    rates[0], rates[reps - 1]);
         else
-            printf("| %s | %s | %s | %d | %s | %.2f | %.2f | %.2f |\n", base_name(path), type,
-                   model_backend(c.m)->ops->name, model_n_threads(c.m), name,
+            printf("| %s | %s | %s | %d | %s | %.2f | %.2f | %.2f |\n", base_name(path), type, dev,
+                   model_n_threads(c.m), name,
                    med, rates[0], rates[reps - 1]);
         fflush(stdout);
     }

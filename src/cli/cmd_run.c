@@ -54,6 +54,7 @@ static void usage(FILE *f) {
             "  --ignore-eos            do not stop at end-of-generation tokens (benchmarks)\n"
             "  --no-tune               built-in kernel parameters: neither tune nor use the tuning cache\n"
             "  --device NAME           backend: auto (default: the best available), cpu, cuda\n"
+            "  --cpu-moe N             " CLI_CPU_MOE_HELP "\n"
             "  --kv-type T             KV cache elements: f16 (default), f32, q8_0, k8v4\n"
             "  --spec MODE             speculative decoding: " CLI_SPEC_HELP "\n"
             "  --draft FILE            " CLI_DRAFT_HELP "\n"
@@ -145,9 +146,7 @@ static hn_status run_on_load(void *ctx, struct model *m, hn_err *err) {
     (void)err;
     run_load *l = ctx;
     l->n_threads = model_n_threads(m);
-    hn_err e = {0};
-    if (l->tune && tn_load_tune(model_backend(m), model_gguf(m), model_n_threads(m), "hone run", &e) != HN_OK)
-        fprintf(stderr, "hone run: kernel tuning skipped: %s\n", e.msg);
+    if (l->tune) cli_load_tune(m, "run");
     return HN_OK;
 }
 
@@ -189,7 +188,7 @@ static void on_sigint(int sig) {
 
 int cmd_run(int argc, char **argv) {
     const char *path = NULL, *prompt = NULL, *tokens = NULL, *device = NULL;
-    int kv_type = ENG_KV_F16, spec = ENG_SPEC_AUTO;
+    int kv_type = ENG_KV_F16, spec = ENG_SPEC_AUTO, cpu_moe = 0;
     const char *draft = NULL;
     long n_gen = 64;
     int n_threads = 0;
@@ -231,6 +230,9 @@ int cmd_run(int argc, char **argv) {
             if (!cli_spec_parse("run", v, &spec)) return 2;
         }
         else if (!strcmp(a, "--draft")) draft = v;
+        else if (!strcmp(a, "--cpu-moe")) {
+            if (!cli_cpu_moe_parse("run", v, &cpu_moe)) return 2;
+        }
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "--tokens")) tokens = v;
         else if (!strcmp(a, "-n")) n_gen = strtol(v, &end, 10);
@@ -286,6 +288,7 @@ int cmd_run(int argc, char **argv) {
     ep.kv_type = kv_type;
     ep.spec = spec;
     ep.draft_path = draft;
+    ep.cpu_moe = cpu_moe;
     ep.n_threads = n_threads;
     ep.max_running = 1;
     ep.step_tokens = 256;

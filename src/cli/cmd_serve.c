@@ -38,9 +38,7 @@ static int real_sessions(void *ctx, eng_session *out, int cap) { return eng_get_
 static hn_status serve_tune(void *ctx, struct model *m, hn_err *err) {
     (void)ctx;
     (void)err;
-    hn_err e = {0};
-    if (tn_load_tune(model_backend(m), model_gguf(m), model_n_threads(m), "hone serve", &e) != HN_OK)
-        fprintf(stderr, "hone serve: kernel tuning skipped: %s\n", e.msg);
+    cli_load_tune(m, "serve");
     return HN_OK;
 }
 
@@ -64,6 +62,7 @@ static void usage(FILE *f) {
             "                       0: until the context is full)\n"
             "  -t, --threads N      compute threads (default: all cores)\n"
             "  --device NAME        backend: auto (default: the best available), cpu, cuda\n"
+            "  --cpu-moe N          " CLI_CPU_MOE_HELP "\n"
             "  --kv-bytes SIZE      cap on KV cache memory, e.g. 4G or 512M\n"
             "  --kv-type T          KV cache elements: f16 (default), f32, q8_0, k8v4 (8-bit K, 4-bit V)\n"
             "  --block-size N       KV positions per block (default 16)\n"
@@ -139,7 +138,7 @@ int cmd_serve(int argc, char **argv) {
     long ctx = 0, max_tokens = 0, threads = 0;
     size_t kv_bytes = 0;
     bool test_engine = false, prefix_cache = true, no_tune = false;
-    int kv_type = ENG_KV_F16, spec = ENG_SPEC_AUTO;
+    int kv_type = ENG_KV_F16, spec = ENG_SPEC_AUTO, cpu_moe = 0;
     const char *draft = NULL;
     long block_size = 0, cache_idle = -1;
     for (int i = 1; i < argc; i++) {
@@ -188,6 +187,9 @@ int cmd_serve(int argc, char **argv) {
             if (!cli_spec_parse("serve", v, &spec)) return 2;
         }
         else if (!strcmp(a, "--draft")) draft = v;
+        else if (!strcmp(a, "--cpu-moe")) {
+            if (!cli_cpu_moe_parse("serve", v, &cpu_moe)) return 2;
+        }
         else if (!strcmp(a, "--block-size") && parse_int(v, 1, 4096, &block_size)) {}
         else if (!strcmp(a, "--cache-idle") && parse_int(v, 0, 86400 * 30, &cache_idle)) {}
         else if (!strcmp(a, "--max-body") && parse_size(v, &cfg.max_body) && cfg.max_body >= 1024) {}
@@ -266,6 +268,7 @@ int cmd_serve(int argc, char **argv) {
         ep.kv_type = kv_type;
         ep.spec = spec;
         ep.draft_path = draft;
+        ep.cpu_moe = cpu_moe;
         ep.block_size = (int)block_size;
         ep.prefix_cache = prefix_cache;
         if (cache_idle >= 0) ep.cache_idle_ms = cache_idle ? (int32_t)(cache_idle * 1000) : -1;

@@ -2,11 +2,13 @@
  * backend, weight binding with shape checks, the activation tensors; and
  * model_forward, the one-call plan + step + finish. The forward pass itself
  * is in model_forward.c. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backend/cpu/cpu.h"
 #include "../backend/registry.h"
 #include "../core/alloc.h"
 #include "../quant/quant.h"
@@ -209,13 +211,23 @@ static hn_status find(const gguf_ctx *g, const char *name, int n_dims, int64_t n
     return HN_OK;
 }
 
+/* Every weight is made here: on the main backend, or (apart) on the expert
+ * backend; the bytes each holds are counted (model_weight_bytes). */
+static hn_status load_weight(model *m, bool apart, const be_weight_src *src, unsigned flags, be_tensor **out,
+                             hn_err *err) {
+    be_backend *b = apart ? m->xbe : m->be;
+    hn_status st = b->ops->weight_load(b, src, flags, out, err);
+    if (!st) m->wbytes[apart] += src->bytes;
+    return st;
+}
+
 hn_status model_bind_from(model *m, const gguf_ctx *g, const char *name, int n_dims, int64_t ne0, int64_t ne1,
                           int64_t ne2, bool required, unsigned flags, be_tensor **w, hn_err *err) {
     be_weight_src src;
     *w = NULL;
     hn_status st = find(g, name, n_dims, ne0, ne1, ne2, required, &src, err);
     if (st || !src.data) return st;
-    return m->be->ops->weight_load(m->be, &src, flags, w, err);
+    return load_weight(m, false, &src, flags, w, err);
 }
 
 hn_status model_bind_vec_from(model *m, const gguf_ctx *g, const char *name, int64_t n, bool required,
@@ -227,13 +239,23 @@ hn_status model_bind_vec_from(model *m, const gguf_ctx *g, const char *name, int
     if (src.type != QT_F32)
         return hn_errf(err, HN_ERR_UNSUPPORTED, "model: tensor %s is %s; hone expects f32 norms and biases", name,
                        qt_name(src.type));
-    return m->be->ops->weight_load(m->be, &src, 0, out, err);
+    return load_weight(m, false, &src, 0, out, err);
 }
 
 /* Binds a matrix (or expert stack) of the model's file as a backend weight that matmuls read. */
 static hn_status bind(model *m, const char *name, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2, bool required,
                       be_tensor **w, hn_err *err) {
     return model_bind_from(m, m->g, name, n_dims, ne0, ne1, ne2, required, BE_W_MATMUL | m->drop, w, err);
+}
+
+/* Binds an expert stack of the model's file onto the expert backend (cpu_moe). */
+static hn_status bind_apart(model *m, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, be_tensor **w,
+                            hn_err *err) {
+    be_weight_src src;
+    *w = NULL;
+    hn_status st = find(m->g, name, 3, ne0, ne1, ne2, true, &src, err);
+    if (st) return st;
+    return load_weight(m, true, &src, BE_W_MATMUL | m->drop, w, err);
 }
 
 /* Binds an f32 vector of n elements (norm weights, biases). */
@@ -250,11 +272,19 @@ static hn_status bind_ffn(model *m, int il, model_layer *L, hn_err *err) {
 #define N(s) (snprintf(nm, sizeof nm, "blk.%d." s, il), nm)
     if (hp->n_expert > 0) {
         const int64_t X = hp->n_expert, F = hp->n_ff_exp;
-        if ((st = bind(m, N("ffn_gate_inp.weight"), 2, E, X, 1, true, &L->gate_inp, err)) ||
-            (st = bind(m, N("ffn_gate_exps.weight"), 3, E, F, X, true, &L->gate_exps, err)) ||
-            (st = bind(m, N("ffn_up_exps.weight"), 3, E, F, X, true, &L->up_exps, err)) ||
-            (st = bind(m, N("ffn_down_exps.weight"), 3, F, E, X, true, &L->down_exps, err)))
+        /* the routed experts: on the expert backend for the last n_moe_remote layers */
+        L->moe_remote = il >= hp->n_layer - m->n_moe_remote;
+        if ((st = bind(m, N("ffn_gate_inp.weight"), 2, E, X, 1, true, &L->gate_inp, err))) return st;
+        if (L->moe_remote) {
+            if ((st = bind_apart(m, N("ffn_gate_exps.weight"), E, F, X, &L->gate_exps, err)) ||
+                (st = bind_apart(m, N("ffn_up_exps.weight"), E, F, X, &L->up_exps, err)) ||
+                (st = bind_apart(m, N("ffn_down_exps.weight"), F, E, X, &L->down_exps, err)))
+                return st;
+        } else if ((st = bind(m, N("ffn_gate_exps.weight"), 3, E, F, X, true, &L->gate_exps, err)) ||
+                   (st = bind(m, N("ffn_up_exps.weight"), 3, E, F, X, true, &L->up_exps, err)) ||
+                   (st = bind(m, N("ffn_down_exps.weight"), 3, F, E, X, true, &L->down_exps, err))) {
             return st;
+        }
         if (hp->n_ff_shexp > 0) {
             const int64_t SF = hp->n_ff_shexp;
             /* the gate is a 1-D [n_embd] vector: a matrix of one row */
@@ -308,7 +338,7 @@ static hn_status bind_hybrid_layer(model *m, int il, model_layer *L, int *n_attn
         if (src.type != QT_F32)
             return hn_errf(err, HN_ERR_UNSUPPORTED, "model: tensor %s is %s; hone expects an f32 conv", nm,
                            qt_name(src.type));
-        if ((st = m->be->ops->weight_load(m->be, &src, 0, &L->conv1d, err))) return st;
+        if ((st = load_weight(m, false, &src, 0, &L->conv1d, err))) return st;
     } else {
         L->kv_layer = mtp ? 0 : (*n_attn)++; /* an MTP layer: the one layer of its own cache */
         if ((st = bind(m, N("attn_q.weight"), 2, E, 2 * NQ, 1, true, &L->wq, err)) ||
@@ -328,7 +358,7 @@ static hn_status bind_hybrid_layer(model *m, int il, model_layer *L, int *n_attn
     if (mtp) {
         be_weight_src src;
         if ((st = find(m->g, N("nextn.embed_tokens.weight"), 2, E, hp->n_vocab, 1, false, &src, err))) return st;
-        if (src.data && (st = m->be->ops->weight_load(m->be, &src, BE_W_ROWS, &L->nextn_embd, err))) return st;
+        if (src.data && (st = load_weight(m, false, &src, BE_W_ROWS, &L->nextn_embd, err))) return st;
     }
 #undef N
     return bind_ffn(m, il, L, err);
@@ -369,6 +399,7 @@ typedef struct scratch_part {
     qt_type type;
     int64_t ne0, ne1;
     int scale;
+    bool apart; /* the expert backend's (cpu_moe) */
 } scratch_part;
 
 static int scratch_parts(model *m, scratch_part *parts) {
@@ -378,7 +409,7 @@ static int scratch_parts(model *m, scratch_part *parts) {
     int64_t E = hp->n_embd, NQ = (int64_t)hp->n_head * hp->head_dim, NKV = (int64_t)hp->n_head_kv * hp->head_dim;
     int64_t FF = hp->n_expert > 0 ? K * hp->n_ff_exp : hp->n_ff;
     int n = 0;
-#define P(field, ty, a, b) parts[n++] = (scratch_part){&s->field, ty, a, b, SC_TOKENS}
+#define P(field, ty, a, b) parts[n++] = (scratch_part){&s->field, ty, a, b, SC_TOKENS, false}
     P(x, QT_F32, E, B);
     P(xb, QT_F32, E, B);
     P(xb2, QT_F32, E, B);
@@ -386,16 +417,35 @@ static int scratch_parts(model *m, scratch_part *parts) {
     P(k, QT_F32, NKV, B);
     P(v, QT_F32, NKV, B);
     P(att, QT_F32, NQ, B);
-    P(hb, QT_F32, FF, B);
-    P(hb2, QT_F32, FF, B);
+    /* the routed experts' scratch: where some layer computes them here */
+    const bool local_ffn = hp->n_expert == 0 || m->n_moe_remote < hp->n_layer;
+    if (local_ffn) {
+        P(hb, QT_F32, FF, B);
+        P(hb2, QT_F32, FF, B);
+    }
     P(logits, QT_F32, hp->n_vocab, m->params.max_logits);
     parts[n - 1].scale = SC_OUT;
     if (hp->n_expert > 0) {
         P(router, QT_F32, hp->n_expert, B);
         P(exp_ids, QT_I32, K, B);
         P(exp_w, QT_F32, K, B);
-        P(moe_out, QT_F32, E, B * K);
-        parts[n - 1].scale = SC_TOKENS_K;
+        if (local_ffn) {
+            P(moe_out, QT_F32, E, B * K);
+            parts[n - 1].scale = SC_TOKENS_K;
+        }
+    }
+    if (m->xbe) {
+        /* cpu_moe: the packed input here, the routed experts' tensors on the expert backend */
+        P(moe_in, QT_F32, E + 2 * K, B);
+#define X(field, ty, a, b, sc) parts[n++] = (scratch_part){&m->xio.field, ty, a, b, sc, true}
+        X(x, QT_F32, E, B, SC_TOKENS);
+        X(ids, QT_I32, K, B, SC_TOKENS);
+        X(w, QT_F32, K, B, SC_TOKENS);
+        X(hb, QT_F32, FF, B, SC_TOKENS);
+        X(hb2, QT_F32, FF, B, SC_TOKENS);
+        X(y, QT_F32, E, B * K, SC_TOKENS_K);
+        X(out, QT_F32, E, B, SC_TOKENS);
+#undef X
     }
     if (hp->hybrid) {
         int64_t S = hp->ssm_state, NK = (int64_t)hp->ssm_k_heads * S, NV = (int64_t)hp->ssm_v_heads * S;
@@ -437,26 +487,93 @@ static int scratch_parts(model *m, scratch_part *parts) {
 
 /* ---- load / free ---- */
 
-/* A backend with memory of its own (a GPU) must hold every weight: refuse
- * the model before uploading anything when the tensors' bytes and a margin
- * for the KV cache's first blocks and the kernels' scratch do not fit in
- * what is free after reserve (the activations are allocated by then). */
+/* cpu_moe: the bytes of the routed experts that go to the expert backend. */
+static size_t apart_bytes(const model *m) {
+    static const char *const stacks[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    size_t b = 0;
+    char nm[96];
+    for (int il = m->hp.n_layer - m->n_moe_remote; il < m->hp.n_layer; il++)
+        for (int j = 0; j < 3; j++) {
+            snprintf(nm, sizeof nm, "blk.%d.%s.weight", il, stacks[j]);
+            const gguf_tensor *t = gguf_find_tensor(m->g, nm);
+            if (t) b += t->nbytes;
+        }
+    return b;
+}
+
+/* A backend with memory of its own (a GPU) must hold every weight it gets:
+ * refuse the model before uploading anything when those tensors' bytes and
+ * a margin for the KV cache's first blocks and the kernels' scratch do not
+ * fit in what is free after reserve (the activations are allocated by then).
+ * The main backend gets every tensor but the routed experts of the
+ * cpu_moe layers, the expert backend those. */
 #define FIT_MARGIN ((size_t)256 << 20)
-static hn_status check_fit(const model *m, hn_err *err) {
+static hn_status check_fit_on(const model *m, be_backend *b, size_t weights, hn_err *err) {
     size_t free_b = 0, total_b = 0;
-    if (m->be->ops->version < 7 || !m->be->ops->mem_info || !m->be->ops->mem_info(m->be, &free_b, &total_b))
-        return HN_OK;
+    if (b->ops->version < 7 || !b->ops->mem_info || !b->ops->mem_info(b, &free_b, &total_b)) return HN_OK;
+    if (weights + FIT_MARGIN <= free_b) return HN_OK;
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    char apart[160] = "";
+    if (b == m->be && m->n_moe_remote)
+        snprintf(apart, sizeof apart, "; the routed experts of %d layers (%.2f GiB) are on the %s backend",
+                 m->n_moe_remote, (double)apart_bytes(m) / gib, m->xbe->ops->name);
+    else if (b == m->be && m->hp.n_expert > 0)
+        snprintf(apart, sizeof apart, "; --cpu-moe N keeps the routed experts of the last N layers on the CPU");
+    return hn_errf(err, HN_ERR_NOMEM,
+                   "model: does not fit in %s memory: it needs %.2f GiB (weights %.2f GiB + %.2f GiB for the KV "
+                   "cache and scratch), %.2f GiB of %.2f GiB are free (--device cpu runs it on the CPU%s)",
+                   b->ops->name, (double)(weights + FIT_MARGIN) / gib, (double)weights / gib,
+                   (double)FIT_MARGIN / gib, (double)free_b / gib, (double)total_b / gib, apart);
+}
+
+static hn_status check_fit(const model *m, hn_err *err) {
     size_t weights = 0;
     for (int64_t i = 0; i < gguf_n_tensors(m->g); i++) weights += gguf_tensor_at(m->g, i)->nbytes;
     const gguf_tensor *te = gguf_find_tensor(m->g, "token_embd.weight");
-    if (m->hp.tied_output && te) weights += te->nbytes; /* held twice: rows for get_rows, a matmul weight */
-    if (weights + FIT_MARGIN <= free_b) return HN_OK;
-    const double gib = 1024.0 * 1024.0 * 1024.0;
-    return hn_errf(err, HN_ERR_NOMEM,
-                   "model: does not fit in %s memory: it needs %.2f GiB (weights %.2f GiB + %.2f GiB for the KV "
-                   "cache and scratch), %.2f GiB of %.2f GiB are free (--device cpu runs it on the CPU)",
-                   m->be->ops->name, (double)(weights + FIT_MARGIN) / gib, (double)weights / gib,
-                   (double)FIT_MARGIN / gib, (double)free_b / gib, (double)total_b / gib);
+    /* tied (no output matrix): held twice, rows for get_rows and a matmul weight */
+    if (te && !gguf_find_tensor(m->g, "output.weight")) weights += te->nbytes;
+    const size_t apart = apart_bytes(m);
+    hn_status st = check_fit_on(m, m->be, weights - apart, err);
+    if (!st && m->xbe) st = check_fit_on(m, m->xbe, apart, err);
+    return st;
+}
+
+/* cpu_moe: how many layers' routed experts go to the expert backend (the
+ * last ones), and that backend: the one given, else a CPU backend (on the
+ * main backend's pool when that is a CPU backend: they never run at once). */
+static hn_status setup_apart(model *m, hn_err *err) {
+    const model_hparams *hp = &m->hp;
+    const int n = m->params.cpu_moe;
+    be_backend *given = m->params.moe_backend;
+    m->params.moe_backend = NULL;
+    if (n == 0) return HN_OK;
+    if (hp->n_expert == 0)
+        return hn_errf(err, HN_ERR_INVALID, "model: cpu_moe %d (--cpu-moe): %s is not a MoE model, it has no experts", n,
+                       hp->arch_name);
+    if (n < -1 || n > hp->n_layer)
+        return hn_errf(err, HN_ERR_INVALID,
+                       "model: cpu_moe %d (--cpu-moe): the layers whose experts go to the CPU are counted 0..%d (the "
+                       "model's layers), or -1 for all",
+                       n, hp->n_layer);
+    const int64_t row = (int64_t)hp->n_embd + 2 * (int64_t)hp->n_expert_used;
+    if ((int64_t)m->params.max_batch * row > INT_MAX)
+        return hn_errf(err, HN_ERR_INVALID, "model: cpu_moe: a step of %d tokens is too large to hand the experts",
+                       m->params.max_batch);
+    if (given == m->be) return hn_errf(err, HN_ERR_INVALID, "model: cpu_moe: the expert backend is the main backend");
+    m->n_moe_remote = n < 0 ? hp->n_layer : n;
+    if (given) {
+        m->xbe = given;
+        return HN_OK;
+    }
+    hn_status st;
+    if (!strcmp(m->be->ops->name, "cpu")) {
+        st = be_cpu_create(be_cpu_pool(m->be), &m->xbe, err);
+    } else {
+        be_config bc = {.n_threads = m->params.n_threads};
+        st = be_create("cpu", &bc, &m->xbe, err);
+    }
+    m->own_xbe = st == HN_OK;
+    return st;
 }
 
 static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file_backed, model **out, hn_err *err) {
@@ -493,6 +610,7 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
         m->own_be = true;
     }
     m->params.backend = NULL;
+    if ((st = setup_apart(m, err))) goto fail;
     int64_t max_k = hp->n_embd;
     if (!hp->hybrid || hp->n_nextn == 0) m->params.mtp = false;
     if (m->params.dflash && (st = model_dflash_read(m, m->params.dflash, err))) goto fail;
@@ -507,28 +625,45 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
         if (d->head_dim > max_hd) max_hd = d->head_dim;
         if (d->n_head / d->n_head_kv > max_group) max_group = d->n_head / d->n_head_kv;
     }
-    scratch_part parts[48];
+    scratch_part parts[64];
     int n_parts = scratch_parts(m, parts);
-    size_t arena = 0;
-    for (int i = 0; i < n_parts; i++) arena += be_tensor_bytes(parts[i].type, parts[i].ne0, parts[i].ne1);
+    size_t arena[2] = {0, 0};
+    for (int i = 0; i < n_parts; i++) arena[parts[i].apart] += be_tensor_bytes(parts[i].type, parts[i].ne0, parts[i].ne1);
     be_limits lim = {
         .max_rows = m->params.max_batch * (hp->n_expert > 0 ? hp->n_expert_used : 1),
         .max_k = max_k,
         .max_head_dim = max_hd,
         .max_group = max_group,
         .max_experts = hp->n_expert,
-        .arena_bytes = arena,
+        .arena_bytes = arena[0],
+    };
+    /* the expert backend runs moe_matmul, swiglu and moe_combine only */
+    be_limits xlim = {
+        .max_rows = lim.max_rows,
+        .max_k = hp->n_ff_exp > hp->n_embd ? hp->n_ff_exp : hp->n_embd,
+        .max_head_dim = hp->head_dim,
+        .max_group = 1,
+        .max_experts = hp->n_expert,
+        .arena_bytes = arena[1],
     };
     if ((st = m->be->ops->reserve(m->be, &lim, err))) goto fail;
+    if (m->xbe && (st = m->xbe->ops->reserve(m->xbe, &xlim, err))) goto fail;
     if ((st = check_fit(m, err))) goto fail;
     for (int i = 0; i < n_parts; i++) {
-        if ((st = m->be->ops->tensor_new(m->be, parts[i].type, parts[i].ne0, parts[i].ne1, parts[i].t, err))) goto fail;
-        m->sc_act[i] = (be_act_rows){*parts[i].t, parts[i].ne1};
-        m->sc_scale[i] = (uint8_t)parts[i].scale;
+        be_backend *b = parts[i].apart ? m->xbe : m->be;
+        if ((st = b->ops->tensor_new(b, parts[i].type, parts[i].ne0, parts[i].ne1, parts[i].t, err))) goto fail;
+        be_act_rows *a = parts[i].apart ? &m->xsc_act[m->n_xsc] : &m->sc_act[m->n_sc];
+        *a = (be_act_rows){*parts[i].t, parts[i].ne1};
+        if (parts[i].apart) m->xsc_scale[m->n_xsc++] = (uint8_t)parts[i].scale;
+        else m->sc_scale[m->n_sc++] = (uint8_t)parts[i].scale;
     }
-    m->n_sc = n_parts;
     m->lim = lim;
     m->lim.arena_bytes = 0; /* every tensor is made */
+    m->xlim = xlim;
+    m->xlim.arena_bytes = 0;
+    model_scratch *s = &m->s;
+    m->mio = (model_moe_io){.x = s->xb, .ids = s->exp_ids, .w = s->exp_w, .hb = s->hb, .hb2 = s->hb2, .y = s->moe_out,
+                            .out = s->xb2};
     m->sc_rows = m->params.max_batch;
     m->sc_out = m->params.max_logits;
     /* backed for one token until a step needs more */
@@ -539,7 +674,7 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
     be_weight_src src;
     be_tensor *out_w = NULL;
     if ((st = find(g, "token_embd.weight", 2, hp->n_embd, hp->n_vocab, 1, true, &src, err)) ||
-        (st = m->be->ops->weight_load(m->be, &src, BE_W_ROWS, &m->tok_embd, err)) ||
+        (st = load_weight(m, false, &src, BE_W_ROWS, &m->tok_embd, err)) ||
         (st = bind_vec(m, "output_norm.weight", hp->n_embd, true, &m->output_norm, err)) ||
         (st = bind(m, "output.weight", 2, hp->n_embd, hp->n_vocab, 1, false, &out_w, err)))
         goto fail;
@@ -562,7 +697,7 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
     }
     hp->tied_output = out_w == NULL;
     /* the tied output last, as before: its file pages may go once packed (get_rows faults the rows it reads back in) */
-    if (hp->tied_output && (st = m->be->ops->weight_load(m->be, &src, BE_W_MATMUL | m->drop, &out_w, err))) goto fail;
+    if (hp->tied_output && (st = load_weight(m, false, &src, BE_W_MATMUL | m->drop, &out_w, err))) goto fail;
     m->output = out_w;
     if (m->dfl && (st = model_dflash_bind(m, err))) goto fail;
     if (m->params.mtp) {
@@ -619,6 +754,7 @@ hn_status model_load(const char *path, const model_params *p, model **out, hn_er
 
 void model_free(model *m) {
     if (!m) return;
+    if (m->own_xbe) be_free(m->xbe); /* first: it may run on the main backend's pool */
     if (m->own_be) be_free(m->be);
     plan_free(&m->plan);
     plan_free(&m->hplan);
@@ -631,6 +767,23 @@ void model_free(model *m) {
 
 /* ---- scratch that follows the load ---- */
 
+/* Reserves backend b for steps of rows tokens and outs logits rows: its
+ * limits lim0, its activation tensors act (rows classes scale) backed for
+ * those rows. */
+static hn_status fit_on(be_backend *b, const be_limits *lim0, be_act_rows *act, const uint8_t *scale, int n_act,
+                        int64_t rows, int64_t outs, int64_t K, hn_err *err) {
+    for (int i = 0; i < n_act; i++) {
+        int64_t r = scale[i] == SC_OUT ? outs : scale[i] == SC_TOKENS_K ? rows * K : rows;
+        int64_t ne1 = act[i].t->ne[1];
+        act[i].rows = r < ne1 ? r : ne1;
+    }
+    be_limits lim = *lim0;
+    lim.max_rows = (int)(rows * K);
+    lim.act = act;
+    lim.n_act = n_act;
+    return b->ops->reserve(b, &lim, err);
+}
+
 hn_status model_scratch_fit(model *m, int32_t rows, int32_t outs, hn_err *err) {
     if (rows < 1) rows = 1;
     if (outs < 1) outs = 1;
@@ -638,16 +791,8 @@ hn_status model_scratch_fit(model *m, int32_t rows, int32_t outs, hn_err *err) {
     if (outs > m->params.max_logits) outs = m->params.max_logits;
     if (outs > rows) outs = rows; /* a step's logits rows are some of its tokens */
     const int64_t K = m->hp.n_expert > 0 ? m->hp.n_expert_used : 1;
-    for (int i = 0; i < m->n_sc; i++) {
-        int64_t r = m->sc_scale[i] == SC_OUT ? outs : m->sc_scale[i] == SC_TOKENS_K ? rows * K : rows;
-        int64_t ne1 = m->sc_act[i].t->ne[1];
-        m->sc_act[i].rows = r < ne1 ? r : ne1;
-    }
-    be_limits lim = m->lim;
-    lim.max_rows = (int)(rows * K);
-    lim.act = m->sc_act;
-    lim.n_act = m->n_sc;
-    hn_status st = m->be->ops->reserve(m->be, &lim, err);
+    hn_status st = fit_on(m->be, &m->lim, m->sc_act, m->sc_scale, m->n_sc, rows, outs, K, err);
+    if (!st && m->xbe) st = fit_on(m->xbe, &m->xlim, m->xsc_act, m->xsc_scale, m->n_xsc, rows, outs, K, err);
     if (st) {
         m->sc_rows = m->sc_out = 0; /* unknown: the next step reserves again */
         return st;
@@ -676,14 +821,21 @@ hn_status model_scratch_trim(model *m, hn_err *err) {
     return model_scratch_fit(m, 1, 1, err);
 }
 
-size_t model_scratch_bytes(const model *m) {
-    return m->be->ops->scratch_bytes ? m->be->ops->scratch_bytes(m->be) : 0;
-}
+static size_t scratch_bytes_of(be_backend *b) { return b && b->ops->scratch_bytes ? b->ops->scratch_bytes(b) : 0; }
+
+size_t model_scratch_bytes(const model *m) { return scratch_bytes_of(m->be) + scratch_bytes_of(m->xbe); }
 
 const model_hparams *model_hp(const model *m) { return &m->hp; }
 const gguf_ctx *model_gguf(const model *m) { return m->g; }
 int model_n_threads(const model *m) { return be_n_threads(m->be); }
 be_backend *model_backend(const model *m) { return m->be; }
+be_backend *model_moe_backend(const model *m) { return m->xbe; }
+int model_moe_remote_layers(const model *m) { return m->n_moe_remote; }
+
+void model_weight_bytes(const model *m, size_t *main_b, size_t *moe_b) {
+    *main_b = m->wbytes[0];
+    *moe_b = m->wbytes[1];
+}
 
 /* ---- model_forward: plan, step and finish in one call ---- */
 

@@ -97,6 +97,21 @@ typedef struct model_params {
      * model_dflash_* calls below); every step then also keeps its rows'
      * residual stream at the drafter's target layers. NULL: none */
     const gguf_ctx *dflash;
+    /* experts apart ("MoE experts on the CPU, the rest on the GPU"): the
+     * routed experts (ffn_{gate,up,down}_exps) of the last cpu_moe layers of
+     * the file (MTP layers, which come last, first; -1: every layer; 0:
+     * none) are loaded onto a second backend, the expert backend, and only
+     * there; it computes their weighted sum for those layers from the rows
+     * and routing the main backend hands it (one copy each way per layer).
+     * Attention, the router, the shared expert, the KV cache and every other
+     * weight stay on the main backend. A MoE model only; HN_ERR_INVALID for
+     * a dense model or a count below -1 or above the layers */
+    int cpu_moe;
+    /* the expert backend to use when cpu_moe is not 0 (borrowed: outlives
+     * the model; a fresh backend, as for `backend`); NULL: a CPU backend
+     * made by model_load (on the main backend's thread pool when that is a
+     * CPU backend, else of n_threads) */
+    be_backend *moe_backend;
 } model_params;
 
 /* A ragged batch (see step_batch in sched/plan.h). */
@@ -116,6 +131,13 @@ const gguf_ctx *model_gguf(const model *m);
 int model_n_threads(const model *m);
 /* The backend the model runs on (e.g. to apply tuned kernel parameters between forwards). */
 be_backend *model_backend(const model *m);
+/* The expert backend (model_params.cpu_moe), NULL without one. */
+be_backend *model_moe_backend(const model *m);
+/* How many layers' routed experts are on the expert backend (the last ones). */
+int model_moe_remote_layers(const model *m);
+/* Weight bytes (as in the file; a tied embedding counts twice: rows and
+ * matmul weight) loaded onto the main backend and onto the expert backend. */
+void model_weight_bytes(const model *m, size_t *main_b, size_t *moe_b);
 /* A KV cache configuration for this model with n_blocks blocks of block_size
  * (0: default) positions; for a hybrid, n_layer counts the attention layers
  * and state_bytes is one sequence's recurrent state (n_state_slots 64). */
@@ -126,7 +148,8 @@ hn_status model_state_copy(model *m, const kv_cache *kv, int n, const int32_t *s
 
 /* Computes one step over plan p (built by plan_build for this model's
  * vocabulary, at most max_batch tokens and max_logits wanted rows, against
- * kv): enqueues the forward on the backend and syncs. masks (NULL: none) has
+ * kv): enqueues the forward on the backend and syncs (with experts apart,
+ * also once per layer apart on each backend, mid-step). masks (NULL: none) has
  * one allowed-token bitmask per wanted row (NULL: that row unmasked; see
  * mask_logits in backend.h), applied to the logits before they are fetched.
  * On success the wanted

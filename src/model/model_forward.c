@@ -101,25 +101,71 @@ static void delta_net(model *m, kv_cache *kv, const model_layer *L, int n) {
     ops->matmul(be, L->ssm_out, 0, s->dout, n, s->xb2);
 }
 
-/* The FFN: swiglu, or routed experts plus an optional sigmoid-gated shared expert. */
-static void ffn(model *m, const model_layer *L, int n) {
+/* The routed experts on backend be, over its tensors t: each routed
+ * expert's swiglu ffn of its rows, then their weighted sum into t->out. */
+static void routed_experts(const model *m, be_backend *be, const model_layer *L, const model_moe_io *t, int n) {
+    const be_ops *ops = be->ops;
+    const int K = m->hp.n_expert_used, FE = m->hp.n_ff_exp, E = m->hp.n_embd;
+    ops->moe_matmul(be, L->gate_exps, t->x, true, n, K, t->ids, t->hb);
+    ops->moe_matmul(be, L->up_exps, t->x, true, n, K, t->ids, t->hb2);
+    ops->swiglu(be, t->hb, t->hb2, t->hb, (size_t)n * (size_t)K * (size_t)FE);
+    ops->moe_matmul(be, L->down_exps, t->hb, false, n, K, t->ids, t->y);
+    ops->moe_combine(be, t->y, t->w, n, K, E, t->out);
+}
+
+/* Experts apart (cpu_moe), to the expert backend: the normed rows, the ids
+ * and the weights side by side in moe_in (n E, n k, n k values), fetched in
+ * one copy; the main backend's sync makes it readable (on a GPU it runs
+ * what the step queued so far, and the ops queued after it run while the
+ * expert backend computes). */
+static hn_status experts_send(model *m, int n, hn_err *err) {
+    const be_ops *ops = m->be->ops;
+    be_backend *be = m->be;
+    model_scratch *s = &m->s;
+    const int E = m->hp.n_embd, K = m->hp.n_expert_used, W = n * (E + 2 * K);
+    ops->copy_cols(be, s->xb, n * E, 0, 1, n * E, s->moe_in, W, 0);
+    ops->copy_cols(be, s->exp_ids, n * K, 0, 1, n * K, s->moe_in, W, n * E);
+    ops->copy_cols(be, s->exp_w, n * K, 0, 1, n * K, s->moe_in, W, n * (E + K));
+    ops->fetch(be, s->moe_in, n, &m->moe_host);
+    return ops->sync(be, err);
+}
+
+/* ... and back: the expert backend takes the fetched rows and routing,
+ * computes the routed experts and their sum, which comes back (one copy)
+ * into the main backend's xb2. */
+static hn_status experts_receive(model *m, const model_layer *L, int n, hn_err *err) {
+    be_backend *xb = m->xbe;
+    const be_ops *xo = xb->ops;
+    const int E = m->hp.n_embd, K = m->hp.n_expert_used;
+    const float *h = m->moe_host;
+    xo->upload(xb, m->xio.x, 0, h, sizeof(float) * (size_t)n * (size_t)E);
+    xo->upload(xb, m->xio.ids, 0, h + (size_t)n * (size_t)E, sizeof(int32_t) * (size_t)n * (size_t)K);
+    xo->upload(xb, m->xio.w, 0, h + (size_t)n * (size_t)(E + K), sizeof(float) * (size_t)n * (size_t)K);
+    routed_experts(m, xb, L, &m->xio, n);
+    const void *sum;
+    xo->fetch(xb, m->xio.out, n, &sum);
+    hn_status st = xo->sync(xb, err);
+    if (!st) m->be->ops->upload(m->be, m->s.xb2, 0, sum, sizeof(float) * (size_t)n * (size_t)E);
+    return st;
+}
+
+/* The FFN: swiglu, or routed experts plus an optional sigmoid-gated shared
+ * expert. The routed experts run here, or (the layer's experts apart) on the
+ * expert backend while the shared expert runs here. */
+static hn_status ffn(model *m, const model_layer *L, int n, hn_err *err) {
     const model_hparams *hp = &m->hp;
     const be_ops *ops = m->be->ops;
     be_backend *be = m->be;
     model_scratch *s = &m->s;
     const int E = hp->n_embd;
+    hn_status st = HN_OK;
     if (hp->n_expert > 0) {
-        const int K = hp->n_expert_used, FE = hp->n_ff_exp;
         // router: softmax over experts, top-k, weights renormalised
         ops->matmul(be, L->gate_inp, 0, s->xb, n, s->router);
-        ops->moe_route(be, s->router, n, hp->n_expert, K, s->exp_ids, s->exp_w);
-        // each routed expert's swiglu ffn
-        ops->moe_matmul(be, L->gate_exps, s->xb, true, n, K, s->exp_ids, s->hb);
-        ops->moe_matmul(be, L->up_exps, s->xb, true, n, K, s->exp_ids, s->hb2);
-        ops->swiglu(be, s->hb, s->hb2, s->hb, (size_t)n * (size_t)K * (size_t)FE);
-        ops->moe_matmul(be, L->down_exps, s->hb, false, n, K, s->exp_ids, s->moe_out);
-        // weighted sum of the experts' outputs
-        ops->moe_combine(be, s->moe_out, s->exp_w, n, K, E, s->xb2);
+        ops->moe_route(be, s->router, n, hp->n_expert, hp->n_expert_used, s->exp_ids, s->exp_w);
+        // the routed experts' weighted sum into xb2, or their input and routing to the expert backend
+        if (!L->moe_remote) routed_experts(m, be, L, &m->mio, n);
+        else if ((st = experts_send(m, n, err))) return st;
         if (L->gate_sh) {
             // the shared expert, scaled by a per-token sigmoid gate
             ops->matmul_multi(be, 3, (const be_tensor *[]){L->gate_sh, L->up_sh, L->gate_inp_sh}, s->xb, n,
@@ -127,14 +173,17 @@ static void ffn(model *m, const model_layer *L, int n) {
             ops->swiglu(be, s->sh, s->sh2, s->sh, (size_t)n * (size_t)hp->n_ff_shexp);
             ops->matmul(be, L->down_sh, 0, s->sh, n, s->shout);
             ops->sigmoid_mul(be, s->shout, s->shg, n, E, 1, s->shout);
-            ops->add(be, s->xb2, s->shout, s->xb2, (size_t)n * (size_t)E);
         }
+        // experts apart: their weighted sum back into xb2
+        if (L->moe_remote && (st = experts_receive(m, L, n, err))) return st;
+        if (L->gate_sh) ops->add(be, s->xb2, s->shout, s->xb2, (size_t)n * (size_t)E);
     } else {
         // swiglu ffn: down(silu(gate(x)) * up(x))
         ops->matmul_multi(be, 2, (const be_tensor *[]){L->w_gate, L->w_up}, s->xb, n, (be_tensor *[]){s->hb, s->hb2});
         ops->swiglu(be, s->hb, s->hb2, s->hb, (size_t)n * (size_t)hp->n_ff);
         ops->matmul(be, L->w_down, 0, s->hb, n, s->xb2);
     }
+    return st;
 }
 
 /* DFlash: the residual stream entering layer il, for each tap of that layer, into its columns of the taps. */
@@ -146,8 +195,9 @@ static void keep_taps(model *m, int il, int n) {
 }
 
 /* The forward of one planned step (n rows: the plan's tokens, or its padded
- * rows on a backend that replays graphs). */
-static void forward(model *m, kv_cache *kv, const step_plan *p, const uint32_t *const *masks) {
+ * rows on a backend that replays graphs). Errors: the mid-step syncs' of
+ * experts apart (the step's own is the caller's). */
+static hn_status forward(model *m, kv_cache *kv, const step_plan *p, const uint32_t *const *masks, hn_err *err) {
     const model_hparams *hp = &m->hp;
     const be_ops *ops = m->be->ops;
     be_backend *be = m->be;
@@ -172,7 +222,8 @@ static void forward(model *m, kv_cache *kv, const step_plan *p, const uint32_t *
 
         // ffn on the rms-normed stream (the post-attention norm of the hybrids); residual
         ops->rms_norm(be, s->x, L->ffn_norm, n, E, hp->rms_eps, s->xb);
-        ffn(m, L, n);
+        hn_status st = ffn(m, L, n, err);
+        if (st) return st;
         ops->add(be, s->x, s->xb2, s->x, (size_t)n * (size_t)E);
     }
 
@@ -181,7 +232,7 @@ static void forward(model *m, kv_cache *kv, const step_plan *p, const uint32_t *
     // MTP: every row's final hidden state, kept for the MTP layer (model_mtp_step)
     if (m->mtp) ops->rms_norm(be, s->x, m->output_norm, n, E, hp->rms_eps, s->hid);
 
-    if (p->n_out == 0) return;
+    if (p->n_out == 0) return HN_OK;
     // the rows that want logits, the final rms-norm and the output projection
     ops->gather_out(be, s->x, E, s->xb2);
     ops->rms_norm(be, s->xb2, m->output_norm, p->n_out, E, hp->rms_eps, s->xb);
@@ -190,6 +241,7 @@ static void forward(model *m, kv_cache *kv, const step_plan *p, const uint32_t *
     for (int i = 0; masks && i < p->n_out; i++)
         if (masks[i]) ops->mask_logits(be, s->logits, i, masks[i], hp->n_vocab);
     ops->fetch(be, s->logits, p->n_out, (const void **)&m->logits_host);
+    return HN_OK;
 }
 
 /* The MTP layer over a planned step of its own cache: its input is the
@@ -197,7 +249,7 @@ static void forward(model *m, kv_cache *kv, const step_plan *p, const uint32_t *
  * main step's, or the previous MTP step's output states), its output the
  * wanted rows' logits, their states left in the hidden rows for a chained
  * step. */
-static void mtp_forward(model *m, kv_cache *mkv, const step_plan *p) {
+static hn_status mtp_forward(model *m, kv_cache *mkv, const step_plan *p, hn_err *err) {
     const model_hparams *hp = &m->hp;
     const be_ops *ops = m->be->ops;
     be_backend *be = m->be;
@@ -219,16 +271,18 @@ static void mtp_forward(model *m, kv_cache *mkv, const step_plan *p) {
     gated_attention(m, mkv, L, n);
     ops->add(be, s->x, s->xb2, s->x, (size_t)n * (size_t)E);
     ops->rms_norm(be, s->x, L->ffn_norm, n, E, hp->rms_eps, s->xb);
-    ffn(m, L, n);
+    hn_status st = ffn(m, L, n, err);
+    if (st) return st;
     ops->add(be, s->x, s->xb2, s->x, (size_t)n * (size_t)E);
 
-    if (p->n_out == 0) return;
+    if (p->n_out == 0) return HN_OK;
     // the wanted rows through the shared head norm: their states (kept for a chained step), then the head
     ops->gather_out(be, s->x, E, s->xb2);
     ops->rms_norm(be, s->xb2, L->nextn_head_norm ? L->nextn_head_norm : m->output_norm, p->n_out, E, hp->rms_eps, s->xb);
     ops->copy_cols(be, s->xb, E, 0, p->n_out, E, s->hid, E, 0);
     ops->matmul(be, L->nextn_head ? L->nextn_head : m->output, 0, s->xb, p->n_out, s->logits);
     ops->fetch(be, s->logits, p->n_out, (const void **)&m->logits_host);
+    return HN_OK;
 }
 
 /* Hybrids: every sequence has a state slot of this model's size, and its
@@ -264,6 +318,21 @@ static hn_status check_recurrent(model *m, const kv_cache *kv, const step_plan *
     return HN_OK;
 }
 
+/* The step's plan to the main backend and, with experts apart, to the expert backend. */
+static void set_plan(model *m, const step_plan *p) {
+    m->be->ops->plan_set(m->be, p);
+    if (m->xbe) m->xbe->ops->plan_set(m->xbe, p);
+}
+
+/* The step's sync. After a failed mid-step sync (st) the rest of the
+ * forward was not queued: what was is waited for, and st is the error. */
+static hn_status finish(model *m, hn_status st, hn_err *err) {
+    if (!st) return m->be->ops->sync(m->be, err);
+    hn_err drop;
+    (void)m->be->ops->sync(m->be, &drop);
+    return st;
+}
+
 hn_status model_step(model *m, kv_cache *kv, const step_plan *p, const uint32_t *const *masks, hn_err *err) {
     const model_hparams *hp = &m->hp;
     if (kv->cfg.n_layer != (hp->hybrid ? hp->n_layer_attn : hp->n_layer) || kv->cfg.n_head_kv != hp->n_head_kv || kv->cfg.head_dim != hp->head_dim)
@@ -278,9 +347,9 @@ hn_status model_step(model *m, kv_cache *kv, const step_plan *p, const uint32_t 
     /* scratch for this step's rows: grows only on a new high-water mark */
     int32_t rows = m->be->pads && p->n_pad > p->n_tokens ? p->n_pad : p->n_tokens;
     if ((st = model_scratch_need(m, rows, p->n_out, err))) return st;
-    m->be->ops->plan_set(m->be, p);
-    forward(m, kv, p, masks);
-    return m->be->ops->sync(m->be, err);
+    set_plan(m, p);
+    st = forward(m, kv, p, masks, err);
+    return finish(m, st, err);
 }
 
 hn_status model_mtp_step(model *m, kv_cache *mkv, const step_plan *p, const int32_t *hsel, int32_t n_hsel, hn_err *err) {
@@ -316,9 +385,9 @@ hn_status model_mtp_step(model *m, kv_cache *mkv, const step_plan *p, const int3
         m->be->ops->plan_set(m->be, g);
         m->be->ops->gather_out(m->be, m->s.hid, hp->n_embd, m->s.hid);
     }
-    m->be->ops->plan_set(m->be, p);
-    mtp_forward(m, mkv, p);
-    return m->be->ops->sync(m->be, err);
+    set_plan(m, p);
+    st = mtp_forward(m, mkv, p, err);
+    return finish(m, st, err);
 }
 
 const float *model_logits(const model *m) { return m->logits_host; }

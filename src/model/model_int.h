@@ -24,6 +24,7 @@ typedef struct model_layer {
     be_tensor *gate_exps;     /* (n_expert, n_embd -> n_ff_exp) */
     be_tensor *up_exps;       /* (n_expert, n_embd -> n_ff_exp) */
     be_tensor *down_exps;     /* (n_expert, n_ff_exp -> n_embd) */
+    bool moe_remote;          /* cpu_moe: the routed experts (gate/up/down_exps) are the expert backend's */
     /* hybrids */
     bool recurrent;           /* a delta-net layer (else attention) */
     int kv_layer;             /* attention: its layer in the KV cache */
@@ -60,6 +61,9 @@ typedef struct model_scratch {
     be_tensor *exp_ids; /* (B * k) i32 */
     be_tensor *exp_w;   /* (B * k) */
     be_tensor *moe_out; /* (B * k, n_embd) */
+    /* cpu_moe: a step's routed-expert input for the expert backend, one copy:
+     * n rows of xb, then the n k routed ids (i32 bits), then their n k weights */
+    be_tensor *moe_in;  /* (B, n_embd + 2 k) */
     be_tensor *logits;  /* (max_logits, n_vocab) */
     /* hybrids */
     be_tensor *qg;      /* (B, 2 n_head head_dim) gated q as projected: per head D queries then D gates */
@@ -84,6 +88,18 @@ typedef struct model_scratch {
     be_tensor *fhb, *fhb2; /* (B, drafter n_ff) */
 } model_scratch;
 
+/* The routed experts' tensors on one backend: their input rows, the routing,
+ * the experts' scratch and the weighted sum. The main backend's are views of
+ * model_scratch (xb, exp_ids, exp_w, hb, hb2, moe_out, xb2); the expert
+ * backend's (cpu_moe) are its own. */
+typedef struct model_moe_io {
+    be_tensor *x;        /* (B, n_embd) the normed input rows */
+    be_tensor *ids, *w;  /* (B, k) routed experts (i32) and their weights */
+    be_tensor *hb, *hb2; /* (B * k, n_ff_exp) */
+    be_tensor *y;        /* (B * k, n_embd) each routed expert's output */
+    be_tensor *out;      /* (B, n_embd) the weighted sum */
+} model_moe_io;
+
 /* A DFlash drafter loaded with the model (model_dflash.c; model.h says what it computes). */
 typedef struct model_dfl {
     model_dflash_info info;
@@ -106,6 +122,14 @@ struct model {
     const gguf_ctx *g;
     be_backend *be;
     bool own_be;            /* made by model_load (freed with the model) */
+    /* cpu_moe: the expert backend, holding the routed experts of the last
+     * n_moe_remote layers (NULL and 0: none) */
+    be_backend *xbe;
+    bool own_xbe;
+    int n_moe_remote;
+    model_moe_io mio, xio;  /* the routed experts' tensors on the main and the expert backend */
+    const void *moe_host;   /* a step's fetched moe_in, valid after the main backend's sync */
+    size_t wbytes[2];       /* weight bytes loaded onto the main and the expert backend */
     unsigned drop;          /* BE_W_DROP_SOURCE when the weights lie in a file mapping */
     model_params params;
     be_tensor *tok_embd;    /* (n_vocab, n_embd), read by get_rows */
@@ -118,10 +142,13 @@ struct model {
     int32_t *seq_next;      /* hybrids: [max_seqs] model_step's continuity check */
     /* scratch that follows the load: the limits of load time, each activation
      * tensor with what its rows count (SC_*), and the row classes backed now */
-    be_limits lim;
+    be_limits lim, xlim;    /* the main backend's and the expert backend's */
     be_act_rows sc_act[48];
     uint8_t sc_scale[48];
     int n_sc;
+    be_act_rows xsc_act[8]; /* the expert backend's activation tensors */
+    uint8_t xsc_scale[8];
+    int n_xsc;
     int32_t sc_rows, sc_out; /* tokens and logits rows the backed scratch holds */
     /* MTP: the runnable layer (NULL: none), and the plan of model_mtp_step's row selection */
     model_layer *mtp;

@@ -153,7 +153,7 @@ struct eng_engine {
     uint64_t cached_tokens, generated_tokens, computed_tokens, preemptions, steps, check_failures;
     uint64_t finished[ENG_FINISH_ERROR + 1], ttft_hist[ENG_HIST_N], itl_hist[ENG_HIST_N];
     double ttft_sum_ms, itl_sum_ms;
-    size_t engine_bytes, model_bytes, model_file_bytes;
+    size_t engine_bytes, model_bytes, model_file_bytes, moe_apart_bytes;
     char check_error[160];
     int32_t cap_batch;
     int32_t *b_tok, *b_pos, *b_sid;
@@ -1264,6 +1264,8 @@ static void publish_stats(eng_engine *e) {
     s->engine_bytes = e->engine_bytes;
     s->model_bytes = e->model_bytes;
     s->model_file_bytes = e->model_file_bytes;
+    s->moe_apart_layers = model_moe_remote_layers(e->m);
+    s->moe_apart_bytes = e->moe_apart_bytes;
     s->kv_type = e->p.kv_type;
     memcpy(s->finished, e->finished, sizeof s->finished);
     memcpy(s->ttft_hist, e->ttft_hist, sizeof s->ttft_hist);
@@ -1521,7 +1523,7 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     e->cap_batch = p.step_tokens + p.max_running + e->spec_rows;
     model_params mp = {.n_threads = p.n_threads, .max_batch = e->cap_batch, .max_seqs = p.max_running,
                        .max_logits = p.max_running + e->spec_rows, .device = p.device,
-                       .scratch_fixed = p.scratch_fixed,
+                       .scratch_fixed = p.scratch_fixed, .cpu_moe = p.cpu_moe,
                        /* the MTP layer's hidden states, when the model has one and may draft with it */
                        .mtp = p.spec == ENG_SPEC_MTP || (p.spec == ENG_SPEC_AUTO && !p.draft_path),
                        /* a DFlash drafter given as the draft file: loaded with the model, which taps its layers */
@@ -1538,6 +1540,10 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     e->model_bytes = hn_alloc_bytes() - bytes_m;
     for (int64_t i = 0; i < gguf_n_tensors(model_gguf(e->m)); i++)
         e->model_file_bytes += gguf_tensor_at(model_gguf(e->m), i)->nbytes;
+    {
+        size_t on_main;
+        model_weight_bytes(e->m, &on_main, &e->moe_apart_bytes);
+    }
     st = tok_load(model_gguf(e->m), &e->vocab, err);
     if (st) goto fail;
     const model_hparams *hp = model_hp(e->m);

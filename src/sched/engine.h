@@ -54,6 +54,7 @@ typedef struct eng_params {
     hn_status (*on_load)(void *ctx, struct model *m, hn_err *err);
     void *on_load_ctx;
     bool scratch_fixed;       /* model_params.scratch_fixed: scratch for the largest step from load (comparisons) */
+    int cpu_moe;              /* model_params.cpu_moe: the routed experts of the last N layers (-1: all) on the CPU */
 } eng_params;
 
 typedef enum eng_kv_type { ENG_KV_F32 = 0, ENG_KV_F16, ENG_KV_Q8_0, ENG_KV_K8V4 } eng_kv_type;
@@ -213,6 +214,11 @@ typedef struct eng_stats {
      * (and on_load) allocated: repacked weights, activations, scratch.
      * Weights read in place from the file mapping are model_file_bytes. */
     size_t engine_bytes, model_bytes, model_file_bytes;
+    /* experts apart (eng_params.cpu_moe): the layers whose routed experts
+     * the expert backend holds, and of model_file_bytes those weights' (not
+     * on the main backend) */
+    int32_t moe_apart_layers;
+    size_t moe_apart_bytes;
     /* the backend's scratch and activations now, and their peak: they
      * follow the steps run (sized for the largest step since the engine
      * last went idle, given back to one token's worth when idle);

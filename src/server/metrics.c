@@ -135,6 +135,9 @@ void srv_metrics_text(srv_server *s, sbuf *o) {
            (double)st.model_bytes);
     metric(o, "hone_model_file_bytes", "gauge", "Weight bytes in the model file (mapped, read in place).",
            (double)st.model_file_bytes);
+    metric(o, "hone_model_moe_apart_bytes", "gauge",
+           "Of hone_model_file_bytes, the routed experts held by the expert backend (--cpu-moe), not the main one.",
+           (double)st.moe_apart_bytes);
     metric(o, "hone_scratch_bytes", "gauge",
            "The backend's activations and scratch now: sized for the largest step since idle (in model_bytes as after load).",
            (double)st.scratch_bytes);
@@ -172,6 +175,8 @@ json_t *srv_status_json(srv_server *s) {
     if (have) {
         JSET(model, "kv_type", json_string(eng_kv_type_name(st.kv_type)));
         JSET(model, "file_bytes", JI(st.model_file_bytes));
+        JSET(model, "moe_apart_layers", JI(st.moe_apart_layers));
+        JSET(model, "moe_apart_bytes", JI(st.moe_apart_bytes));
         JSET(model, "alloc_bytes", JI(st.model_bytes));
         JSET(model, "engine_bytes", JI(st.engine_bytes));
         JSET(model, "scratch_bytes", JI(st.scratch_bytes));
