@@ -4,7 +4,7 @@
 # median decode tokens/s of each and their ratio, per task:
 #   repeat       a ~1,000-token passage (spec_data/passage.txt, an excerpt of
 #                DESIGN.md frozen so that editing DESIGN.md does not change the task),
-#                then "Repeat it." (the form the model was trained on)
+#                then "Repeat it." (the form under which this model copies)
 #   repeat-half  the same with the passage's first ~480 tokens
 #   edit         a source file (spec_data/status.h.txt, a frozen copy of
 #                src/core/status.h) and a request to rename one function

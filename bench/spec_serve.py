@@ -45,7 +45,7 @@ def main():
     a = ap.parse_args()
     # the passage bench/spec.sh repeats (frozen, so editing DESIGN.md does not change the
     # task), in overlapping slices of whole lines (~450 tokens, which this model reproduces
-    # well), each followed by "Repeat it." (the form it was trained on)
+    # well), each followed by "Repeat it." (the form under which it copies)
     passage = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "spec_data", "passage.txt")).read()
     def cut(i):
         s = passage.rfind("\n", 0, 700 * i) + 1 if i else 0
