@@ -34,8 +34,10 @@
  *   5. sampling and events; finished requests publish their blocks (prompt
  *      and reply stay cached for the next turn) and release them.
  * Nothing in a step allocates: batch arrays, logits and per-request buffers
- * are sized at eng_create / eng_submit; only KV slabs are mapped on demand. */
-#include "engine.h"
+ * are sized at eng_create / eng_submit; only KV slabs are mapped on demand.
+ * Speculation (drafting into the plan, verifying drafted rows) is in
+ * engine_spec.c; the state both files share in engine_int.h. */
+#include "engine_int.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -55,154 +57,6 @@
 #include "../spec/mtp.h"
 #include "../spec/suffix.h"
 #include "../tokenizer/tokenizer.h"
-
-#define ENG_DEFAULT_STEP 64
-#define ENG_DEFAULT_RUNNING 16
-#define ENG_DEFAULT_IDLE_MS (5 * 60 * 1000)
-#define ENG_SPEC_MAX 64        /* most drafted tokens per request and step */
-#define ENG_SPEC_DEFAULT 16
-#define DRAFT_PROBE_LEN 2      /* a switched-off draft model's probe (each token a drafter step) */
-
-typedef struct ereq {
-    eng_req_id id;
-    struct ereq *next, *prev;    /* in the all-requests list (mutex) */
-    struct ereq *qnext;          /* in incoming / waiting (FIFO) */
-    eng_request r;               /* prompt pointer not kept */
-    int32_t *toks;
-    int32_t n_toks, cap_toks, n_prompt;
-    int32_t n_gen, max_gen;      /* max_gen <= 0: no limit but the context */
-    kv_seq seq;
-    smp_sampler *smp;
-    eng_req_stats st;
-    double t_submit;
-    bool started, resumed, sampled;
-    _Atomic bool cancel;
-    uint64_t admit_order;
-    int32_t logit_row;           /* this step: row of its logits, or -1 */
-    int32_t chunk;               /* this step: tokens planned */
-    int64_t n_computed;
-    double t_last;               /* when its last token was sampled */
-    eng_session snap;            /* as eng_get_sessions reports it (mutex) */
-    int32_t ck_roll;             /* hybrids: block of its rolling reply checkpoint, or -1 */
-    int32_t ck_from;             /* hybrids: block of the checkpoint its state was restored from, or -1 */
-    int32_t ck_at;               /* hybrids: also checkpoint at this position (the end of a chunk others wait for) */
-    int32_t tip_at[ENG_RESUME_MAX]; /* hybrids: the prompt's tips (block boundaries of r.resume), n_tip_at of them */
-    int32_t n_tip_at;            /* 0: the tip is the prompt's last full block */
-    bool ck_from_tip;            /* ck_from is one of tip_at (it stays a tip) */
-    uint64_t conv;               /* hybrids: its conversation, the tag of its tips (kv_ckpt_tag): that of the
-                                    tip it first resumed from, else its id; 0 until its first match */
-    bool reply_tips;             /* a likely next turn repeats all of the prompt, so maybe the reply: it gets
-                                    rolling tips (no resume points given, or one at n_prompt) */
-    int32_t plan_end;            /* this step: the position its chunk ends at */
-    /* speculative decoding: the drafter over toks (NULL: not speculating),
-     * this step's draft (n_draft tokens after the decode token, their
-     * drafted probabilities, the match-length bucket) and the controller */
-    sfx_drafter *sfx;
-    int32_t n_draft, draft_bucket;
-    int32_t draft[ENG_SPEC_MAX];
-    float draft_p[ENG_SPEC_MAX];
-    spc_req ctl;
-    /* the draft model: its sequence of this request (NULL: none), and this
-     * step's proposal (n_mprop tokens in draft/draft_p; draft_model: this
-     * step's draft is the model's, draft_force: verify at least a probe) */
-    drf_seq *dseq;
-    int32_t n_mprop;
-    bool draft_model, draft_force, draft_noted;
-    bool dprobe;          /* this step's model draft is a probe of a switched-off request */
-    int32_t dprobe_fails; /* probes in a row that had no token accepted (each doubles the interval, to 16x) */
-    spc_req dctl;
-    /* the drafter that reads the target's hidden states, the MTP layer or
-     * DFlash: its sequence of this request (mseq / fseq; NULL: none; hd_ok:
-     * it follows the request), and this step's rows: the first (-1: none)
-     * and the sequence's length before the step */
-    mtp_seq *mseq;
-    dfl_seq *fseq;
-    bool hd_ok;
-    int32_t row0, L0;
-    /* hybrids, this step: its verified rows' state snapshots are spare[snap0 ..
-     * snap0 + n_draft) (-1: none); after verify, v_pos is the position of
-     * its decode row */
-    int32_t snap0, v_pos;
-} ereq;
-
-struct eng_engine {
-    eng_params p;
-    model *m;
-    tok_vocab *vocab;
-    kv_cache *kv;
-    int32_t n_ctx, n_vocab;
-    pthread_t thread;
-    bool thread_started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;       /* wakes the engine thread */
-    pthread_cond_t trim_cv;  /* eng_trim waits on it */
-    bool stop;
-    uint64_t trim_req, trim_done;
-    ereq *all;               /* every live request (mutex) */
-    ereq *in_head, *in_tail; /* submitted, not yet seen by the engine (mutex) */
-    int32_t n_incoming;
-    eng_req_id next_id;
-    eng_stats stats;         /* snapshot (mutex) */
-    uint64_t prompt_tokens;  /* mutex */
-    /* engine thread only */
-    ereq *wait_head, *wait_tail;
-    int32_t n_waiting;
-    ereq **running;
-    int32_t n_running;
-    uint64_t admit_counter;
-    uint64_t cached_tokens, generated_tokens, computed_tokens, preemptions, steps, check_failures;
-    uint64_t finished[ENG_FINISH_ERROR + 1], ttft_hist[ENG_HIST_N], itl_hist[ENG_HIST_N];
-    double ttft_sum_ms, itl_sum_ms;
-    size_t engine_bytes, model_bytes, model_file_bytes, moe_apart_bytes;
-    char check_error[160];
-    int32_t cap_batch;
-    int32_t *b_tok, *b_pos, *b_sid;
-    bool *b_want;
-    bool *b_rowwise;         /* per batch sequence: a drafted block (its rows computed as decode rows) */
-    kv_seq **b_seqs;
-    ereq **b_req;            /* request of each batch sequence slot */
-    const uint32_t **masks;  /* this step's allowed-token bitmask of each logits row (NULL: none) */
-    uint64_t *b_hash;        /* next-block hashes of this step's prefill chunks */
-    ereq **b_hash_req;       /* the request computing each of them */
-    step_plan splan;         /* this step's plan (the backend reads it) */
-    const kv_seq **chk;      /* debug_check */
-    /* hybrid models: each running sequence holds a recurrent-state slot;
-     * checkpoints of it are taken at chosen block boundaries (ck_src/ck_dst:
-     * one step's copies) */
-    bool hybrid;
-    int32_t *ck_src, *ck_dst;
-    int32_t n_ck;
-    /* hybrids speculating: the spare state slots that a verify step writes
-     * each verified row's state into (spare[0, n_spare) mapped, at most
-     * spare_cap; spare_used this step), and the step's snapshot slot per row */
-    int32_t *spare, n_spare, spare_cap, spare_used;
-    int32_t *b_snap;
-    /* speculative decoding (spec: in effect) */
-    int spec;
-    int32_t spec_max, spec_rows; /* per request; drafted rows per step (logits rows beyond max_running) */
-    spc_cost cost;
-    uint64_t spec_drafted, spec_accepted, spec_verify_steps;
-    /* the draft model (NULL: none): its jobs of a step, its tokens' calibration
-     * (by confidence bucket) and its weight bytes over the target's (the cost prior) */
-    drf_drafter *drf;
-    drf_job *djobs;
-    spc_cost dcal;
-    double draft_ratio;
-    /* the MTP drafter (NULL: none; used in the draft model's place, with its
-     * calibration dcal and its cost prior draft_ratio): a step's jobs, their
-     * requests, and requests stopped following */
-    mtp_drafter *mtp;
-    mtp_job *mjobs;
-    ereq **mreq;
-    uint64_t hd_off;
-    /* the DFlash drafter (NULL: none; in the draft model's place, like the
-     * MTP layer, sharing its calibration, cost prior, request list and
-     * counter of requests stopped following): its file (opened here, read
-     * by the model) and a step's jobs */
-    gguf_ctx *dfl_g;
-    dfl_drafter *dfl;
-    dfl_job *fjobs;
-};
 
 eng_params eng_default_params(void) {
     eng_params p;
@@ -315,11 +169,7 @@ static int32_t ckpt_src(const eng_engine *e, const ereq *q, int32_t *src) {
     return at;
 }
 
-/* The request's sequence of the hidden-state drafter (MTP or DFlash): held at all, and its length. */
-static bool hd_has(const ereq *q) { return q->mseq || q->fseq; }
-static int32_t hd_len(const ereq *q) { return q->mseq ? mtp_seq_len(q->mseq) : dfl_seq_len(q->fseq); }
-
-/* Empties it (publishing what it held). */
+/* The request's sequence of the hidden-state drafter (MTP or DFlash, hd_has in engine_int.h): empties it (publishing what it held). */
 static void hd_reset(eng_engine *e, ereq *q) {
     if (q->mseq) mtp_seq_reset(e->mtp, q->mseq, q->toks);
     if (q->fseq) dfl_seq_reset(e->dfl, q->fseq, q->toks);
@@ -333,7 +183,7 @@ static void hd_restart(eng_engine *e, ereq *q) {
 }
 
 /* It stops following its request (this request drafts no more with it). */
-static void hd_leave(eng_engine *e, ereq *q) {
+void eng_hd_leave(eng_engine *e, ereq *q) {
     if (!hd_has(q) || !q->hd_ok) return;
     hd_reset(e, q);
     q->hd_ok = false;
@@ -529,7 +379,7 @@ static void match_prefix(eng_engine *e, ereq *q) {
         int32_t m = hd_len(q) != before ? -1
                     : q->mseq         ? mtp_seq_match(e->mtp, q->mseq, q->toks, n)
                                       : dfl_seq_match(e->dfl, q->fseq, q->toks, n);
-        if (m != n) hd_leave(e, q);
+        if (m != n) eng_hd_leave(e, q);
     }
     if (got > 0 && !q->resumed) {
         int32_t end = before + got < q->n_prompt ? before + got : q->n_prompt;
@@ -578,255 +428,6 @@ static void preempt_one(eng_engine *e) {
     e->preemptions++;
 }
 
-/* Hybrids speculating: makes n spare state slots available for this step's
- * snapshots beyond those taken (mapping more as needed); returns how many
- * are (fewer only when a slot cannot be mapped). */
-static int32_t spare_room(eng_engine *e, int32_t n) {
-    while (e->n_spare < e->spare_used + n && e->n_spare < e->spare_cap) {
-        int32_t slot = kv_state_alloc(e->kv);
-        if (slot < 0) break;
-        e->spare[e->n_spare++] = slot;
-    }
-    int32_t room = e->n_spare - e->spare_used;
-    return room < n ? room : n;
-}
-
-/* Gives the spare slots back (the engine is idle: memory follows the running sequences). */
-static void spares_release(eng_engine *e) {
-    while (e->n_spare > 0) kv_state_free(e->kv, e->spare[--e->n_spare]);
-    e->spare_used = 0;
-}
-
-/* The most tokens a decoding request may draft now (context, max_tokens, the engine's cap). */
-static int32_t draft_room(const eng_engine *e, const ereq *q) {
-    int32_t kmax = e->spec_max, L = q->seq.n_tokens;
-    if (kmax > e->n_ctx - 1 - L) kmax = e->n_ctx - 1 - L;
-    if (q->max_gen > 0 && kmax > q->max_gen - q->n_gen - 1) kmax = q->max_gen - q->n_gen - 1;
-    return kmax;
-}
-
-/* k drafted rows taken for q in this step (k may be 0): the step's row and
- * token budget, and on a hybrid a snapshot slot per drafted row */
-static int32_t take_draft(eng_engine *e, ereq *q, int32_t k, double ex, int32_t *rows_left, int32_t *rows, double *toks) {
-    q->n_draft = k;
-    if (e->hybrid && k > 0) {
-        q->snap0 = e->spare_used;
-        q->v_pos = INT32_MAX; /* verify sets it */
-        e->spare_used += k;
-    }
-    *rows_left -= k;
-    *rows += k;
-    *toks += ex;
-    return k;
-}
-
-/* Speculation: drafts tokens to verify after a decoding request's token
- * this step (q->n_draft, q->draft), as many as the controller finds worth
- * their rows (spec/ctl.h) within what is left of the step's drafted rows
- * (spec_rows, beside the token budget: drafts never change how prefill
- * is chunked), of the context and of max_tokens. rows and toks are
- * the step's planned rows and expected tokens so far (updated). */
-static int32_t choose_draft(eng_engine *e, ereq *q, int32_t *rows_left, int32_t *rows, double *toks, int32_t ctx) {
-    q->n_draft = 0;
-    if (q->draft_model) { /* the draft model's proposal (model_drafts): its cost is paid, choose how many to verify */
-        int32_t np = q->n_mprop;
-        if (np > *rows_left) np = *rows_left;
-        if (np > 0 && e->hybrid) np = spare_room(e, np); /* a snapshot slot per drafted row */
-        if (np <= 0) return 0;
-        double qv[ENG_SPEC_MAX], ex = 0;
-        for (int32_t j = 0; j < np; j++)
-            qv[j] = spc_calib(&e->dcal, &q->dctl, spc_conf_bucket(q->draft_p[j])) * q->draft_p[j];
-        int32_t k = spc_choose_q(&e->cost, qv, np, ctx, *rows, *toks, 0, q->draft_force, &ex);
-        if (k == 0 && !q->draft_noted) /* drafted but not worth a row: a miss for the acceptance rate,
-                                          else a drafter too unsure to be verified would never be switched off */
-            spc_observe_miss(&e->dcal, &q->dctl);
-        q->draft_noted = true; /* (plan() may run twice after a preemption) */
-        return take_draft(e, q, k, ex, rows_left, rows, toks);
-    }
-    if (!q->sfx) return 0;
-    if (sfx_len(q->sfx) != q->n_toks) { /* cannot happen; never draft from a text that is not the request's */
-        sfx_free(q->sfx);
-        q->sfx = NULL;
-        return 0;
-    }
-    int32_t kmax = draft_room(e, q);
-    if (kmax > *rows_left) kmax = *rows_left;
-    if (kmax <= 0) return 0;
-    int32_t np = sfx_propose(q->sfx, 1, kmax, q->draft, q->draft_p);
-    if (np > 0 && e->hybrid) np = spare_room(e, np); /* a snapshot slot per drafted row */
-    if (np <= 0) return 0;
-    int b = spc_len_bucket(sfx_match_len(q->sfx));
-    double ex = 0;
-    int32_t k = spc_choose(&e->cost, &q->ctl, b, q->draft_p, np, ctx, *rows, *toks, e->spec == ENG_SPEC_SUFFIX, &ex);
-    if (k == 0 && ++q->ctl.idle >= SPC_PROBE_EVERY) /* switched off: a short probe now and then */
-        k = spc_choose(&e->cost, &q->ctl, b, q->draft_p, np, ctx, *rows, *toks, true, &ex);
-    if (k > 0) q->ctl.idle = 0;
-    q->draft_bucket = b;
-    return take_draft(e, q, k, ex, rows_left, rows, toks);
-}
-
-/* A model drafter's choice for a decoding request (the draft model's, before
- * the plan; the MTP layer's, after the step before): 0 when it does not draft
- * now, else the most tokens to draft, at least *min_k, and in *pick (NULL:
- * not wanted) how many the controller chose for the expected acceptance
- * (DFlash drafts that many: its tokens come at once). The controller decides
- * from the expected acceptance (spc_acc_rate) and the drafter's cost per
- * token dcost whether drafting pays and how far (in auto mode a suffix
- * proposal worth verifying comes first and the model is not run for it; in
- * draft and mtp mode it always drafts, at least a probe's length; a
- * switched-off request is probed every SPC_PROBE_EVERY steps or rarer).
- * nd decoding requests at context ctx; c1: a one-row target step; per:
- * each request's share of the step's drafted rows. */
-static int32_t model_draft_k(eng_engine *e, ereq *q, int32_t ctx, int32_t nd, double dcost, double c1, int32_t per,
-                             int32_t *min_k, int32_t *pick) {
-    int32_t kmax = draft_room(e, q);
-    if (kmax > per) kmax = per;
-    if (kmax <= 0) return 0;
-    if (e->spec == ENG_SPEC_AUTO && q->sfx && sfx_len(q->sfx) == q->n_toks) {
-        int32_t np = sfx_propose(q->sfx, 1, kmax, q->draft, q->draft_p);
-        double ex = 0;
-        if (np > 0 && spc_choose(&e->cost, &q->ctl, spc_len_bucket(sfx_match_len(q->sfx)), q->draft_p, np, ctx, nd,
-                                 nd, false, &ex) > 0)
-            return 0; /* the free drafter's proposal pays: plan() takes it */
-    }
-    double a = spc_acc_rate(&e->dcal, &q->dctl, 0.6), qa[ENG_SPEC_MAX], ex = 0;
-    for (int32_t j = 0; j < kmax; j++) qa[j] = a;
-    bool force = e->spec == ENG_SPEC_DRAFT || e->spec == ENG_SPEC_MTP || e->spec == ENG_SPEC_DFLASH;
-    int32_t k = spc_choose_q(&e->cost, qa, kmax, ctx, nd, nd, dcost, force, &ex);
-    /* switched off: a short probe now and then, rarer as the drafter's steps cost more than
-     * a target step (so that probing costs at most about 1/SPC_PROBE_EVERY of the time) and
-     * after each probe that had nothing accepted */
-    int32_t every = (SPC_PROBE_EVERY << (q->dprobe_fails < 4 ? q->dprobe_fails : 4)) *
-                    (1 + (int32_t)(DRAFT_PROBE_LEN * dcost / c1));
-    if (k == 0 && ++q->dctl.idle >= every) {
-        k = kmax < DRAFT_PROBE_LEN ? kmax : DRAFT_PROBE_LEN;
-        force = q->dprobe = true;
-    }
-    if (k == 0) return 0;
-    q->dctl.idle = 0;
-    q->draft_force = force;
-    *min_k = force ? (k < DRAFT_PROBE_LEN ? k : DRAFT_PROBE_LEN) : 1;
-    if (pick) *pick = k;
-    return kmax;
-}
-
-/* The step's decoding requests (each one token to compute: nd of them) and
- * their longest context, for a model drafter; each request's proposal is
- * reset. */
-static int32_t decoding_ctx(eng_engine *e, int32_t *ctx) {
-    int32_t nd = 0;
-    *ctx = 0;
-    for (int32_t i = 0; i < e->n_running; i++) {
-        ereq *q = e->running[i];
-        q->draft_model = q->draft_force = q->draft_noted = q->dprobe = false;
-        q->n_mprop = 0;
-        if (q->n_toks - q->seq.n_tokens == 1) {
-            nd++;
-            if (q->n_toks > *ctx) *ctx = q->n_toks;
-        }
-    }
-    return nd;
-}
-
-/* Speculation with a draft model, before the plan: for each decoding
- * request the controller decides whether and how far it drafts
- * (model_draft_k); then one drf_draft call drafts for all of them, every
- * drafter step batching all sessions' rows, each stopping once its
- * calibrated running acceptance falls below what one more token costs.
- * choose_draft then picks how many of the proposal to verify. */
-static void model_drafts(eng_engine *e) {
-    int32_t ctx, nj = 0, nd = decoding_ctx(e, &ctx);
-    if (!nd) return;
-    const double dcost = drf_token_cost(e->drf, &e->cost, ctx, nd, e->draft_ratio);
-    const double floor = spc_draft_floor(&e->cost, ctx, nd, nd, dcost), c1 = spc_cost_est(&e->cost, ctx, 1);
-    int32_t per = e->spec_rows / nd > 0 ? e->spec_rows / nd : 1;
-    for (int32_t i = 0; i < e->n_running; i++) {
-        ereq *q = e->running[i];
-        if (q->n_toks - q->seq.n_tokens != 1 || !q->dseq) continue;
-        int32_t min_k = 1, kmax = model_draft_k(e, q, ctx, nd, dcost, c1, per, &min_k, NULL);
-        if (kmax == 0) continue;
-        drf_job *j = &e->djobs[nj++];
-        *j = (drf_job){.seq = q->dseq, .toks = q->toks, .n_toks = q->n_toks, .k = kmax, .min_k = min_k,
-                       .min_run = (float)floor, .out = q->draft, .p = q->draft_p};
-        for (int b = 0; b < SPC_LEN_B; b++) j->cal[b] = spc_calib(&e->dcal, &q->dctl, b);
-        q->draft_model = true;
-    }
-    if (!nj) return;
-    hn_err err;
-    drf_draft(e->drf, e->djobs, nj, &err); /* a failed job drafts nothing; the target decodes plainly */
-    for (int32_t i = 0, j = 0; i < e->n_running && j < nj; i++) {
-        ereq *q = e->running[i];
-        if (!q->draft_model) continue;
-        q->n_mprop = e->djobs[j++].n_out;
-        if (q->n_mprop == 0) q->draft_model = false;
-    }
-}
-
-/* Speculation with a drafter that reads the target's hidden states (the
- * MTP layer or DFlash), right after a step (it reads the step's hidden
- * states): every request the step computed rows of, whose drafter sequence
- * follows it, catches up on the rows it kept, and those that will decode
- * next step draft as model_draft_k decides (MTP: the first token from the
- * catch-up's last row, each further one an MTP step, spec/mtp.h; DFlash: a
- * block forward after the injection, spec/dflash.h); the proposal waits in
- * q->draft for the next plan, where choose_draft picks how many to verify.
- * In auto mode a request whose probes keep missing (the fourth in a row, at
- * the longest interval) stops following (no catch-up rows for it from then
- * on). */
-static void hd_drafts(eng_engine *e) {
-    int32_t ctx, nj = 0, nd = decoding_ctx(e, &ctx);
-    const double dcost = !nd ? 0 : e->mtp ? mtp_token_cost(e->mtp, &e->cost, ctx, nd, e->draft_ratio)
-                                          : dfl_token_cost(e->dfl, &e->cost, ctx, nd, e->draft_ratio);
-    const double floor = nd ? spc_draft_floor(&e->cost, ctx, nd, nd, dcost) : 0, c1 = spc_cost_est(&e->cost, ctx, 1);
-    int32_t per = nd && e->spec_rows / nd > 0 ? e->spec_rows / nd : 1;
-    for (int32_t i = 0; i < e->n_running; i++) {
-        ereq *q = e->running[i];
-        if (q->row0 < 0 || !hd_has(q) || !q->hd_ok) continue;
-        int32_t kept = q->seq.n_tokens - q->L0;
-        if (hd_len(q) != q->L0 || kept < 0 || (e->spec == ENG_SPEC_AUTO && q->dprobe_fails >= 4)) {
-            hd_leave(e, q); /* (kept < 0: the target recomputes from scratch, which cannot happen) */
-            continue;
-        }
-        if (kept == 0) continue;
-        int32_t at = nj++; /* in the order of the step's rows */
-        while (at > 0 && e->mreq[at - 1]->row0 > q->row0) {
-            e->mreq[at] = e->mreq[at - 1];
-            at--;
-        }
-        e->mreq[at] = q;
-    }
-    if (!nj) return;
-    for (int32_t i = 0; i < nj; i++) {
-        ereq *q = e->mreq[i];
-        int32_t min_k = 1, k = 0, pick = 0;
-        if (q->n_toks - q->seq.n_tokens == 1) k = model_draft_k(e, q, ctx, nd, dcost, c1, per, &min_k, &pick);
-        if (e->dfl) { /* a block's slots come at once: as many as the controller chose (their head rows cost) */
-            e->fjobs[i] = (dfl_job){.seq = q->fseq, .toks = q->toks, .from = q->L0, .n = q->seq.n_tokens - q->L0,
-                                    .row0 = q->row0, .k = k ? pick : 0, .out = q->draft, .p = q->draft_p};
-            continue;
-        }
-        mtp_job *j = &e->mjobs[i];
-        *j = (mtp_job){.seq = q->mseq, .toks = q->toks, .from = q->L0, .n = q->seq.n_tokens - q->L0, .row0 = q->row0,
-                       .k = k, .min_k = min_k, .min_run = (float)floor, .out = q->draft, .p = q->draft_p};
-        for (int b = 0; b < SPC_LEN_B; b++) j->cal[b] = spc_calib(&e->dcal, &q->dctl, b);
-    }
-    hn_err err;
-    /* a failed job drafts nothing (and stops following) */
-    if (e->dfl) dfl_step(e->dfl, e->fjobs, nj, &err);
-    else mtp_step(e->mtp, e->mjobs, nj, &err);
-    for (int32_t i = 0; i < nj; i++) {
-        ereq *q = e->mreq[i];
-        bool failed = e->dfl ? e->fjobs[i].failed : e->mjobs[i].failed;
-        if (failed) {
-            q->hd_ok = false;
-            e->hd_off++;
-        }
-        q->n_mprop = e->dfl ? e->fjobs[i].n_out : e->mjobs[i].n_out;
-        q->draft_model = q->n_mprop > 0;
-        if (!q->draft_model) q->draft_force = q->dprobe = false;
-    }
-}
-
 /* Plans the batch; returns its token count (0: nothing to run). Preempts
  * (and restarts planning) when the pool cannot hold a planned chunk. */
 static int32_t plan(eng_engine *e, int32_t *n_seqs_out) {
@@ -859,7 +460,7 @@ restart:;
             int32_t rem = q->n_toks - q->seq.n_tokens;
             int32_t chunk = 1;
             if (pass == 0 && e->spec)
-                chunk += choose_draft(e, q, &spec_left, &spec_rows, &spec_toks, spec_ctx);
+                chunk += eng_choose_draft(e, q, &spec_left, &spec_rows, &spec_toks, spec_ctx);
             if (pass == 1) {
                 if (budget <= 0) break;
                 uint64_t h = e->p.prefix_cache ? kv_seq_next_hash(e->kv, &q->seq, q->toks, q->n_toks - 1) : 0;
@@ -944,7 +545,7 @@ restart:;
  * the request finished (the caller removes it). */
 /* Delivers a sampled token (the constraint's accept, the penalty history,
  * the drafter, events, stop checks); returns false if the request finished. */
-static bool deliver(eng_engine *e, ereq *q, int32_t tok, eng_finish *fin, hn_status *st, const char **msg) {
+bool eng_deliver(eng_engine *e, ereq *q, int32_t tok, eng_finish *fin, hn_status *st, const char **msg) {
     if (tok < 0) {
         *fin = ENG_FINISH_ERROR;
         *st = HN_ERR_INVALID;
@@ -991,69 +592,7 @@ static bool deliver(eng_engine *e, ereq *q, int32_t tok, eng_finish *fin, hn_sta
 
 static bool take_token(eng_engine *e, ereq *q, float *row, eng_finish *fin, hn_status *st, const char **msg) {
     /* a constraint's bitmask was applied to this row in the step (model_step's masks) */
-    return deliver(e, q, smp_sample(q->smp, row), fin, st, msg);
-}
-
-/* Verifies a drafted block: rows[0..n_draft] are the logits after the decode
- * token and after each drafted token. Position by position, in order, the
- * token is sampled as plain decoding would (the constraint's mask for the
- * state reached so far applied on the host; row 0 had its mask on the
- * backend), the draft accepted by smp_sample_draft's rule, and delivered;
- * the first rejection's token (or, all accepted, the last row's) ends it.
- * Then the K/V of the positions whose tokens were not kept are rolled back
- * (the sequence truncated: emptied blocks go back to the pool). Returns
- * false if the request finished. */
-static bool verify(eng_engine *e, ereq *q, float *rows, eng_finish *fin, hn_status *st, const char **msg) {
-    const int32_t k = q->n_draft, L = q->n_toks - 1, V = e->n_vocab;
-    int32_t acc_n = 0;
-    bool go = true;
-    for (int32_t j = 0; j <= k; j++) {
-        float *row = rows + (size_t)j * (size_t)V;
-        if (j > 0 && q->r.allowed) {
-            const uint32_t *m = q->r.allowed(q->r.mask_ctx);
-            if (m) smp_apply_allowed(row, m, V);
-        }
-        int acc = 0;
-        int32_t tok = j < k ? smp_sample_draft(q->smp, row, q->draft[j], &acc) : smp_sample(q->smp, row);
-        if (j < k && q->draft_model)
-            spc_observe(&e->dcal, &q->dctl, spc_conf_bucket(q->draft_p[j]), q->draft_p[j], acc != 0);
-        else if (j < k) spc_observe(&e->cost, &q->ctl, q->draft_bucket, q->draft_p[j], acc != 0);
-        acc_n += acc;
-        go = deliver(e, q, tok, fin, st, msg);
-        /* a cancel from the callback (a stop string) takes no further tokens */
-        if (!go || !acc || atomic_load(&q->cancel)) break;
-    }
-    if (q->draft_model) q->dprobe_fails = acc_n > 0 ? 0 : q->dprobe ? q->dprobe_fails + 1 : q->dprobe_fails;
-    q->st.n_drafted += k;
-    q->st.n_accepted += acc_n;
-    e->spec_drafted += (uint64_t)k;
-    e->spec_accepted += (uint64_t)acc_n;
-    /* keep the positions whose K/V hold the request's tokens: the decode
-     * token's and the accepted drafts' (an EOG is accepted but not kept) */
-    int32_t keep = L + 1;
-    for (int32_t m = 0; m < k && keep < q->n_toks && q->toks[keep] == q->draft[m]; m++) keep++;
-    kv_seq_truncate(e->kv, &q->seq, keep);
-    if (q->snap0 >= 0 && q->seq.state >= 0) {
-        /* hybrids: the recurrent state rolls back to the last kept row's,
-         * which the step wrote into a spare slot (the last row's is the live
-         * slot's already): the two slots swap roles, nothing is copied */
-        int32_t m = keep - (L + 1);
-        if (m < k) {
-            int32_t t = q->seq.state;
-            q->seq.state = e->spare[q->snap0 + m];
-            e->spare[q->snap0 + m] = t;
-        }
-        q->v_pos = L;
-        q->seq.state_len = q->seq.n_tokens;
-        if (q->seq.n_tokens != keep) { /* cannot happen (drafts never reach a published block): recompute it all */
-            kv_seq_truncate(e->kv, &q->seq, 0);
-            q->seq.state_len = 0;
-            q->snap0 = -1;
-            q->ck_roll = q->ck_from = -1; /* blocks it no longer holds */
-        }
-    }
-    q->n_draft = 0;
-    return go;
+    return eng_deliver(e, q, smp_sample(q->smp, row), fin, st, msg);
 }
 
 /* Hybrids, after a step: a request at a published block boundary takes a
@@ -1126,7 +665,7 @@ static void debug_check(eng_engine *e) {
 static void step(eng_engine *e) {
     handle_cancels(e);
     admit(e);
-    if (e->drf) model_drafts(e);
+    if (e->drf) eng_model_drafts(e);
     int32_t n_seqs = 0;
     int32_t n = plan(e, &n_seqs);
     if (n > 0) {
@@ -1181,7 +720,7 @@ static void step(eng_engine *e) {
                 bool go = true;
                 if (q->logit_row >= 0) {
                     float *row = (float *)logits + (size_t)q->logit_row * (size_t)e->n_vocab;
-                    go = q->n_draft > 0 ? verify(e, q, row, &fin, &fst, &msg) : take_token(e, q, row, &fin, &fst, &msg);
+                    go = q->n_draft > 0 ? eng_verify(e, q, row, &fin, &fst, &msg) : take_token(e, q, row, &fin, &fst, &msg);
                     q->logit_row = -1;
                 }
                 if (!go) {
@@ -1198,7 +737,7 @@ static void step(eng_engine *e) {
                 spc_cost_record(&e->cost, spec_ctx, n, hn_now_ms() - t0);
                 e->spec_verify_steps += any_draft;
             }
-            if (e->mtp || e->dfl) hd_drafts(e); /* the MTP layer or DFlash reads this step's hidden states: now */
+            if (e->mtp || e->dfl) eng_hd_drafts(e); /* the MTP layer or DFlash reads this step's hidden states: now */
         }
     }
     if (e->p.debug_check) debug_check(e);
@@ -1378,7 +917,7 @@ static void *engine_main(void *arg) {
             continue;
         }
         step(e);
-        if (e->n_running == 0 && e->n_spare > 0) spares_release(e);
+        if (e->n_running == 0 && e->n_spare > 0) eng_spares_release(e);
         publish_stats(e);
         if (e->n_running == 0 && e->n_waiting == 0) {
             idle_since = hn_now_ms();
