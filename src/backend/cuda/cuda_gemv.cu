@@ -82,14 +82,6 @@ extern "C" hc_act hc_gemv_act(qt_type t) {
 
 static bool is_float_type(qt_type t) { return t == QT_F16 || t == QT_BF16; }
 
-static wview view_of(const hc_weight *w) {
-    wview v;
-    for (int i = 0; i < 4; i++) v.p[i] = w->plane[i];
-    v.k = w->k;
-    v.n = w->n;
-    return v;
-}
-
 #define WARPS 4
 
 /* sums acc over the warp and lets lane rr * NA + r write y[r][row0 + rr] */
@@ -219,30 +211,12 @@ static __global__ void __launch_bounds__(WARPS * 32, HC_GEMV_MINB) mmv_q(mwview 
 #define MQ_MAGIC 0x4B400000 /* the bits of 12582912.0f = 1.5 * 2^23 */
 static_assert(MQ_BM * MQ_G == MQ_THREADS && MQ_BN * MQ_G == MQ_THREADS, "one load a thread a stage");
 
-/* d = a (16 x 16 int8, rows of the weights) . b (16 x 8 int8) + MQ_MAGIC:
- * lane 4 g + t holds a's rows g and g + 8 at k = 4t..4t+3 (a0, a1), b's
- * column g at k = 4t..4t+3 (b) and gets d rows g (d[0], d[1]) and g + 8
- * (d[2], d[3]) at columns 2t, 2t + 1 */
-static __device__ __forceinline__ void mma_s8(int (&d)[4], int a0, int a1, int b) {
-    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
-        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-        : "r"(a0), "r"(a1), "r"(b), "r"(MQ_MAGIC));
-}
-
 /* the exact float of a dot that mma_s8 returned offset by MQ_MAGIC */
 static __device__ __forceinline__ float mq_dot(int d) { return __fsub_rn(__int_as_float(d), 12582912.0f); }
 
 static __device__ __forceinline__ int brev5(int i) { return (int)(__brev((unsigned)i) >> 27); }
 
-/* asynchronous global -> shared copies of 16 and 4 bytes (sm_80+), and the wait for all of them */
-static __device__ __forceinline__ void cp16(void *dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
-                 : "memory");
-}
-static __device__ __forceinline__ void cp4(void *dst, const void *src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
-                 : "memory");
-}
+/* the wait for all of a thread's asynchronous copies */
 static __device__ __forceinline__ void cp_wait() {
     asm volatile("cp.async.commit_group;\ncp.async.wait_all;" ::: "memory");
 }
@@ -296,13 +270,13 @@ static __global__ void __launch_bounds__(MQ_THREADS, 1) mmq(wview w, xview x, in
             const int8_t *xq = x.q + lxr * x.ld;
             const float *xd = x.d + lxr * x.ldb, *xs = x.s + lxr * x.ldb;
             float *f = (float *)&s_xf[b][lg][lr];
-            cp16(&s_xa[b][lg][lr], xq + pa);
-            cp16(&s_xb[b][lg][lr], xq + pb);
-            cp4(f, xd + pa / 32);
-            cp4(f + 1, xd + (OB ? pa : pb) / 32);
+            cpa16(&s_xa[b][lg][lr], xq + pa);
+            cpa16(&s_xb[b][lg][lr], xq + pb);
+            cpa4(f, xd + pa / 32);
+            cpa4(f + 1, xd + (OB ? pa : pb) / 32);
             if (SUMS) {
-                cp4(f + 2, xs + pa / 32);
-                if (!OB) cp4(f + 3, xs + pb / 32);
+                cpa4(f + 2, xs + pa / 32);
+                if (!OB) cpa4(f + 3, xs + pb / 32);
             }
         }
     };
@@ -365,8 +339,8 @@ static __global__ void __launch_bounds__(MQ_THREADS, 1) mmq(wview w, xview x, in
 #pragma unroll
                     for (int ni = 0; ni < 2; ni++) {
                         int da[4], db[4];
-                        mma_s8(da, aa[mi][0], aa[mi][1], ba[ni]);
-                        mma_s8(db, ab[mi][0], ab[mi][1], bb[ni]);
+                        mma_s8(da, aa[mi][0], aa[mi][1], ba[ni], MQ_MAGIC);
+                        mma_s8(db, ab[mi][0], ab[mi][1], bb[ni], MQ_MAGIC);
 #pragma unroll
                         for (int e = 0; e < 4; e++) {
                             const float4 fw = wf[mi][e >> 1], fx = xf[ni][e & 1];
@@ -980,12 +954,12 @@ hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_
     if (is_float_type(w->type)) {
         if (w->k % 8) { /* rows not 16-byte aligned: the scalar path (bf16: on rounded x, as below) */
             if (w->type == QT_F16) return hc_gemv_ref(w, x, na, y, stream, err);
-            mmv_ref<QT_BF16, true><<<dim3((unsigned)((w->n + 127) / 128), (unsigned)na), 128, 0, cs>>>(view_of(w), x, y);
+            mmv_ref<QT_BF16, true><<<dim3((unsigned)((w->n + 127) / 128), (unsigned)na), 128, 0, cs>>>(wview_of(w), x, y);
             HC_LAUNCHED(err, "gemv kernel");
             return HN_OK;
         }
         fkern f = w->type == QT_F16 ? pick_f<QT_F16>(na, rpw) : pick_f<QT_BF16>(na, rpw);
-        f<<<grid, WARPS * 32, 0, cs>>>(view_of(w), x, y);
+        f<<<grid, WARPS * 32, 0, cs>>>(wview_of(w), x, y);
         HC_LAUNCHED(err, "gemv kernel");
         return HN_OK;
     }
@@ -995,7 +969,7 @@ hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_
     if (st) return st;
     mwview mw;
     memset(&mw, 0, sizeof mw);
-    mw.w[0] = view_of(w);
+    mw.w[0] = wview_of(w);
     mw.y[0] = y;
     mw.nw = 1;
     qkernel(w->type, na, rpw)<<<grid, WARPS * 32, 0, cs>>>(mw, xv);
@@ -1033,7 +1007,7 @@ hn_status hc_gemv_multi(int n_w, const hc_weight *const *w, const float *x, int 
     memset(&mw, 0, sizeof mw);
     unsigned grid = 0;
     for (int i = 0; i < n_w; i++) {
-        mw.w[i] = view_of(w[i]);
+        mw.w[i] = wview_of(w[i]);
         mw.y[i] = y[i];
         mw.b0[i] = grid;
         grid += (unsigned)((w[i]->n + WARPS * rpw - 1) / (WARPS * rpw));
@@ -1047,7 +1021,7 @@ hn_status hc_gemv_multi(int n_w, const hc_weight *const *w, const float *x, int 
 hn_status hc_gemv_ref(const hc_weight *w, const float *x, int na, float *y, void *stream, hn_err *err) {
     hn_status st = check_args(w, x, na, y, err);
     if (st) return st;
-    rkernel(w->type)<<<dim3((unsigned)((w->n + 127) / 128), (unsigned)na), 128, 0, (cudaStream_t)stream>>>(view_of(w), x, y);
+    rkernel(w->type)<<<dim3((unsigned)((w->n + 127) / 128), (unsigned)na), 128, 0, (cudaStream_t)stream>>>(wview_of(w), x, y);
     HC_LAUNCHED(err, "reference gemv kernel");
     return HN_OK;
 }
@@ -1067,7 +1041,7 @@ hn_status hc_mmq(const hc_weight *w, const float *x, int na, float *y, hc_gemv_s
     hn_status st = quant_rows(w, x, na, s, p && p->reuse_x, cs, &xv, err);
     if (st) return st;
     const dim3 grid((unsigned)((w->n + MQ_BM - 1) / MQ_BM), (unsigned)((na + MQ_BN - 1) / MQ_BN));
-    f<<<grid, MQ_THREADS, 0, cs>>>(view_of(w), xv, na, y);
+    f<<<grid, MQ_THREADS, 0, cs>>>(wview_of(w), xv, na, y);
     HC_LAUNCHED(err, "mmq kernel");
     return HN_OK;
 }

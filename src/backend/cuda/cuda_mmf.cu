@@ -38,11 +38,7 @@
 #define MF_ST 3
 #define MF_SMEM (MF_ST * (MF_BM + MF_BN) * MF_LD * 2) /* bytes: three stages of both tiles */
 
-static __device__ __forceinline__ unsigned su32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 
-static __device__ __forceinline__ void cpa16(void *dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(su32(dst)), "l"(src) : "memory");
-}
 static __device__ __forceinline__ void ldsm4(unsigned (&r)[4], const void *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -197,16 +193,6 @@ template <> struct IT<QT_MXFP4> {
         return IU{lut4(lo4(w.q), false), lut4(hi4(w.q), false), 0, 0, 0.0f, 0.0f, e8m0_half(w.e)};
     }
 };
-/* the 6-bit scale and min of sub-block j of a q4_K/q5_K block, as integers */
-static __device__ __forceinline__ void kscale_i(const int4 &h, int j, int &sc, int &m) {
-    if (j < 4) {
-        sc = (int)(kbyte(h, j) & 63);
-        m = (int)(kbyte(h, j + 4) & 63);
-    } else {
-        sc = (int)((kbyte(h, j + 4) & 0xf) | ((kbyte(h, j - 4) >> 6) << 4));
-        m = (int)((kbyte(h, j + 4) >> 4) | ((kbyte(h, j) >> 6) << 4));
-    }
-}
 static __device__ __forceinline__ IU kdec(const int4 &h, int u, int4 a, int4 b) {
     const float d = h2f((unsigned short)(h.x & 0xffff)), dmin = h2f((unsigned short)((unsigned)h.x >> 16));
     int sa, ma, sb, mb;
@@ -237,8 +223,8 @@ template <> struct IT<QT_IQ4_XS> {
     static constexpr int CL = IC_K32;
     static __device__ __forceinline__ IU dec(const TT<QT_IQ4_XS>::W &w, int u) {
         const int ib = u & 7;
-        const int ls = (int)((w.h.y >> (4 * ib)) & 0xf) | (int)(((w.h.x >> (16 + 2 * ib)) & 3) << 4);
-        return IU{lut4(lo4(w.q), true), lut4(hi4(w.q), true), ls - 32, ls - 32, 0.0f, 0.0f,
+        const int ls = iq4xs_scale(w.h, ib);
+        return IU{lut4(lo4(w.q), true), lut4(hi4(w.q), true), ls, ls, 0.0f, 0.0f,
                   h2f((unsigned short)(w.h.x & 0xffff))};
     }
 };
@@ -247,12 +233,6 @@ template <> struct IT<QT_IQ4_XS> {
  * thread that decodes it) and read back as TT<T>::W (get): the 16-, 8- and
  * 4-byte fields directly, a 2- or 1-byte field (a block's f16 scale, an
  * mxfp4 exponent) as the aligned word that holds it. */
-static __device__ __forceinline__ void cpa8(void *dst, const void *src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(su32(dst)), "l"(src) : "memory");
-}
-static __device__ __forceinline__ void cpa4(void *dst, const void *src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(su32(dst)), "l"(src) : "memory");
-}
 #define MI_RAW 64 /* bytes of a thread's raw slot */
 template <int T> struct RW;
 template <> struct RW<QT_Q4_0> {
@@ -358,12 +338,6 @@ static __device__ __forceinline__ void mma_i32(int (&d)[4], const unsigned (&a)[
         : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c));
 }
-/* d = a (16 x 16 int8) . b (16 x 8 int8) */
-static __device__ __forceinline__ void mma_i16(int (&d)[4], unsigned a0, unsigned a1, unsigned b) {
-    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
-        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-        : "r"(a0), "r"(a1), "r"(b), "r"(0));
-}
 
 /* the block's shape: HC_MMI_SMALL=1 builds 128 x 64 blocks of 8 warps of 32 x 32 (two blocks an
  * SM by the register bound) instead of 128 x 128 of 64 x 32 (one); the outputs are the same */
@@ -454,9 +428,9 @@ static __global__ void __launch_bounds__(MF_THREADS, MI_MINB)
         XF *f = &sX[b * MI_BN + br];
         const int64_t xo = (int64_t)bxr * nb32 + g0;
         if (brun == 0) {
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(su32(&f->d[bh])), "l"(xd + xo) : "memory");
+            cpa4(&f->d[bh], xd + xo);
             if (HAS_MIN<T>)
-                asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(su32(&f->s[bh])), "l"(xs + xo) : "memory");
+                cpa4(&f->s[bh], xs + xo);
         }
         RW<T>::issue((RR *)(sRaw + ((size_t)b * MF_THREADS + tid) * MI_RAW), w, arow, 2 * s + au);
     };
@@ -591,8 +565,8 @@ static __global__ void __launch_bounds__(MF_THREADS, MI_MINB)
                         int d[4][4], d2[4][4];
 #pragma unroll
                         for (int ni = 0; ni < 4; ni++) {
-                            mma_i16(d[ni], af[mi][0], af[mi][1], bf[ni >> 1][2 * (ni & 1)]);
-                            mma_i16(d2[ni], af[mi][2], af[mi][3], bf[ni >> 1][2 * (ni & 1) + 1]);
+                            mma_s8(d[ni], af[mi][0], af[mi][1], bf[ni >> 1][2 * (ni & 1)], 0);
+                            mma_s8(d2[ni], af[mi][2], af[mi][3], bf[ni >> 1][2 * (ni & 1) + 1], 0);
                         }
 #pragma unroll
                         for (int ni = 0; ni < 4; ni++)
@@ -629,8 +603,8 @@ static __global__ void __launch_bounds__(MF_THREADS, MI_MINB)
                     for (int ni = 0; ni < 4; ni++) {
                         const unsigned b0 = bf[ni >> 1][2 * (ni & 1)], b1 = bf[ni >> 1][2 * (ni & 1) + 1];
                         if (CL == IC_K16) {
-                            mma_i16(d[ni], af[mi][0], af[mi][1], b0);
-                            mma_i16(d2[ni], af[mi][2], af[mi][3], b1);
+                            mma_s8(d[ni], af[mi][0], af[mi][1], b0, 0);
+                            mma_s8(d2[ni], af[mi][2], af[mi][3], b1, 0);
                         } else {
                             mma_i32(d[ni], af[mi], b0, b1, 0);
                         }
@@ -746,14 +720,6 @@ static mikern mi_kernel(qt_type t) {
     }
 }
 
-static wview mf_view(const hc_weight *w) {
-    wview v;
-    for (int i = 0; i < 4; i++) v.p[i] = w->plane[i];
-    v.k = w->k;
-    v.n = w->n;
-    return v;
-}
-
 /* the kernels' dynamic shared memory, once per process (one device: hc_init) */
 static hn_status mf_attrs(hn_err *err) {
     static bool done = false;
@@ -789,12 +755,12 @@ hn_status hc_mmf(const hc_weight *w, const float *x, int na, float *y, hc_gemv_s
         __half *xh = (__half *)s->xh;
         k_xh_f<<<(unsigned)na, 256, 0, cs>>>(x, w->k, xh, s->xe);
         HC_LAUNCHED(err, "mmf activation kernel");
-        mmf<<<grid, MF_THREADS, MF_SMEM, cs>>>(mf_view(w), xh, s->xe, na, y);
+        mmf<<<grid, MF_THREADS, MF_SMEM, cs>>>(wview_of(w), xh, s->xe, na, y);
     } else {
         st = hc_quant_rows(w, x, na, s, reuse_x, stream, err);
         if (st) return st;
         const dim3 gi((unsigned)((w->n + MF_BM - 1) / MF_BM), (unsigned)((na + MI_BN - 1) / MI_BN));
-        mi_kernel(w->type)<<<gi, MF_THREADS, MI_SMEM, cs>>>(mf_view(w), s->xq, s->xd, s->xs, na, y);
+        mi_kernel(w->type)<<<gi, MF_THREADS, MI_SMEM, cs>>>(wview_of(w), s->xq, s->xd, s->xs, na, y);
     }
     HC_LAUNCHED(err, "mmf kernel");
     return HN_OK;

@@ -74,15 +74,21 @@ static __device__ __forceinline__ unsigned kbyte(const int4 &h, int i) {
     const unsigned w = i < 4 ? (unsigned)h.y : i < 8 ? (unsigned)h.z : (unsigned)h.w;
     return (w >> (8 * (i & 3))) & 0xffu;
 }
-/* the 6-bit scale and min of sub-block j (0..7) of a q4_K/q5_K block */
-static __device__ __forceinline__ void kscale(const int4 &h, int j, float *sc, float *m) {
+/* the 6-bit scale and min of sub-block j (0..7) of a q4_K/q5_K block, as integers and as floats */
+static __device__ __forceinline__ void kscale_i(const int4 &h, int j, int &sc, int &m) {
     if (j < 4) {
-        *sc = (float)(kbyte(h, j) & 63);
-        *m = (float)(kbyte(h, j + 4) & 63);
+        sc = (int)(kbyte(h, j) & 63);
+        m = (int)(kbyte(h, j + 4) & 63);
     } else {
-        *sc = (float)((kbyte(h, j + 4) & 0xf) | ((kbyte(h, j - 4) >> 6) << 4));
-        *m = (float)((kbyte(h, j + 4) >> 4) | ((kbyte(h, j) >> 6) << 4));
+        sc = (int)((kbyte(h, j + 4) & 0xf) | ((kbyte(h, j - 4) >> 6) << 4));
+        m = (int)((kbyte(h, j + 4) >> 4) | ((kbyte(h, j) >> 6) << 4));
     }
+}
+static __device__ __forceinline__ void kscale(const int4 &h, int j, float *sc, float *m) {
+    int si, mi;
+    kscale_i(h, j, si, mi);
+    *sc = (float)si;
+    *m = (float)mi;
 }
 
 /* one unit's activations for one row: the runs A and B (16 codes each) and
@@ -278,6 +284,11 @@ template <> struct TT<QT_Q6_K> {
     }
 };
 
+/* the signed 6-bit scale (ls - 32) of sub-block ib of an iq4_xs block, from its 8-byte header */
+static __device__ __forceinline__ int iq4xs_scale(const uint2 &h, int ib) {
+    return ((int)((h.y >> (4 * ib)) & 0xf) | (int)(((h.x >> (16 + 2 * ib)) & 3) << 4)) - 32;
+}
+
 /* iq4_xs unit u = 8 * block + ib: sub-block ib, 16 code bytes (low nibbles
  * values 0..15, high 16..31), scale from the block's 8-byte header */
 template <> struct TT<QT_IQ4_XS> {
@@ -293,8 +304,7 @@ template <> struct TT<QT_IQ4_XS> {
     static __device__ __forceinline__ void pos(int u, int &pa, int &pb) { pa = 32 * u; pb = pa + 16; }
     static __device__ __forceinline__ PU prep(const W &w, int u) {
         const int ib = u & 7;
-        const int ls = (int)((w.h.y >> (4 * ib)) & 0xf) | (int)(((w.h.x >> (16 + 2 * ib)) & 3) << 4);
-        const float dl = h2f((unsigned short)(w.h.x & 0xffff)) * (float)(ls - 32);
+        const float dl = h2f((unsigned short)(w.h.x & 0xffff)) * (float)iq4xs_scale(w.h, ib);
         return PU{lut4(lo4(w.q), true), lut4(hi4(w.q), true), dl, dl, 0.0f, 0.0f};
     }
 };
@@ -315,5 +325,36 @@ template <> struct TT<QT_MXFP4> {
         return PU{lut4(lo4(w.q), false), lut4(hi4(w.q), false), d, d, 0.0f, 0.0f};
     }
 };
+
+/* what the kernels see of an uploaded weight */
+static inline wview wview_of(const hc_weight *w) {
+    wview v;
+    for (int i = 0; i < 4; i++) v.p[i] = w->plane[i];
+    v.k = w->k;
+    v.n = w->n;
+    return v;
+}
+
+/* asynchronous global -> shared copies of 16, 8 and 4 bytes (sm_80+) */
+static __device__ __forceinline__ unsigned su32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+static __device__ __forceinline__ void cpa16(void *dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(su32(dst)), "l"(src) : "memory");
+}
+static __device__ __forceinline__ void cpa8(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(su32(dst)), "l"(src) : "memory");
+}
+static __device__ __forceinline__ void cpa4(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(su32(dst)), "l"(src) : "memory");
+}
+
+/* d = a (16 x 16 int8, rows of the weights) . b (16 x 8 int8) + c: lane 4 g + t
+ * holds a's rows g and g + 8 at k = 4t..4t+3 (a0, a1), b's column g at
+ * k = 4t..4t+3 (b) and gets d rows g (d[0], d[1]) and g + 8 (d[2], d[3]) at
+ * columns 2t, 2t + 1 */
+static __device__ __forceinline__ void mma_s8(int (&d)[4], unsigned a0, unsigned a1, unsigned b, int c) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b), "r"(c));
+}
 
 #endif
