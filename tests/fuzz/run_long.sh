@@ -2,7 +2,7 @@
 # run_long.sh: long libFuzzer runs of the harnesses that `make fuzz` builds
 # (build-fuzz/fuzz/), with a summary table.
 #
-#   tests/fuzz/run_long.sh [-n RUNS] [-t SECONDS] [-j JOBS] [-d DIR] [-m] [HARNESS...] [-- FLAGS...]
+#   tests/fuzz/run_long.sh [-n RUNS] [-t SECONDS] [-j JOBS] [-d DIR] [-b BIN] [-m] [HARNESS...] [-- FLAGS...]
 #
 #   -n RUNS     executions per harness, all jobs together (default 10000000
 #               unless -t is given); each job runs its share (-runs)
@@ -16,6 +16,8 @@
 #               timeout-, oom- inputs), DIR/summary.md (one row per harness
 #               run, appended). Default $HONE_FUZZ_DIR, else
 #               ${TMPDIR:-/tmp}/hone-fuzz-long
+#   -b BIN      the harness binaries' directory (default build-fuzz/fuzz; a
+#               copy keeps a long run on its binaries while the tree is rebuilt)
 #   -m          afterwards, merge what the runs found into
 #               tests/fuzz/corpus/<h> (-merge=1: only inputs that add
 #               coverage; not for template, whose finds are large)
@@ -41,14 +43,14 @@
 set -u
 
 usage() {
-    sed -n '4,24p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,26p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 2
 ALL="api_completions gguf api_chat api_responses api_messages template grammar tokenizer"
-runs='' secs='' jobs=1 merge=0
+runs='' secs='' jobs=1 merge=0 bin=build-fuzz/fuzz
 dir=${HONE_FUZZ_DIR:-${TMPDIR:-/tmp}/hone-fuzz-long}
 harnesses=()
 extra=()
@@ -58,6 +60,7 @@ while [ $# -gt 0 ]; do
     -t) secs=${2:?}; shift 2 ;;
     -j) jobs=${2:?}; shift 2 ;;
     -d) dir=${2:?}; shift 2 ;;
+    -b) bin=${2:?}; shift 2 ;;
     -m) merge=1; shift ;;
     -h | --help) usage ;;
     --) shift; extra=("$@"); break ;;
@@ -74,7 +77,7 @@ for v in "$runs" "$secs"; do
 done
 for h in "${harnesses[@]}"; do
     case " $ALL " in *" $h "*) ;; *) echo "run_long.sh: no harness $h (one of: $ALL)" >&2; exit 2 ;; esac
-    [ -x "build-fuzz/fuzz/$h" ] || { echo "run_long.sh: build-fuzz/fuzz/$h missing: make fuzz first" >&2; exit 2; }
+    [ -x "$bin/$h" ] || { echo "run_long.sh: $bin/$h missing: make fuzz first" >&2; exit 2; }
 done
 case $dir in "$root" | "$root"/*) echo "run_long.sh: -d must lie outside the repository" >&2; exit 2 ;; esac
 mkdir -p "$dir/corpus" "$dir/log" "$dir/artifacts" || exit 2
@@ -129,7 +132,7 @@ for h in "${harnesses[@]}"; do
     echo "run_long: $h, $jobs job(s), ${runs:+$runs executions}${runs:+${secs:+ or }}${secs:+$secs s}; logs in $dir/log/$h.*.log" >&2
     for ((i = 0; i < jobs; i++)); do
         log=$dir/log/$h.$i.log
-        "build-fuzz/fuzz/$h" "${limit[@]}" -max_len=65536 -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
+        "$bin/$h" "${limit[@]}" -max_len=65536 -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
             -artifact_prefix="$art/" "${extra[@]}" "$corpus" "${seeds[@]}" > "$log" 2>&1 &
         pids+=($!)
     done
@@ -176,7 +179,7 @@ for h in "${harnesses[@]}"; do
     echo "$row" >&2
     if [ $merge = 1 ] && [ $stop = 0 ] && [ "$h" != template ] && [ "$new" -gt 0 ]; then
         g0=$(count_files "tests/fuzz/corpus/$h")
-        "build-fuzz/fuzz/$h" -merge=1 -max_len=65536 -timeout=20 -rss_limit_mb=2048 \
+        "$bin/$h" -merge=1 -max_len=65536 -timeout=20 -rss_limit_mb=2048 \
             "tests/fuzz/corpus/$h" "$corpus" > "$dir/log/$h.merge.log" 2>&1
         echo "run_long: $h: merged $(($(count_files "tests/fuzz/corpus/$h") - g0)) inputs into tests/fuzz/corpus/$h" >&2
     fi
