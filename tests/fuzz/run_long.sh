@@ -38,8 +38,11 @@
 # the jobs (user + system), executions per CPU second and the CPU hours 10
 # million would take at that rate, new corpus inputs (files added to
 # DIR/corpus/<h>), and the findings: crash, leak, timeout and out-of-memory
-# inputs written. The exit status is 0 when every run ended without a
-# finding, 1 when one found something, 2 on a usage error, 130 when stopped.
+# inputs written (slow-unit- inputs are not findings). Timeouts are wall
+# time, so each new timeout input is replayed once and its time printed: a
+# job starved by a busy machine can time out on a fast input. The exit status
+# is 0 when every run ended without a finding, 1 when one found something, 2
+# on a usage error, 130 when stopped.
 set -u
 
 usage() {
@@ -127,6 +130,7 @@ for h in "${harnesses[@]}"; do
     k0=$(count_art "$art" crash) l0=$(count_art "$art" leak) m0=$(count_art "$art" timeout) o0=$(count_art "$art" oom)
     cpu_children
     c0=$cpu
+    touch "$dir/.start"
     t0=$(now)
     pids=()
     echo "run_long: $h, $jobs job(s), ${runs:+$runs executions}${runs:+${secs:+ or }}${secs:+$secs s}; logs in $dir/log/$h.*.log" >&2
@@ -177,6 +181,13 @@ for h in "${harnesses[@]}"; do
     rows+=("$row")
     echo "$row" >> "$summary"
     echo "$row" >&2
+    # a timeout is wall time: a starved job (nice, a busy machine) can hit
+    # one with a fast input, so each new one is replayed once and timed
+    if [ "$tmo" -gt 0 ]; then
+        find "$art" -maxdepth 1 -type f -name 'timeout-*' -newer "$dir/.start" | while read -r f; do
+            echo "run_long: $h: $f replays in $("$bin/$h" -timeout=600 "$f" 2>&1 | grep -o '[0-9]* ms' | tail -1)" >&2
+        done
+    fi
     if [ $merge = 1 ] && [ $stop = 0 ] && [ "$h" != template ] && [ "$new" -gt 0 ]; then
         g0=$(count_files "tests/fuzz/corpus/$h")
         "$bin/$h" -merge=1 -max_len=65536 -timeout=20 -rss_limit_mb=2048 \
