@@ -44,6 +44,9 @@
 # is 0 when every run ended without a finding, 1 when one found something, 2
 # on a usage error, 130 when stopped.
 set -u
+# (in braces: bash reads all of it before running any, so that editing the
+# file under a long run cannot change what that run does next)
+{
 
 usage() {
     sed -n '4,26p' "$0" | sed 's/^# \{0,1\}//' >&2
@@ -201,3 +204,4 @@ echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | 
 for r in "${rows[@]}"; do echo "$r"; done
 [ $stop = 1 ] && exit 130
 exit $status
+}
