@@ -96,7 +96,7 @@ SIMD_DOTPROD = -march=armv8.2-a+dotprod
 SIMD_I8MM = -march=armv8.2-a+dotprod+i8mm
 endif
 
-.PHONY: all check test asan-test setup demo clean bench-cuda fuzz fuzz-bins fuzz-run arm-test arm-run
+.PHONY: all check test asan-test setup demo clean bench-cuda fuzz fuzz-bins fuzz-run fuzz-long arm-test arm-run
 
 all: hone
 
@@ -236,6 +236,17 @@ fuzz-run: fuzz
 	  if [ $$rc -ne 0 ]; then tail -40 build-fuzz/$$h.log; exit 1; fi; \
 	done
 
+# fuzz-long: FUZZ_RUNS executions of each harness (or of FUZZ_HARNESS, a
+# list), over FUZZ_JOBS processes (0: one per CPU), finds kept in FUZZ_DIR
+# (outside the repository; run_long.sh's default if empty), with a summary
+# table (tests/fuzz/run_long.sh -h)
+FUZZ_RUNS    ?= 10000000
+FUZZ_JOBS    ?= 1
+FUZZ_HARNESS ?=
+FUZZ_DIR     ?=
+fuzz-long: fuzz
+	tests/fuzz/run_long.sh -n $(FUZZ_RUNS) -j $(FUZZ_JOBS) $(if $(FUZZ_DIR),-d $(FUZZ_DIR)) $(FUZZ_HARNESS)
+
 # The ARM kernels, cross-built and run under user-mode emulation: only the
 # kernel modules (core, quant, the cpu backend's dot / gemm / pack / attention
 # files) and the tests that hold every kernel to its scalar reference
@@ -285,6 +296,6 @@ demo: setup
 	./hone run -p "Once upon a time" -n 32
 
 clean:
-.PHONY: all check test asan-test setup demo clean bench-cuda fuzz fuzz-bins fuzz-run arm-test arm-run
+.PHONY: all check test asan-test setup demo clean bench-cuda fuzz fuzz-bins fuzz-run fuzz-long arm-test arm-run
 
 -include $(OBJ_LIB:.o=.d) $(OBJ_CLI:.o=.d) $(OBJ_CU:.o=.d)

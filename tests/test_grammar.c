@@ -243,6 +243,29 @@ static void test_texts(void) {
     CHECK(accepts(g, v, "</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>") == 0);
     CHECK(accepts(g, v, "</think>\n\n<tool_call>\n<function=ping>\n</function>\n</tool_call>") == 0);
     gr_grammar_free(g);
+    /* raw XML parameters share one text rule: a parameter costs a few rules,
+     * not the text automaton's dozens again (which made a 24-tool list take
+     * 55 ms to compile) */
+    {
+        char big[4096];
+        int at = snprintf(big, sizeof big, "[{\"name\":\"t\",\"input_schema\":{\"type\":\"object\",\"properties\":{");
+        for (int i = 0; i < 24; i++) at += snprintf(big + at, sizeof big - (size_t)at, "%s\"p%d\":{\"type\":\"string\"}", i ? "," : "", i);
+        snprintf(big + at, sizeof big - (size_t)at, "}}}]");
+        json_t *one = js("[{\"name\":\"t\",\"input_schema\":{\"type\":\"object\",\"properties\":{\"p0\":{\"type\":\"string\"}}}}]");
+        json_t *many = js(big);
+        gr_grammar *g1 = NULL, *g24 = NULL;
+        o = (gr_tool_opts){TC_FORMAT_QWEN_XML, NULL, false, GR_THINK_NONE};
+        CHECK(gr_from_tools(one, &o, &g1, NULL) == HN_OK && gr_from_tools(many, &o, &g24, NULL) == HN_OK);
+        int32_t r1 = gr_grammar_rules(g1), r24 = gr_grammar_rules(g24);
+        CHECKF(r24 - r1 <= 23 * 4, "24 raw parameters: %d rules, one: %d", (int)r24, (int)r1);
+        CHECK(accepts(g24, v, "<tool_call>\n<function=t>\n<parameter=p3>\nx</para\n</parameter>\n<parameter=p9>\n"
+                              "</function\n</parameter>\n</function>\n</tool_call>") == 1);
+        CHECK(accepts(g24, v, "<tool_call>\n<function=t>\n<parameter=p3>\nx</function>\n</parameter>\n</function>\n</tool_call>") == 0);
+        gr_grammar_free(g1);
+        gr_grammar_free(g24);
+        json_decref(one);
+        json_decref(many);
+    }
     o = (gr_tool_opts){TC_FORMAT_LLAMA3, NULL, true, GR_THINK_NONE};
     CHECK(gr_from_tools(tools, &o, &g, NULL) == HN_OK);
     CHECK(accepts(g, v, "{\"name\": \"ping\", \"parameters\": {}}; {\"name\": \"get_weather\", \"parameters\": {\"city\": \"\"}}") == 1);

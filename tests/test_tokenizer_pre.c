@@ -16,6 +16,7 @@
 #include "core/alloc.h"
 #include "gguf/gguf.h"
 #include "test.h"
+#include "tokenizer/tok_int.h"
 #include "tokenizer/tokenizer.h"
 
 static const char text[] =
@@ -214,7 +215,29 @@ static void test_spm_variants(void) {
     }
 }
 
+/* GPT-2's byte <-> code point map against its definition: printable
+ * Latin-1 bytes stand for themselves, the k-th other byte for U+0100 + k. */
+static bool self_byte(unsigned b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; }
+
+static void test_byte_map(void) {
+    uint32_t k = 0;
+    int bad = 0;
+    for (unsigned b = 0; b < 256; b++) {
+        uint32_t want = self_byte(b) ? b : 0x100 + k++;
+        bad += tok_byte_to_cp((uint8_t)b) != want || tok_cp_to_byte(want) != (int)b;
+    }
+    CHECKF(bad == 0 && k == 68, "byte map: %d bytes wrong, %u not themselves", bad, (unsigned)k);
+    int stray = 0;
+    for (uint32_t cp = 0; cp < 0x400; cp++) {
+        bool mapped = cp < 0x100 ? self_byte(cp) : cp < 0x100 + 68;
+        stray += mapped != (tok_cp_to_byte(cp) >= 0);
+    }
+    stray += tok_cp_to_byte(0x10FFFF) != -1;
+    CHECKF(stray == 0, "byte map: %d code points wrongly mapped or unmapped", stray);
+}
+
 int main(void) {
+    test_byte_map();
     test_bpe_pres();
     test_spm_variants();
     test_long_match();

@@ -9,7 +9,9 @@
  * is a byte set, or the stack is empty = complete), sorted and deduplicated,
  * interned in a per-state pool. trans(c, byte, mode) -> c' is memoised in a
  * hash table, so the automaton is a DFA built lazily over the configurations
- * actually met. A configuration's token mask (the allowed-token bitmask of
+ * actually met; a byte that no top set of c holds (the union is kept with c)
+ * is dead without advancing or a memo entry (most bytes at the top of a
+ * vocabulary walk). A configuration's token mask (the allowed-token bitmask of
  * sample.h: (n_vocab + 31) / 32 little-endian uint32 words) is cached in one
  * of GR_SLOTS slots; one more all-zero mask stands for "nothing" (after the
  * end). When the tables outgrow their limits they are flushed
@@ -63,6 +65,7 @@ typedef struct {
     uint32_t hash;
     int32_t slot;      /* mask slot or -1 */
     uint8_t accepting;
+    uint32_t live[8];  /* bit b: some stack's top set holds byte b (else trans is dead) */
 } gr_cfg;
 
 typedef struct {
@@ -436,7 +439,17 @@ static int32_t intern(gr_state *s) {
         return -1;
     }
     int32_t id = s->n_cfgs++;
-    s->cfgs[id] = (gr_cfg){s->pool_n, (int32_t)n_ints, h, -1, acc};
+    gr_cfg *nc = &s->cfgs[id];
+    *nc = (gr_cfg){s->pool_n, (int32_t)n_ints, h, -1, acc, {0}};
+    const int32_t *p = dst + 1;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t len = *p++;
+        if (len) {
+            const gr_set *set = &s->g->sets[s->g->code[p[len - 1]]];
+            for (int k = 0; k < 8; k++) nc->live[k] |= set->w[k];
+        }
+        p += len;
+    }
     s->pool_n += n_ints;
     uint32_t j = h & (uint32_t)(s->ht_cap - 1);
     while (s->ht[j] >= 0) j = (j + 1) & (uint32_t)(s->ht_cap - 1);
@@ -502,6 +515,9 @@ static int32_t trans(gr_state *s, int32_t c, unsigned b, int mode) {
         for (; s->tk[j]; j = (j + 1) & mask)
             if (s->tk[j] == key) return s->tv[j];
     }
+    /* no stack takes b: dead, without a memo entry (asked after the memo, so
+     * that a walk over live bytes pays nothing for it) */
+    if (!(s->cfgs[c].live[b >> 5] >> (b & 31) & 1u)) return -1;
     advance(s, c, b, mode);
     int32_t nx = intern(s);
     if (s->mem != HN_OK) return -1;

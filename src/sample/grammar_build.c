@@ -28,17 +28,28 @@ typedef struct {
     int32_t n, cap;
 } ivec;
 
+/* A g_text_not rule, by its stop list (the same list, the same rule). */
+typedef struct {
+    const char *const *stops;
+    int n, json;
+    int32_t rule;
+} gb_text_not;
+
 typedef struct gb {
     ivec *rules;
     int32_t n_rules, cap_rules;
     gr_set *sets;
     int32_t n_sets, cap_sets;
+    int32_t *set_ht; /* set ids + 1 by set_hash, 0 empty */
+    int32_t set_ht_cap;
     hn_status st;
     hn_err *err;
     const json_t *root; /* schema that $ref paths resolve against */
     json_t *refs;       /* "$ref string" -> rule id, for the current root */
     int depth;
     int32_t r_str, r_num, r_int, r_bool, r_null, r_any, r_anyobj, r_chars, r_esc;
+    gb_text_not text_not[4]; /* g_text_not's rules made so far */
+    int n_text_not;
 } gb;
 
 static void gb_fail(gb *b, hn_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -99,13 +110,23 @@ static void gb_emit(gb *b, int32_t r, int32_t x) {
 static void gb_end(gb *b, int32_t r) { gb_emit(b, r, GR_ALT_END); }
 static void gb_ref(gb *b, int32_t r, int32_t t) { gb_emit(b, r, GR_REF(t)); }
 
+static uint32_t set_hash(const gr_set *s) {
+    uint32_t h = 0x811c9dc5u ^ s->literal;
+    for (int k = 0; k < 8; k++) h = (h ^ s->w[k]) * 0x01000193u, h ^= h >> 15;
+    return h;
+}
+
+/* Emits set s into rule r, as the id of an equal set made before, if any
+ * (found through set_ht: set ids + 1, open addressing, at most half full). */
 static void gb_set(gb *b, int32_t r, const gr_set *s) {
     if (b->st != HN_OK) return;
-    for (int32_t i = 0; i < b->n_sets; i++)
-        if (!memcmp(&b->sets[i], s, sizeof *s)) {
-            gb_emit(b, r, i);
-            return;
-        }
+    uint32_t h = set_hash(s), mask = (uint32_t)b->set_ht_cap - 1, j = h & mask;
+    if (b->set_ht_cap)
+        for (; b->set_ht[j]; j = (j + 1) & mask)
+            if (!memcmp(&b->sets[b->set_ht[j] - 1], s, sizeof *s)) {
+                gb_emit(b, r, b->set_ht[j] - 1);
+                return;
+            }
     if (b->n_sets == b->cap_sets) {
         int32_t nc = b->cap_sets ? b->cap_sets * 2 : 32;
         gr_set *ns = hn_realloc(b->sets, (size_t)nc * sizeof *ns);
@@ -116,6 +137,25 @@ static void gb_set(gb *b, int32_t r, const gr_set *s) {
         b->sets = ns;
         b->cap_sets = nc;
     }
+    if ((b->n_sets + 1) * 2 > b->set_ht_cap) {
+        int32_t nc = b->set_ht_cap ? b->set_ht_cap * 2 : 64;
+        int32_t *nh = hn_calloc((size_t)nc, sizeof *nh);
+        if (!nh) {
+            gb_fail(b, HN_ERR_NOMEM, "out of memory");
+            return;
+        }
+        for (int32_t i = 0; i < b->n_sets; i++) {
+            uint32_t k = set_hash(&b->sets[i]) & (uint32_t)(nc - 1);
+            while (nh[k]) k = (k + 1) & (uint32_t)(nc - 1);
+            nh[k] = i + 1;
+        }
+        hn_free(b->set_ht);
+        b->set_ht = nh;
+        b->set_ht_cap = nc;
+        mask = (uint32_t)nc - 1;
+        for (j = h & mask; b->set_ht[j]; j = (j + 1) & mask) {}
+    }
+    b->set_ht[j] = b->n_sets + 1;
     b->sets[b->n_sets] = *s;
     gb_emit(b, r, b->n_sets++);
 }
@@ -398,22 +438,39 @@ static int32_t g_any_object(gb *b) {
  * JSON string content (json 1): unescaped characters but '"', '\\' and
  * controls, and escapes (which match no stop). States are the prefixes of the
  * stops matched so far (an Aho-Corasick automaton), each a rule that may end
- * the text. */
+ * the text. Made once per stop list and grammar: every raw XML parameter of a
+ * tool list refers to the same rules (they were rebuilt for each, milliseconds
+ * apiece). */
 static int32_t g_text_not(gb *b, const char *const *stops, int n, int json) {
-    enum { MAXS = 64 };
+    enum { MAXS = 64, MAXN = 8 };
+    for (int i = 0; i < b->n_text_not; i++)
+        if (b->text_not[i].stops == stops && b->text_not[i].n == n && b->text_not[i].json == json)
+            return b->text_not[i].rule;
     char st[MAXS][32];
+    size_t stl[MAXS], sl[MAXN]; /* the states' and the stops' lengths */
     int ns = 1;
     st[0][0] = 0;
+    stl[0] = 0;
+    if (n > MAXN) n = MAXN;
     for (int i = 0; i < n; i++) {
-        size_t l = strlen(stops[i]);
+        size_t l = sl[i] = strlen(stops[i]);
         for (size_t k = 1; k < l && k < 31; k++) {
             int dup = 0;
-            for (int j = 0; j < ns && !dup; j++) dup = strlen(st[j]) == k && !memcmp(st[j], stops[i], k);
+            for (int j = 0; j < ns && !dup; j++) dup = stl[j] == k && !memcmp(st[j], stops[i], k);
             if (!dup && ns < MAXS) {
                 memcpy(st[ns], stops[i], k);
-                st[ns++][k] = 0;
+                st[ns][k] = 0;
+                stl[ns++] = k;
             }
         }
+    }
+    /* the states by their last character: only those can end u below */
+    int first_by[128], next_by[MAXS];
+    for (int c = 0; c < 128; c++) first_by[c] = -1;
+    for (int j = ns - 1; j >= 1; j--) {
+        int last = (unsigned char)st[j][stl[j] - 1] & 0x7F;
+        next_by[j] = first_by[last];
+        first_by[last] = j;
     }
     int32_t base = gb_rule(b);
     for (int i = 1; i < ns; i++) gb_rule(b);
@@ -422,25 +479,19 @@ static int32_t g_text_not(gb *b, const char *const *stops, int n, int json) {
         gb_end(b, r);
         gr_set to[MAXS];
         memset(to, 0, sizeof to);
+        char u[40];
+        size_t ul = stl[s] + 1;
+        memcpy(u, st[s], stl[s]);
         for (unsigned c = 0x09; c < 0x80; c++) {
             if (json ? (c < 0x20 || c == '"' || c == '\\') : (c < 0x20 && c != 0x09 && c != 0x0A && c != 0x0D))
                 continue;
-            char u[40];
-            size_t ul = strlen(st[s]);
-            memcpy(u, st[s], ul);
-            u[ul++] = (char)c;
-            u[ul] = 0;
+            u[ul - 1] = (char)c;
             int bad = 0;
-            for (int i = 0; i < n && !bad; i++) {
-                size_t l = strlen(stops[i]);
-                bad = ul >= l && !memcmp(u + ul - l, stops[i], l);
-            }
+            for (int i = 0; i < n && !bad; i++) bad = ul >= sl[i] && !memcmp(u + ul - sl[i], stops[i], sl[i]);
             if (bad) continue;
             int best = 0; /* longest suffix of u that is a state */
-            for (int j = 1; j < ns; j++) {
-                size_t l = strlen(st[j]);
-                if (l <= ul && l > strlen(st[best]) && !memcmp(u + ul - l, st[j], l)) best = j;
-            }
+            for (int j = first_by[c]; j >= 0; j = next_by[j])
+                if (stl[j] <= ul && stl[j] > stl[best] && !memcmp(u + ul - stl[j], st[j], stl[j])) best = j;
             set_add(&to[best], c, c);
         }
         for (int j = 0; j < ns; j++) {
@@ -459,6 +510,8 @@ static int32_t g_text_not(gb *b, const char *const *stops, int n, int json) {
             gb_end(b, r);
         }
     }
+    if (b->n_text_not < (int)(sizeof b->text_not / sizeof b->text_not[0]))
+        b->text_not[b->n_text_not++] = (gb_text_not){stops, n, json, base};
     return base;
 }
 
@@ -783,6 +836,7 @@ static void gb_release(gb *b) {
     for (int32_t i = 0; i < b->n_rules; i++) hn_free(b->rules[i].v);
     hn_free(b->rules);
     hn_free(b->sets);
+    hn_free(b->set_ht);
     json_decref(b->refs);
 }
 
@@ -825,13 +879,12 @@ static bool gb_left_recursive(gb *b) {
             /* the next leftmost reference of r from position i */
             int32_t next = -1;
             while (i < b->rules[r].n && next < 0) {
-                int32_t x = v[i];
-                bool at_start = i == 0 || v[i - 1] == GR_ALT_END;
-                bool prefix_nullable = true; /* every element before i in this alternative is nullable */
-                for (int32_t k = i - 1; !at_start && k >= 0 && v[k] != GR_ALT_END; k--)
-                    if (v[k] >= 0 || !nul[GR_REF_BASE - v[k]]) prefix_nullable = false;
-                i++;
-                if (x <= GR_REF_BASE && prefix_nullable) next = GR_REF_BASE - x;
+                int32_t x = v[i++];
+                if (x == GR_ALT_END) continue;
+                /* here every element before x in its alternative is nullable */
+                if (x <= GR_REF_BASE) next = GR_REF_BASE - x;
+                if (x >= 0 || !nul[GR_REF_BASE - x]) /* nothing after x starts the alternative */
+                    while (i < b->rules[r].n && v[i] != GR_ALT_END) i++;
             }
             stack[sp - 1] = i;
             if (next < 0) {

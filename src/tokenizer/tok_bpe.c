@@ -11,8 +11,11 @@
  * as the concatenation is a token; what is left that is not a token falls back
  * to byte tokens <0xNN>.
  *
- * Both use one binary heap of candidate pairs; stale candidates (one side
- * already merged into something else) are skipped when popped. */
+ * Both use one binary heap of candidate pairs, ordered by one integer key
+ * (the priority, then the left position), built in linear time from a word's
+ * first pairs; stale candidates (one side already merged into something else)
+ * are skipped when popped. The order of the live candidates is total (one
+ * per left position), so the merges do not depend on the heap's layout. */
 #include <string.h>
 
 #include "../core/alloc.h"
@@ -25,31 +28,30 @@ typedef struct sym {
 } sym;
 
 typedef struct cand {
-    float score;      /* SPM: higher first */
-    int32_t rank;     /* BPE: lower first */
+    uint64_t key;     /* smallest pops first: BPE (rank, left), SPM (score descending, left) */
     int32_t left, right;
     int32_t lid, rid; /* BPE: ids the pair had when queued */
-    int32_t size;     /* SPM: byte length when queued */
+    int32_t aux;      /* BPE: the merge's result id; SPM: byte length when queued */
 } cand;
 
 typedef struct heap {
     cand *v;
     size_t n, cap;
-    bool spm;
     bool oom;
 } heap;
 
-/* true if a should pop before b */
-static inline bool cand_before(const heap *h, const cand *a, const cand *b) {
-    if (h->spm) {
-        if (a->score != b->score) return a->score > b->score;
-    } else if (a->rank != b->rank) {
-        return a->rank < b->rank;
-    }
-    return a->left < b->left;
+/* An SPM score as an order key: larger for a higher score, -0 as +0, a NaN
+ * (only in a broken file) below every number. */
+static uint32_t score_order(float f) {
+    if (f != f) return 0;
+    if (f == 0.0f) f = 0.0f;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (u & 0x80000000u) ? ~u : u | 0x80000000u;
 }
 
-static void heap_push(heap *h, cand c) {
+/* Appends c without ordering (heap_build orders what was appended). */
+static void heap_append(heap *h, cand c) {
     if (h->oom) return;
     if (h->n == h->cap) {
         size_t nc = h->cap ? h->cap * 2 : 256;
@@ -61,10 +63,33 @@ static void heap_push(heap *h, cand c) {
         h->v = v;
         h->cap = nc;
     }
-    size_t i = h->n++;
+    h->v[h->n++] = c;
+}
+
+/* Puts c at i or below, moving smaller children up. */
+static void sift_down(heap *h, size_t i, cand c) {
+    for (;;) {
+        size_t l = 2 * i + 1, m = l;
+        if (l >= h->n) break;
+        if (l + 1 < h->n && h->v[l + 1].key < h->v[l].key) m = l + 1;
+        if (h->v[m].key >= c.key) break;
+        h->v[i] = h->v[m];
+        i = m;
+    }
+    h->v[i] = c;
+}
+
+static void heap_build(heap *h) {
+    for (size_t i = h->n / 2; i-- > 0;) sift_down(h, i, h->v[i]);
+}
+
+static void heap_push(heap *h, cand c) {
+    heap_append(h, c);
+    if (h->oom) return;
+    size_t i = h->n - 1;
     while (i > 0) {
         size_t p = (i - 1) / 2;
-        if (!cand_before(h, &c, &h->v[p])) break;
+        if (h->v[p].key <= c.key) break;
         h->v[i] = h->v[p];
         i = p;
     }
@@ -74,20 +99,7 @@ static void heap_push(heap *h, cand c) {
 static cand heap_pop(heap *h) {
     cand top = h->v[0];
     cand last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        const cand *best = &last;
-        if (l < h->n && cand_before(h, &h->v[l], best)) {
-            m = l;
-            best = &h->v[l];
-        }
-        if (r < h->n && cand_before(h, &h->v[r], best)) m = r;
-        if (m == i) break;
-        h->v[i] = h->v[m];
-        i = m;
-    }
-    if (h->n) h->v[i] = last;
+    if (h->n) sift_down(h, 0, last);
     return top;
 }
 
@@ -109,17 +121,15 @@ static bool syms_reserve(syms *s, size_t n) {
 
 /* ---- byte-level BPE ---- */
 
-static void bpe_queue(const struct tok_vocab *v, heap *h, const sym *s, int32_t l, int32_t r) {
+/* Queues the pair (l, r) if the merge table has it; appended only (no order)
+ * while a word's first pairs are gathered for heap_build. */
+static void bpe_queue(const struct tok_vocab *v, heap *h, const sym *s, int32_t l, int32_t r, bool append) {
     if (l < 0 || r < 0) return;
     const tok_merge_ent *m = tok_mergemap_find(&v->merges, s[l].sid, s[r].sid);
     if (!m) return;
-    cand c = {0};
-    c.rank = m->rank;
-    c.left = l;
-    c.right = r;
-    c.lid = s[l].sid;
-    c.rid = s[r].sid;
-    heap_push(h, c);
+    cand c = {((uint64_t)(uint32_t)m->rank << 32) | (uint32_t)l, l, r, s[l].sid, s[r].sid, m->result};
+    if (append) heap_append(h, c);
+    else heap_push(h, c);
 }
 
 /* Emits the tokens of one symbol: the token with its text, or else one token
@@ -204,25 +214,26 @@ void tok_bpe_encode(const struct tok_vocab *v, const char *text, size_t len, tok
             if (cl > wn - off) cl = wn - off;
             s[ns].off = (int32_t)off;
             s[ns].n = (int32_t)cl;
-            s[ns].sid = tok_strmap_find(&v->strs, w + off, cl);
+            /* byte-level: symbol ns is the character of byte src[ns] */
+            s[ns].sid = v->pflags.byte_encode ? v->byte_sid[(unsigned char)src[ns]] : tok_strmap_find(&v->strs, w + off, cl);
             s[ns].prev = ns - 1;
             off += cl;
             s[ns].next = off == wn ? -1 : ns + 1;
         }
         H.n = 0;
-        for (int32_t i = 1; i < ns; i++) bpe_queue(v, &H, s, i - 1, i);
+        for (int32_t i = 1; i < ns; i++) bpe_queue(v, &H, s, i - 1, i, true);
+        heap_build(&H);
         while (H.n && !H.oom) {
             cand c = heap_pop(&H);
             sym *l = &s[c.left], *r = &s[c.right];
             if (l->n == 0 || r->n == 0 || l->sid != c.lid || r->sid != c.rid) continue;
-            const tok_merge_ent *m = tok_mergemap_find(&v->merges, c.lid, c.rid);
             l->n += r->n;
-            l->sid = m->result;
+            l->sid = c.aux;
             r->n = 0;
             l->next = r->next;
             if (r->next >= 0) s[r->next].prev = c.left;
-            bpe_queue(v, &H, s, l->prev, c.left);
-            bpe_queue(v, &H, s, c.left, l->next);
+            bpe_queue(v, &H, s, l->prev, c.left, false);
+            bpe_queue(v, &H, s, c.left, l->next, false);
         }
         for (int32_t i = 0; i != -1 && ns > 0; i = s[i].next) bpe_emit(v, w, &s[i], out);
     }
@@ -236,17 +247,15 @@ void tok_bpe_encode(const struct tok_vocab *v, const char *text, size_t len, tok
 
 /* ---- SentencePiece-style BPE ---- */
 
-static void spm_queue(const struct tok_vocab *v, heap *h, const sym *s, const char *text, int32_t l, int32_t r) {
+static void spm_queue(const struct tok_vocab *v, heap *h, const sym *s, const char *text, int32_t l, int32_t r,
+                      bool append) {
     if (l < 0 || r < 0) return;
     int32_t size = s[l].n + s[r].n;
     int32_t tok = tok_lookup(v, text + s[l].off, (size_t)size);
     if (tok < 0) return;
-    cand c = {0};
-    c.score = v->score[tok];
-    c.left = l;
-    c.right = r;
-    c.size = size;
-    heap_push(h, c);
+    cand c = {((uint64_t)(UINT32_MAX - score_order(v->score[tok])) << 32) | (uint32_t)l, l, r, 0, 0, size};
+    if (append) heap_append(h, c);
+    else heap_push(h, c);
 }
 
 void tok_spm_encode(const struct tok_vocab *v, const char *text, size_t len, tok_ids *out) {
@@ -256,7 +265,7 @@ void tok_spm_encode(const struct tok_vocab *v, const char *text, size_t len, tok
         return;
     }
     syms S = {0};
-    heap H = {.spm = true};
+    heap H = {0};
     if (!syms_reserve(&S, len + 1)) {
         out->oom = true;
         return;
@@ -273,17 +282,18 @@ void tok_spm_encode(const struct tok_vocab *v, const char *text, size_t len, tok
         off += cl;
         s[ns].next = off == len ? -1 : ns + 1;
     }
-    for (int32_t i = 1; i < ns; i++) spm_queue(v, &H, s, text, i - 1, i);
+    for (int32_t i = 1; i < ns; i++) spm_queue(v, &H, s, text, i - 1, i, true);
+    heap_build(&H);
     while (H.n && !H.oom) {
         cand c = heap_pop(&H);
         sym *l = &s[c.left], *r = &s[c.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != c.size) continue;
+        if (l->n == 0 || r->n == 0 || l->n + r->n != c.aux) continue;
         l->n += r->n;
         r->n = 0;
         l->next = r->next;
         if (r->next >= 0) s[r->next].prev = c.left;
-        spm_queue(v, &H, s, text, l->prev, c.left);
-        spm_queue(v, &H, s, text, c.left, l->next);
+        spm_queue(v, &H, s, text, l->prev, c.left, false);
+        spm_queue(v, &H, s, text, c.left, l->next, false);
     }
     for (int32_t i = 0; i != -1; i = s[i].next) {
         int32_t tok = tok_lookup(v, text + s[i].off, (size_t)s[i].n);

@@ -156,6 +156,7 @@ struct tok_vocab {
     uint32_t *piece_len;
 
     int32_t byte_tok[256]; /* token for a raw byte (<0xNN> or GPT-2 mapped), -1 if none */
+    int32_t byte_sid[256]; /* byte-level BPE: interned id of the byte's GPT-2 character, -1 if none */
 };
 
 /* Token text and length of token id (id < n_vocab). */

@@ -491,6 +491,8 @@ hn_status tok_load(const gguf_ctx *g, tok_vocab **out, hn_err *err) {
             id = tok_lookup(v, &one, 1);
         }
         v->byte_tok[c] = id;
+        char u[4];
+        v->byte_sid[c] = tok_strmap_find(&v->strs, u, tok_utf8_put(tok_byte_to_cp((uint8_t)c), u));
     }
 
     /* decoded pieces */
