@@ -389,6 +389,123 @@ static void test_errors(void) {
     hc_weight_free(&w);
 }
 
+/* The fused producers (hc_norm_quant, hc_swiglu_quant) against the unfused
+ * path: x updated as x + r (float add), y against the host's rms_norm /
+ * swiglu, and the quantized x they leave in the scratch bit for bit equal to
+ * what hc_gemv's own quantization of that y makes (for Q8_0 and Q8_K, on
+ * row lengths that take the in-register form and ones that do not). */
+static int dl_cmp(const void *dev_a, const void *dev_b, size_t bytes) {
+    hn_err err;
+    unsigned char *a = malloc(bytes), *b = malloc(bytes);
+    int same = a && b && !hc_download(a, dev_a, bytes, &err) && !hc_download(b, dev_b, bytes, &err) &&
+               !memcmp(a, b, bytes);
+    free(a);
+    free(b);
+    return same;
+}
+
+static void test_fused_quant(hc_act act, int64_t dim, int n, int use_r, int use_w, int swiglu) {
+    hn_err err;
+    const qt_type wt = act == HC_ACT_Q8_K ? QT_Q4_K : QT_Q8_0;
+    const size_t rb = qt_row_size(wt, dim), tot = (size_t)n * (size_t)dim;
+    float *x = malloc(sizeof(float) * tot), *r = malloc(sizeof(float) * tot), *w = malloc(sizeof(float) * (size_t)dim);
+    float *xo = malloc(sizeof(float) * tot), *yo = malloc(sizeof(float) * tot);
+    void *wz = calloc(1, rb);
+    uint32_t rs = (uint32_t)(dim * 31 + n * 7 + use_r * 3 + use_w + swiglu * 11);
+    for (size_t i = 0; i < tot; i++) {
+        rs = rs * 1664525u + 1013904223u;
+        x[i] = ((float)(rs >> 8) / 16777216.0f - 0.5f) * (i % 97 == 0 ? 40.0f : 4.0f);
+        rs = rs * 1664525u + 1013904223u;
+        r[i] = ((float)(rs >> 8) / 16777216.0f - 0.5f);
+    }
+    for (int64_t i = 0; i < dim; i++) w[i] = 0.5f + (float)(i % 13) / 8.0f;
+    if (n > 1) memset(x + dim, 0, sizeof(float) * (size_t)dim); /* a zero row: every scale 0 */
+    float *dx = NULL, *dr = NULL, *dw = NULL, *dy = NULL, *dout = NULL;
+    hc_gemv_scratch s1 = {0}, s2 = {0};
+    hc_weight W;
+    hn_status st = hc_weight_upload(&W, wt, dim, 1, wz, &err);
+    if (!st) st = hc_malloc((void **)&dx, sizeof(float) * tot, &err);
+    if (!st) st = hc_malloc((void **)&dr, sizeof(float) * tot, &err);
+    if (!st) st = hc_malloc((void **)&dw, sizeof(float) * (size_t)dim, &err);
+    if (!st) st = hc_malloc((void **)&dy, sizeof(float) * tot, &err);
+    if (!st) st = hc_malloc((void **)&dout, sizeof(float) * (size_t)n, &err);
+    if (!st) st = hc_gemv_scratch_init(&s1, dim, &err);
+    if (!st) st = hc_gemv_scratch_init(&s2, dim, &err);
+    if (!st) st = hc_upload(dx, x, sizeof(float) * tot, &err);
+    if (!st) st = hc_upload(dr, r, sizeof(float) * tot, &err);
+    if (!st) st = hc_upload(dw, w, sizeof(float) * (size_t)dim, &err);
+    const float eps = 1e-6f;
+    if (!st) st = swiglu ? hc_swiglu_quant(dx, dr, n, dim, dy, act, &s1, NULL, &err)
+                         : hc_norm_quant(dx, use_r ? dr : NULL, use_w ? dw : NULL, n, (int)dim, eps, dy, act, &s1, NULL,
+                                         &err);
+    if (!st) st = hc_gemv(&W, dy, n, dout, &s2, NULL, NULL, &err);
+    if (!st) st = hc_sync(&err);
+    if (!st) st = hc_download(xo, dx, sizeof(float) * tot, &err);
+    if (!st) st = hc_download(yo, dy, sizeof(float) * tot, &err);
+    CHECKF(st == HN_OK, "fused quant act %d dim %lld: %s", (int)act, (long long)dim, err.msg);
+    if (!st) {
+        int xok = 1;
+        double ymax = 0, yerr = 0;
+        for (int row = 0; row < n; row++) {
+            const float *xr = x + (size_t)row * dim, *rr = r + (size_t)row * dim;
+            double ss = 0;
+            for (int64_t i = 0; i < dim; i++) {
+                const float v = use_r && !swiglu ? xr[i] + rr[i] : xr[i];
+                if (!swiglu) xok &= xo[(size_t)row * dim + i] == v;
+                ss += (double)v * v;
+            }
+            const double sc = 1.0 / sqrt(ss / (double)dim + eps);
+            for (int64_t i = 0; i < dim; i++) {
+                const float v = use_r && !swiglu ? xr[i] + rr[i] : xr[i];
+                const double want = swiglu ? (double)xr[i] / (1.0 + exp(-(double)xr[i])) * rr[i]
+                                           : (double)v * sc * (use_w ? w[i] : 1.0f);
+                ymax = fmax(ymax, fabs(want));
+                yerr = fmax(yerr, fabs(yo[(size_t)row * dim + i] - want));
+            }
+        }
+        const size_t nb = tot / 32;
+        const int qok = dl_cmp(s1.xq, s2.xq, tot) && dl_cmp(s1.xd, s2.xd, sizeof(float) * nb) &&
+                        dl_cmp(s1.xs, s2.xs, sizeof(float) * nb);
+        CHECKF(xok && yerr <= 2e-6 * ymax + 1e-30 && qok,
+               "%s act %s dim %lld rows %d r %d w %d: x %s, y err %.3g of %.3g, quantized x %s",
+               swiglu ? "swiglu_quant" : "norm_quant", act == HC_ACT_Q8_K ? "Q8_K" : "Q8_0", (long long)dim, n,
+               use_r, use_w, xok ? "ok" : "differs", yerr, ymax, qok ? "= hc_gemv's" : "DIFFERS from hc_gemv's");
+    }
+    hc_gemv_scratch_free(&s1);
+    hc_gemv_scratch_free(&s2);
+    hc_free(dx);
+    hc_free(dr);
+    hc_free(dw);
+    hc_free(dy);
+    hc_free(dout);
+    hc_weight_free(&W);
+    free(x);
+    free(r);
+    free(w);
+    free(xo);
+    free(yo);
+    free(wz);
+}
+
+static void test_fused(void) {
+    static const int64_t dims[] = {256, 1024, 2048, 2560, 4096, 5120, 8192};
+    const int before = test_failed_;
+    for (int a = 0; a < 2; a++) {
+        const hc_act act = a ? HC_ACT_Q8_K : HC_ACT_Q8_0;
+        for (size_t d = 0; d < sizeof dims / sizeof *dims; d++)
+            for (int n = 1; n <= 3; n += 2) {
+                test_fused_quant(act, dims[d], n, 1, 1, 0);
+                test_fused_quant(act, dims[d], n, 0, n == 1, 0);
+            }
+        test_fused_quant(act, 12288, 1, 0, 0, 1);
+        test_fused_quant(act, 12288, 3, 0, 0, 1);
+        test_fused_quant(act, 1024, 2, 0, 0, 1);
+    }
+    hn_err err;
+    CHECK(hc_norm_quant(NULL, NULL, NULL, 1, 16384, 1e-6f, NULL, HC_ACT_Q8_K, NULL, NULL, &err) == HN_ERR_INVALID);
+    printf("fused norm/swiglu + quantization: %s\n", test_failed_ == before ? "ok" : "FAILED");
+}
+
 int main(void) {
     hn_err err;
     if (hc_device_count() == 0) {
@@ -407,6 +524,7 @@ int main(void) {
            dev.cc_major, dev.cc_minor, dev.sm_count, dev.mem_total / 1073741824.0, dev.mem_free / 1073741824.0,
            dev.l2_bytes / 1024, dev.driver_version, dev.runtime_version);
     test_errors();
+    test_fused();
     static const qt_type types[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_XS, QT_MXFP4, QT_F16, QT_BF16};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         const qt_type t = types[i];

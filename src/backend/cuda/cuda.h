@@ -169,7 +169,9 @@ hn_status hc_gemv_ref(const hc_weight *w, const float *x, int na, float *y, void
  * the bits of the unfused kernels followed by the gemv's own quantization.
  * hc_norm_quant: [x = x + r (r may be NULL);] y = rms_norm(x) * w (w may be
  * NULL), n rows of dim. hc_swiglu_quant: y = silu(g) * u, n rows of k.
- * hc_quant_fusable: whether they take that act, row length and row count. */
+ * hc_quant_fusable: whether they take that act, row length and row count
+ * (hc_norm_quant also needs dim <= HC_NORM_QUANT_MAX: the row sits in shared
+ * memory; hc_swiglu_quant takes any k). */
 #define HC_NORM_QUANT_MAX 8192
 bool hc_quant_fusable(hc_act act, int64_t dim, int na, const hc_gemv_scratch *s);
 hn_status hc_norm_quant(float *x, const float *r, const float *w, int n, int dim, float eps, float *y, hc_act act,

@@ -895,6 +895,14 @@ hn_status be_cuda_create(int device, be_backend **out, hn_err *err) {
     cb->mmf = !(mv && !strcmp(mv, "0"));
     const char *fv = getenv("HONE_CUDA_FUSE");
     cb->fuse = !(fv && !strcmp(fv, "0"));
+    /* programmatic dependent launch between a step's kernels (sm_90+) unless HONE_CUDA_PDL=0 */
+    const char *pv = getenv("HONE_CUDA_PDL");
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        major = 0;
+    }
+    cb->pdl = major >= 9 && !(pv && !strcmp(pv, "0"));
     cb->gcache = (cu_graph *)calloc(GRAPH_CACHE, sizeof(cu_graph));
     if (!cb->gcache) {
         free(cb);

@@ -34,6 +34,9 @@ hn_status hc_fail(hn_err *err, cudaError_t e, const char *what) {
     return hn_errf(err, s, "cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
+/* programmatic dependent launch for hc_launch (cuda_int.cuh): off until a backend turns it on */
+int hc_pdl = 0;
+
 extern "C" {
 
 int hc_device_count(void) {

@@ -117,6 +117,7 @@ template <int T, int NA, int RPW>
 #define HC_GEMV_MINB 1 /* blocks per SM the register budget must allow (a build-time experiment) */
 #endif
 static __global__ void __launch_bounds__(WARPS * 32, HC_GEMV_MINB) mmv_q(mwview mw, xview x) {
+    HC_PDL_ENTER();
     typedef TT<T> U;
     constexpr int UN = HC_GEMV_UNITS / RPW;
     const int lane = threadIdx.x & 31;
@@ -231,6 +232,7 @@ static __device__ __forceinline__ float4 ld_f(const float4 *p) {
 
 template <int T>
 static __global__ void __launch_bounds__(MQ_THREADS, 1) mmq(wview w, xview x, int na, float *__restrict__ y) {
+    HC_PDL_ENTER();
     typedef TT<T> U;
     constexpr bool SUMS = U::SUMS, OB = U::ONE_BLOCK;
     /* [buffer][step of the stage][row of the tile]: runs A and B (16 int8
@@ -413,6 +415,7 @@ static __device__ __forceinline__ void f8(int4 q, bool bf, float (&f)[8]) {
 
 template <int T, int NA, int RPW>
 static __global__ void __launch_bounds__(WARPS * 32) mmv_f(wview w, const float *__restrict__ x, float *__restrict__ y) {
+    HC_PDL_ENTER();
     constexpr int UN = 4 / RPW;
     constexpr bool BF = T == QT_BF16;
     const int lane = threadIdx.x & 31;
@@ -472,6 +475,7 @@ static __global__ void __launch_bounds__(WARPS * 32) mmv_f(wview w, const float 
 /* one warp a 32-block */
 static __global__ void quant_x32(const float *__restrict__ x, int64_t k, int8_t *__restrict__ q, float *__restrict__ d,
                                  float *__restrict__ s) {
+    HC_PDL_ENTER();
     const int64_t nb = k / 32, b = (int64_t)blockIdx.x * 4 + threadIdx.x / 32;
     const int r = blockIdx.y, lane = threadIdx.x & 31;
     if (b >= nb) return;
@@ -493,6 +497,7 @@ static __global__ void quant_x32(const float *__restrict__ x, int64_t k, int8_t 
 /* one block of 256 threads a 256-block */
 static __global__ void quant_x256(const float *__restrict__ x, int64_t k, int8_t *__restrict__ q,
                                   float *__restrict__ d, float *__restrict__ s) {
+    HC_PDL_ENTER();
     __shared__ float s_max[8];
     const int64_t nb = k / 32, B = blockIdx.x;
     const int r = blockIdx.y, t = threadIdx.x, lane = t & 31, warp = t >> 5;
@@ -575,6 +580,7 @@ template <int ACT>
 static __global__ void k_norm_quant(float *__restrict__ x, const float *__restrict__ r, const float *__restrict__ w,
                                     int dim, float eps, float *__restrict__ y, int8_t *__restrict__ q,
                                     float *__restrict__ qd, float *__restrict__ qs) {
+    HC_PDL_ENTER();
     extern __shared__ float ys[];
     __shared__ double sh[32];
     float *xr = x + (int64_t)blockIdx.x * dim;
@@ -604,6 +610,71 @@ static __global__ void k_norm_quant(float *__restrict__ x, const float *__restri
         ss += (double)__fmul_rn(u, u);
     }
     const float scale = hc_rms_scale(ss, nt, dim, eps, sh);
+    const int nw = nt / 32;
+    if (dim <= NQ_VPT * nt && (ACT == HC_ACT_Q8_0 || nw % 8 == 0)) {
+        /* the row in registers: row j of warp wp is the 32-block wp + j * nw,
+         * a Q8_K 256-block eight warps' rows side by side; the bits of
+         * warp_quant_block (a 256-block's max is a total order, code sums are
+         * integers), with no pass through shared memory */
+        __shared__ float mx[NQ_VPT][32];
+        const int64_t row = blockIdx.x, nb = dim / 32;
+        float yv[NQ_VPT];
+#pragma unroll
+        for (int j = 0; j < NQ_VPT; j++) {
+            const int i = threadIdx.x + j * nt;
+            yv[j] = 0.0f;
+            if (i < dim) {
+                const float u = __fmul_rn(v[j], scale);
+                yv[j] = yr[i] = w ? __fmul_rn(u, w[i]) : u;
+            }
+        }
+        if (ACT == HC_ACT_Q8_K) {
+#pragma unroll
+            for (int j = 0; j < NQ_VPT; j++) {
+                float m = yv[j];
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) {
+                    const float u = __shfl_xor_sync(0xffffffffu, m, o);
+                    if (fabsf(u) > fabsf(m) || (fabsf(u) == fabsf(m) && u > m)) m = u;
+                }
+                if (lane == 0) mx[j][warp] = m;
+            }
+            __syncthreads();
+        }
+#pragma unroll
+        for (int j = 0; j < NQ_VPT; j++) {
+            const int64_t sb = warp + (int64_t)j * nw; /* this warp row's 32-block */
+            if (sb * 32 >= dim) break;
+            int c;
+            float dd;
+            if (ACT == HC_ACT_Q8_0) {
+                const float amax = act_warp_amax(yv[j]);
+                const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+                dd = __half2float(__float2half_rn(__fdiv_rn(amax, 127.0f)));
+                c = act_q8(__fmul_rn(yv[j], id));
+            } else {
+                const int g0 = warp & ~7;
+                float m = mx[j][g0];
+#pragma unroll
+                for (int t = 1; t < 8; t++) {
+                    const float u = mx[j][g0 + t];
+                    if (fabsf(u) > fabsf(m) || (fabsf(u) == fabsf(m) && u > m)) m = u;
+                }
+                const float iscale = m != 0.0f ? __fdiv_rn(-127.0f, m) : 0.0f;
+                dd = m != 0.0f ? __fdiv_rn(1.0f, iscale) : 0.0f;
+                c = m != 0.0f ? act_q8(__fmul_rn(iscale, yv[j])) : 0;
+            }
+            int sum = c;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            q[row * dim + sb * 32 + lane] = (int8_t)c;
+            if (lane == 0) {
+                qd[row * nb + sb] = dd;
+                qs[row * nb + sb] = __fmul_rn(dd, (float)sum);
+            }
+        }
+        return;
+    }
 #pragma unroll
     for (int j = 0; j < NQ_VPT; j++) {
         const int i = threadIdx.x + j * nt;
@@ -628,6 +699,7 @@ template <int ACT>
 static __global__ void k_swiglu_quant(const float *__restrict__ g, const float *__restrict__ u, int64_t k,
                                       float *__restrict__ y, int8_t *__restrict__ q, float *__restrict__ qd,
                                       float *__restrict__ qs) {
+    HC_PDL_ENTER();
     constexpr int BL = ACT == HC_ACT_Q8_0 ? 32 : 256;
     __shared__ float vs[4 * BL];
     const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
@@ -646,20 +718,20 @@ static __global__ void k_swiglu_quant(const float *__restrict__ g, const float *
 extern "C" bool hc_quant_fusable(hc_act act, int64_t dim, int na, const hc_gemv_scratch *s) {
     if (act != HC_ACT_Q8_0 && act != HC_ACT_Q8_K) return false;
     if (!s || !s->xq || dim > s->max_k || na < 1 || na > s->max_rows) return false;
-    return dim % (act == HC_ACT_Q8_K ? 256 : 32) == 0 && dim <= HC_NORM_QUANT_MAX;
+    return dim % (act == HC_ACT_Q8_K ? 256 : 32) == 0;
 }
 
 extern "C" hn_status hc_norm_quant(float *x, const float *r, const float *w, int n, int dim, float eps, float *y,
                                    hc_act act, hc_gemv_scratch *s, void *stream, hn_err *err) {
-    if (!hc_quant_fusable(act, dim, n, s))
+    if (!hc_quant_fusable(act, dim, n, s) || dim > HC_NORM_QUANT_MAX)
         return hn_errf(err, HN_ERR_INVALID, "cuda: norm_quant: %d rows of %d for activation type %d", n, dim, (int)act);
     const int nt = hc_rms_threads(dim);
     const size_t smem = sizeof(float) * (size_t)dim;
     cudaStream_t cs = (cudaStream_t)stream;
     if (act == HC_ACT_Q8_0)
-        k_norm_quant<HC_ACT_Q8_0><<<(unsigned)n, (unsigned)nt, smem, cs>>>(x, r, w, dim, eps, y, s->xq, s->xd, s->xs);
+        hc_launch(k_norm_quant<HC_ACT_Q8_0>, (unsigned)n, (unsigned)nt, smem, cs, x, r, w, dim, eps, y, s->xq, s->xd, s->xs);
     else
-        k_norm_quant<HC_ACT_Q8_K><<<(unsigned)n, (unsigned)nt, smem, cs>>>(x, r, w, dim, eps, y, s->xq, s->xd, s->xs);
+        hc_launch(k_norm_quant<HC_ACT_Q8_K>, (unsigned)n, (unsigned)nt, smem, cs, x, r, w, dim, eps, y, s->xq, s->xd, s->xs);
     HC_LAUNCHED(err, "norm_quant kernel");
     return HN_OK;
 }
@@ -673,9 +745,9 @@ extern "C" hn_status hc_swiglu_quant(const float *g, const float *u, int n, int6
     const int64_t nblk = act == HC_ACT_Q8_0 ? k / 32 : k / 256;
     const dim3 grid((unsigned)((nblk + 3) / 4), (unsigned)n);
     if (act == HC_ACT_Q8_0)
-        k_swiglu_quant<HC_ACT_Q8_0><<<grid, 128, 0, cs>>>(g, u, k, y, s->xq, s->xd, s->xs);
+        hc_launch(k_swiglu_quant<HC_ACT_Q8_0>, grid, 128, 0, cs, g, u, k, y, s->xq, s->xd, s->xs);
     else
-        k_swiglu_quant<HC_ACT_Q8_K><<<grid, 128, 0, cs>>>(g, u, k, y, s->xq, s->xd, s->xs);
+        hc_launch(k_swiglu_quant<HC_ACT_Q8_K>, grid, 128, 0, cs, g, u, k, y, s->xq, s->xd, s->xs);
     HC_LAUNCHED(err, "swiglu_quant kernel");
     return HN_OK;
 }
@@ -684,6 +756,7 @@ extern "C" hn_status hc_swiglu_quant(const float *g, const float *u, int n, int6
  * bf16 rows that are not 16-byte aligned, which must round as the fast kernel does) */
 template <int T, bool BFX = false>
 static __global__ void mmv_ref(wview w, const float *__restrict__ x, float *__restrict__ y) {
+    HC_PDL_ENTER();
     const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int r = blockIdx.y;
     if (row >= w.n) return;
@@ -924,9 +997,9 @@ static hn_status quant_rows(const hc_weight *w, const float *x, int na, hc_gemv_
     const int64_t nb = w->k / 32;
     if (!reuse) {
         if (hc_gemv_act(w->type) == HC_ACT_Q8_K)
-            quant_x256<<<dim3((unsigned)(w->k / 256), (unsigned)na), 256, 0, cs>>>(x, w->k, s->xq, s->xd, s->xs);
+            hc_launch(quant_x256, dim3((unsigned)(w->k / 256), (unsigned)na), 256, 0, cs, x, w->k, s->xq, s->xd, s->xs);
         else
-            quant_x32<<<dim3((unsigned)((nb + 3) / 4), (unsigned)na), 128, 0, cs>>>(x, w->k, s->xq, s->xd, s->xs);
+            hc_launch(quant_x32, dim3((unsigned)((nb + 3) / 4), (unsigned)na), 128, 0, cs, x, w->k, s->xq, s->xd, s->xs);
         HC_LAUNCHED(err, "activation quantization kernel");
     }
     *xv = xview{s->xq, s->xd, s->xs, w->k, nb};
@@ -954,12 +1027,12 @@ hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_
     if (is_float_type(w->type)) {
         if (w->k % 8) { /* rows not 16-byte aligned: the scalar path (bf16: on rounded x, as below) */
             if (w->type == QT_F16) return hc_gemv_ref(w, x, na, y, stream, err);
-            mmv_ref<QT_BF16, true><<<dim3((unsigned)((w->n + 127) / 128), (unsigned)na), 128, 0, cs>>>(wview_of(w), x, y);
+            hc_launch(mmv_ref<QT_BF16, true>, dim3((unsigned)((w->n + 127) / 128), (unsigned)na), 128, 0, cs, wview_of(w), x, y);
             HC_LAUNCHED(err, "gemv kernel");
             return HN_OK;
         }
         fkern f = w->type == QT_F16 ? pick_f<QT_F16>(na, rpw) : pick_f<QT_BF16>(na, rpw);
-        f<<<grid, WARPS * 32, 0, cs>>>(wview_of(w), x, y);
+        hc_launch(f, grid, WARPS * 32, 0, cs, wview_of(w), x, y);
         HC_LAUNCHED(err, "gemv kernel");
         return HN_OK;
     }
@@ -972,7 +1045,7 @@ hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_
     mw.w[0] = wview_of(w);
     mw.y[0] = y;
     mw.nw = 1;
-    qkernel(w->type, na, rpw)<<<grid, WARPS * 32, 0, cs>>>(mw, xv);
+    hc_launch(qkernel(w->type, na, rpw), grid, WARPS * 32, 0, cs, mw, xv);
     HC_LAUNCHED(err, "gemv kernel");
     return HN_OK;
 }
@@ -1013,7 +1086,7 @@ hn_status hc_gemv_multi(int n_w, const hc_weight *const *w, const float *x, int 
         grid += (unsigned)((w[i]->n + WARPS * rpw - 1) / (WARPS * rpw));
     }
     mw.nw = n_w;
-    qkernel(w[0]->type, na, rpw)<<<grid, WARPS * 32, 0, cs>>>(mw, xv);
+    hc_launch(qkernel(w[0]->type, na, rpw), grid, WARPS * 32, 0, cs, mw, xv);
     HC_LAUNCHED(err, "gemv kernel");
     return HN_OK;
 }
@@ -1021,7 +1094,7 @@ hn_status hc_gemv_multi(int n_w, const hc_weight *const *w, const float *x, int 
 hn_status hc_gemv_ref(const hc_weight *w, const float *x, int na, float *y, void *stream, hn_err *err) {
     hn_status st = check_args(w, x, na, y, err);
     if (st) return st;
-    rkernel(w->type)<<<dim3((unsigned)((w->n + 127) / 128), (unsigned)na), 128, 0, (cudaStream_t)stream>>>(wview_of(w), x, y);
+    hc_launch(rkernel(w->type), dim3((unsigned)((w->n + 127) / 128), (unsigned)na), 128, 0, (cudaStream_t)stream, wview_of(w), x, y);
     HC_LAUNCHED(err, "reference gemv kernel");
     return HN_OK;
 }
@@ -1041,7 +1114,7 @@ hn_status hc_mmq(const hc_weight *w, const float *x, int na, float *y, hc_gemv_s
     hn_status st = quant_rows(w, x, na, s, p && p->reuse_x, cs, &xv, err);
     if (st) return st;
     const dim3 grid((unsigned)((w->n + MQ_BM - 1) / MQ_BM), (unsigned)((na + MQ_BN - 1) / MQ_BN));
-    f<<<grid, MQ_THREADS, 0, cs>>>(wview_of(w), xv, na, y);
+    hc_launch(f, grid, MQ_THREADS, 0, cs, wview_of(w), xv, na, y);
     HC_LAUNCHED(err, "mmq kernel");
     return HN_OK;
 }

@@ -65,4 +65,49 @@ static __device__ __forceinline__ float hc_rms_scale(double ss, int nt, int dim,
 }
 #endif
 
+/* ---- programmatic dependent launch (sm_90) ----
+ * Every kernel of a step is launched by hc_launch and starts with
+ * HC_PDL_ENTER: with hc_pdl on, a kernel may be scheduled while the one
+ * before it on the stream still runs (its blocks start as the other's
+ * finish, and its launch is off the critical path); griddepcontrol.wait
+ * holds each thread until the previous grid has completed and its writes
+ * are visible, so nothing a kernel reads or writes is touched before then,
+ * and the order of the step is that of the stream (a kernel's results do
+ * not change: tests/test_model.c compares the bits with HONE_CUDA_PDL=0).
+ * launch_dependents right after the wait lets the next kernel be launched
+ * as soon as this one runs. Without the attribute (hc_pdl off, or a kernel
+ * launched with <<< >>>) both are no-ops. A kernel must never be launched
+ * through hc_launch without HC_PDL_ENTER at its top. */
+#ifdef __CUDACC__
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define HC_PDL_ENTER() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define HC_PDL_ENTER() ((void)0)
+#endif
+
+/* whether hc_launch asks for programmatic serialization (cuda_dev.cu: set
+ * when a backend is made, from HONE_CUDA_PDL; on by default on sm_90+) */
+extern int hc_pdl;
+
+template <typename... P, typename... A>
+static inline void hc_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A... a) {
+    if (!hc_pdl) {
+        k<<<grid, block, smem, s>>>(a...);
+        return;
+    }
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t c = {};
+    c.gridDim = grid;
+    c.blockDim = block;
+    c.dynamicSmemBytes = smem;
+    c.stream = s;
+    c.attrs = at;
+    c.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&c, k, a...); /* its error is the last error, read by HC_LAUNCHED */
+}
+#endif
+
+
 #endif

@@ -41,6 +41,7 @@ static __device__ A block_reduce(A v, A *sh) {
  * wider than RN_VPT * 1024 loop */
 #define RN_VPT HC_RN_VPT
 static __global__ void k_rms_norm(const float *x, const float *w, int dim, float eps, float *y) {
+    HC_PDL_ENTER();
     __shared__ double sh[32];
     const float *xr = x + (int64_t)blockIdx.x * dim;
     float *yr = y + (int64_t)blockIdx.x * dim;
@@ -73,7 +74,7 @@ static __global__ void k_rms_norm(const float *x, const float *w, int dim, float
 cudaError_t ck_rms_norm(cudaStream_t s, const float *x, const float *w, int n, int dim, float eps, float *y) {
     if (n <= 0) return cudaSuccess;
     const int nt = hc_rms_threads(dim);
-    k_rms_norm<<<(unsigned)n, (unsigned)nt, 0, s>>>(x, w, dim, eps, y);
+    hc_launch(k_rms_norm, (unsigned)n, (unsigned)nt, 0, s, x, w, dim, eps, y);
     return cudaGetLastError();
 }
 
@@ -83,6 +84,7 @@ cudaError_t ck_rms_norm(cudaStream_t s, const float *x, const float *w, int n, i
 
 static __global__ void k_rope(float *x, int n_head, int head_dim, int n_rot, float theta_scale, bool neox,
                               const int32_t *pos) {
+    HC_PDL_ENTER();
     __shared__ float cs[RP_MAX_HALF], sn[RP_MAX_HALF];
     const int r = blockIdx.x, half = n_rot / 2;
     /* the angles once per row: thread i builds theta_i by the CPU's i multiplications */
@@ -106,6 +108,7 @@ static __global__ void k_rope(float *x, int n_head, int head_dim, int n_rot, flo
 /* rows of more than 2 * RP_MAX_HALF rotated dims: each pair builds its own angle */
 static __global__ void k_rope_wide(float *x, int n_head, int head_dim, int n_rot, float theta_scale, bool neox,
                                    const int32_t *pos) {
+    HC_PDL_ENTER();
 
     const int r = blockIdx.x, half = n_rot / 2;
     for (int t = threadIdx.x; t < n_head * half; t += blockDim.x) {
@@ -125,9 +128,9 @@ cudaError_t ck_rope(cudaStream_t s, float *x, int n, int n_head, int head_dim, i
                     bool neox, const int32_t *pos) {
     if (n <= 0 || n_rot < 2) return cudaSuccess;
     if (n_rot / 2 <= RP_MAX_HALF)
-        k_rope<<<(unsigned)n, 256, 0, s>>>(x, n_head, head_dim, n_rot, theta_scale, neox, pos);
+        hc_launch(k_rope, (unsigned)n, 256, 0, s, x, n_head, head_dim, n_rot, theta_scale, neox, pos);
     else
-        k_rope_wide<<<(unsigned)n, 128, 0, s>>>(x, n_head, head_dim, n_rot, theta_scale, neox, pos);
+        hc_launch(k_rope_wide, (unsigned)n, 128, 0, s, x, n_head, head_dim, n_rot, theta_scale, neox, pos);
     return cudaGetLastError();
 }
 
@@ -139,16 +142,19 @@ static unsigned grid_of(size_t n) {
 }
 
 static __global__ void k_add(const float *a, const float *b, float *y, size_t n) {
+    HC_PDL_ENTER();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         y[i] = __fadd_rn(a[i], b[i]);
 }
 
 static __global__ void k_add_bias(float *x, const float *bias, int dim, size_t n) {
+    HC_PDL_ENTER();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         x[i] = __fadd_rn(x[i], bias[i % (size_t)dim]);
 }
 
 static __global__ void k_swiglu(const float *g, const float *u, float *y, size_t n) {
+    HC_PDL_ENTER();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const float gv = g[i];
         y[i] = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), u[i]);
@@ -157,26 +163,27 @@ static __global__ void k_swiglu(const float *g, const float *u, float *y, size_t
 
 cudaError_t ck_add(cudaStream_t s, const float *a, const float *b, float *y, size_t n) {
     if (!n) return cudaSuccess;
-    k_add<<<grid_of(n), 256, 0, s>>>(a, b, y, n);
+    hc_launch(k_add, grid_of(n), 256, 0, s, a, b, y, n);
     return cudaGetLastError();
 }
 
 cudaError_t ck_add_bias(cudaStream_t s, float *x, const float *bias, int n, int dim) {
     const size_t total = (size_t)n * (size_t)dim;
     if (!total) return cudaSuccess;
-    k_add_bias<<<grid_of(total), 256, 0, s>>>(x, bias, dim, total);
+    hc_launch(k_add_bias, grid_of(total), 256, 0, s, x, bias, dim, total);
     return cudaGetLastError();
 }
 
 cudaError_t ck_swiglu(cudaStream_t s, const float *g, const float *u, float *y, size_t n) {
     if (!n) return cudaSuccess;
-    k_swiglu<<<grid_of(n), 256, 0, s>>>(g, u, y, n);
+    hc_launch(k_swiglu, grid_of(n), 256, 0, s, g, u, y, n);
     return cudaGetLastError();
 }
 
 /* ---- MoE: routing (one thread a row, the CPU's loop) and the weighted combine ---- */
 
 static __global__ void k_moe_route(const float *logits, int n_expert, int k, int32_t *ids, float *weights) {
+    HC_PDL_ENTER();
     extern __shared__ float p[];
     if (threadIdx.x) return;
     const int r = blockIdx.x;
@@ -210,11 +217,12 @@ static __global__ void k_moe_route(const float *logits, int n_expert, int k, int
 
 cudaError_t ck_moe_route(cudaStream_t s, const float *logits, int n, int n_expert, int k, int32_t *ids, float *w) {
     if (n <= 0) return cudaSuccess;
-    k_moe_route<<<(unsigned)n, 32, sizeof(float) * (size_t)n_expert, s>>>(logits, n_expert, k, ids, w);
+    hc_launch(k_moe_route, (unsigned)n, 32, sizeof(float) * (size_t)n_expert, s, logits, n_expert, k, ids, w);
     return cudaGetLastError();
 }
 
 static __global__ void k_moe_combine(const float *y, const float *w, int k, int dim, float *out) {
+    HC_PDL_ENTER();
     const int r = blockIdx.x;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
         float o = 0.0f;
@@ -226,7 +234,7 @@ static __global__ void k_moe_combine(const float *y, const float *w, int k, int 
 
 cudaError_t ck_moe_combine(cudaStream_t s, const float *y, const float *w, int n, int k, int dim, float *out) {
     if (n <= 0) return cudaSuccess;
-    k_moe_combine<<<(unsigned)n, 256, 0, s>>>(y, w, k, dim, out);
+    hc_launch(k_moe_combine, (unsigned)n, 256, 0, s, y, w, k, dim, out);
     return cudaGetLastError();
 }
 
@@ -235,6 +243,7 @@ cudaError_t ck_moe_combine(cudaStream_t s, const float *y, const float *w, int n
 /* in place (out == x) one block copies the rows in order, as memmove would:
  * out_rows ascend, so row i's source is never an earlier destination */
 static __global__ void k_gather_out(const float *x, int dim, int n_out, const int32_t *rows, float *out, bool seq) {
+    HC_PDL_ENTER();
     for (int i = seq ? 0 : blockIdx.x; i < (seq ? n_out : (int)blockIdx.x + 1); i++) {
         const float *src = x + (int64_t)rows[i] * dim;
         float *dst = out + (int64_t)i * dim;
@@ -261,18 +270,19 @@ static __global__ void k_gather_out(const float *x, int dim, int n_out, const in
 cudaError_t ck_gather_out(cudaStream_t s, const float *x, int dim, int n_out, const int32_t *rows, float *out) {
     if (n_out <= 0) return cudaSuccess;
     const bool seq = x == out;
-    k_gather_out<<<seq ? 1u : (unsigned)n_out, 256, 0, s>>>(x, dim, n_out, rows, out, seq);
+    hc_launch(k_gather_out, seq ? 1u : (unsigned)n_out, 256, 0, s, x, dim, n_out, rows, out, seq);
     return cudaGetLastError();
 }
 
 static __global__ void k_mask(float *l, const uint32_t *allowed, int64_t n) {
+    HC_PDL_ENTER();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         if (!(allowed[i >> 5] >> (i & 31) & 1u)) l[i] = -INFINITY;
 }
 
 cudaError_t ck_mask_logits(cudaStream_t s, float *l, const uint32_t *allowed, int64_t n_vocab) {
     if (n_vocab <= 0) return cudaSuccess;
-    k_mask<<<grid_of((size_t)n_vocab), 256, 0, s>>>(l, allowed, n_vocab);
+    hc_launch(k_mask, grid_of((size_t)n_vocab), 256, 0, s, l, allowed, n_vocab);
     return cudaGetLastError();
 }
 
@@ -339,6 +349,7 @@ static __device__ size_t block_size_of(qt_type t) {
 }
 
 static __global__ void k_kv_store(ck_kv g, int layer, const float *k, const float *v, const int32_t *slot) {
+    HC_PDL_ENTER();
     const int t = blockIdx.x;
     const bool is_v = blockIdx.y == 1;
     const int32_t sl = slot[t];
@@ -362,7 +373,7 @@ static __global__ void k_kv_store(ck_kv g, int layer, const float *k, const floa
 cudaError_t ck_kv_store(cudaStream_t s, const ck_kv *g, int layer, const float *k, const float *v, int n,
                         const int32_t *slot) {
     if (n <= 0) return cudaSuccess;
-    k_kv_store<<<dim3((unsigned)n, 2), 128, 0, s>>>(*g, layer, k, v, slot);
+    hc_launch(k_kv_store, dim3((unsigned)n, 2), 128, 0, s, *g, layer, k, v, slot);
     return cudaGetLastError();
 }
 
@@ -378,6 +389,7 @@ static __global__ void __launch_bounds__(128)
     k_qk_rope_store(float *q, float *k, const float *v, const float *qw, const float *kw, int n_head, int n_head_kv,
                     int hd, float eps_q, float eps_k, int n_rot, float theta_scale, bool neox, const int32_t *pos,
                     ck_kv g, int layer, const int32_t *slot) {
+    HC_PDL_ENTER();
     __shared__ float buf[4][QR_MAX_HD];
     const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int hidx = blockIdx.y * 4 + warp;
@@ -457,7 +469,7 @@ cudaError_t ck_qk_rope_store(cudaStream_t s, float *q, float *k, const float *v,
                              const int32_t *slot) {
     if (n <= 0) return cudaSuccess;
     const int rows = n_head + 2 * n_head_kv;
-    k_qk_rope_store<<<dim3((unsigned)n, (unsigned)((rows + 3) / 4)), 128, 0, s>>>(
+    hc_launch(k_qk_rope_store, dim3((unsigned)n, (unsigned)((rows + 3) / 4)), 128, 0, s,
         q, k, v, qw, kw, n_head, n_head_kv, head_dim, eps_q, eps_k, n_rot < 2 ? 0 : n_rot, theta_scale, neox, pos, *g,
         layer, slot);
     return cudaGetLastError();
@@ -493,6 +505,7 @@ static __device__ __forceinline__ float kv_get(qt_type t, const uint8_t *row, in
 static __global__ void __launch_bounds__(AT_THREADS)
     k_attention(const float *q, float *out, int n_head, int n_head_kv, int hd, float scale, int32_t window, ck_kv g,
                 int layer, const int32_t *pos, const int32_t *seq, const int32_t *bt, int32_t bt_stride) {
+    HC_PDL_ENTER();
     extern __shared__ float sm[];
     float *qs = sm;                    /* [hd] */
     float *ps = sm + ((hd + 1) & ~1);  /* [AT_THREADS] this chunk's weights */
@@ -662,6 +675,7 @@ static __global__ void __launch_bounds__(AS_THREADS)
     k_attn_part(const float *q, int n_head, int n_head_kv, int hd, float scale, int32_t window, ck_kv g, int layer,
                 const int32_t *pos, const int32_t *seq, const int32_t *bt, int32_t bt_stride, int t0, int n_split,
                 float *part, float *out) {
+    HC_PDL_ENTER();
     constexpr int NW = AS_THREADS / 32, GBV = 32 / ND;
     __shared__ float slab[NW][AS_MAX_GHD]; /* slab 0: the queries while scoring; then each warp's V sums */
     __shared__ float ps[AS_MAX_G][AS_CHUNK];
@@ -802,6 +816,7 @@ static __global__ void __launch_bounds__(AS_THREADS, 6)
     k_attn_part16(const float *q, int n_head, int n_head_kv, int hd, float scale, int32_t window, ck_kv g, int layer,
                   const int32_t *pos, const int32_t *seq, const int32_t *bt, int32_t bt_stride, int t0, int n_split,
                   float *part, float *out) {
+    HC_PDL_ENTER();
     typedef typename hpack<ND>::t P;
     constexpr int NW = AS_THREADS / 32;
     extern __shared__ float4 smem4[];
@@ -937,6 +952,7 @@ static attn_part_fn attn_part_nd(int hd) {
  * and every output dim then sum the chunks in chunk order. */
 #define AC_MAX_SPLIT 2048
 static __global__ void k_attn_combine(const float *part, int n_head, int hd, int t0, int n_split, float *out) {
+    HC_PDL_ENTER();
     __shared__ float wsh[AC_MAX_SPLIT], red[32];
     __shared__ float s_L;
     const int tl = blockIdx.x, h = blockIdx.y, stride = hd + 2;
@@ -1011,20 +1027,20 @@ cudaError_t ck_attention(cudaStream_t s, const float *q, float *out, int n_token
         for (int t0 = 0; t0 < n_tokens; t0 += group) {
             const int nt = n_tokens - t0 < group ? n_tokens - t0 : group;
             if (n_split == 1) { /* one chunk: the output directly, no combine */
-                kp<<<dim3((unsigned)nt, (unsigned)n_head_kv, 1), AS_THREADS, smem, s>>>(
-                    q, n_head, n_head_kv, head_dim, scale, window, *g, layer, pos, seq, bt, bt_stride, t0, 1, NULL, out);
+                hc_launch(kp, dim3((unsigned)nt, (unsigned)n_head_kv, 1), AS_THREADS, smem, s,
+                    q, n_head, n_head_kv, head_dim, scale, window, *g, layer, pos, seq, bt, bt_stride, t0, 1, (float *)NULL, out);
                 continue;
             }
-            kp<<<dim3((unsigned)nt, (unsigned)n_head_kv, (unsigned)n_split), AS_THREADS, smem, s>>>(
+            hc_launch(kp, dim3((unsigned)nt, (unsigned)n_head_kv, (unsigned)n_split), AS_THREADS, smem, s,
                 q, n_head, n_head_kv, head_dim, scale, window, *g, layer, pos, seq, bt, bt_stride, t0, n_split, part,
                 out);
-            k_attn_combine<<<dim3((unsigned)nt, (unsigned)n_head), 128, 0, s>>>(part, n_head, head_dim, t0, n_split, out);
+            hc_launch(k_attn_combine, dim3((unsigned)nt, (unsigned)n_head), 128, 0, s, part, n_head, head_dim, t0, n_split, out);
         }
         return cudaGetLastError();
     }
     const int hd_pad = (head_dim + 1) & ~1; /* keeps vrow 8-byte aligned */
     const size_t smem = sizeof(float) * (size_t)(hd_pad + AT_THREADS + 32) + sizeof(void *) * AT_THREADS;
-    k_attention<<<dim3((unsigned)n_tokens, (unsigned)n_head), AT_THREADS, smem, s>>>(
+    hc_launch(k_attention, dim3((unsigned)n_tokens, (unsigned)n_head), AT_THREADS, smem, s,
         q, out, n_head, n_head_kv, head_dim, scale, window, *g, layer, pos, seq, bt, bt_stride);
     return cudaGetLastError();
 }

@@ -135,6 +135,7 @@ static __device__ __forceinline__ A warp_sum(A v) {
 
 template <int T, bool PL>
 static __global__ void k_get_rows(wsrc w, int64_t k, int64_t rows, const int32_t *__restrict__ ids, float *__restrict__ out) {
+    HC_PDL_ENTER();
     const int i = blockIdx.x;
     const int32_t id = ids[i];
     float *o = out + (int64_t)i * k;
@@ -149,6 +150,7 @@ static __global__ void k_get_rows(wsrc w, int64_t k, int64_t rows, const int32_t
 template <int T, bool PL, typename A>
 static __global__ void __launch_bounds__(MM_WARPS * 32)
     k_mm_tile(wsrc w, int64_t row0, int64_t K, int64_t N, const float *__restrict__ x, int n, float *__restrict__ y) {
+    HC_PDL_ENTER();
     __shared__ float ws[MM_KC];
     const int64_t j = blockIdx.x;
     const int r0 = blockIdx.y * MM_RB, warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -186,6 +188,7 @@ template <int T, bool PL, typename A>
 static __global__ void __launch_bounds__(MM_WARPS * 32)
     k_mm_slots(wsrc w, int64_t K, int64_t N, int mats, const float *__restrict__ x, bool shared, int k,
                const int32_t *__restrict__ ids, float *__restrict__ y) {
+    HC_PDL_ENTER();
     const int s = blockIdx.x, lane = threadIdx.x & 31;
     const int32_t e = ids[s];
     const float *xr = x + (int64_t)(shared ? s / k : s) * K;
@@ -274,7 +277,7 @@ cudaError_t cm_get_rows(cudaStream_t s, const cm_w *w, int n, const int32_t *ids
     kset k;
     if (!pick(w->type, w->planes, &k)) return cudaErrorNotSupported;
     if (n <= 0) return cudaSuccess;
-    k.rows<<<(unsigned)n, 256, 0, s>>>(src_of(w), w->k, w->n, ids, out);
+    hc_launch(k.rows, (unsigned)n, 256, 0, s, src_of(w), w->k, w->n, ids, out);
     return cudaGetLastError();
 }
 
@@ -283,7 +286,7 @@ cudaError_t cm_matmul_tile(cudaStream_t s, const cm_w *w, int mat, const float *
     if (!pick(w->type, w->planes, &k)) return cudaErrorNotSupported;
     if (n <= 0 || w->n <= 0) return cudaSuccess;
     dim3 grid((unsigned)w->n, (unsigned)((n + MM_RB - 1) / MM_RB));
-    k.tile[dbl]<<<grid, MM_WARPS * 32, 0, s>>>(src_of(w), (int64_t)mat * w->n, w->k, w->n, x, n, y);
+    hc_launch(k.tile[dbl], grid, MM_WARPS * 32, 0, s, src_of(w), (int64_t)mat * w->n, w->k, w->n, x, n, y);
     return cudaGetLastError();
 }
 
@@ -294,7 +297,7 @@ cudaError_t cm_matmul_slots(cudaStream_t s, const cm_w *w, const float *x, bool 
     if (n <= 0 || k <= 0 || w->n <= 0) return cudaSuccess;
     const int64_t groups = (w->n + MM_WARPS - 1) / MM_WARPS;
     dim3 grid((unsigned)(n * k), (unsigned)(groups < 65535 ? groups : 65535));
-    ks.slots[dbl]<<<grid, MM_WARPS * 32, 0, s>>>(src_of(w), w->k, w->n, (int)w->mats, x, shared, k, ids, y);
+    hc_launch(ks.slots[dbl], grid, MM_WARPS * 32, 0, s, src_of(w), w->k, w->n, (int)w->mats, x, shared, k, ids, y);
     return cudaGetLastError();
 }
 
@@ -303,6 +306,7 @@ cudaError_t cm_matmul_slots(cudaStream_t s, const cm_w *w, const float *x, bool 
 
 /* Q8_0 (and Q8_1's values): one warp a 32-block */
 static __global__ void k_round32(const float *__restrict__ x, int64_t k, float *__restrict__ out) {
+    HC_PDL_ENTER();
     const int64_t nb = k / 32, b = (int64_t)blockIdx.x * 4 + threadIdx.x / 32;
     const int64_t r = blockIdx.y;
     const int lane = threadIdx.x & 31;
@@ -316,6 +320,7 @@ static __global__ void k_round32(const float *__restrict__ x, int64_t k, float *
 
 /* Q8_K: one block of 256 threads a 256-block */
 static __global__ void k_round256(const float *__restrict__ x, int64_t k, float *__restrict__ out) {
+    HC_PDL_ENTER();
     __shared__ float s_max[8];
     const int64_t B = blockIdx.x, r = blockIdx.y;
     const int t = threadIdx.x;
@@ -330,6 +335,7 @@ static __global__ void k_round256(const float *__restrict__ x, int64_t k, float 
 }
 
 static __global__ void k_round_bf16(const float *__restrict__ x, int64_t n, float *__restrict__ out) {
+    HC_PDL_ENTER();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         out[i] = act_bf16(x[i]);
     }
@@ -355,11 +361,11 @@ cudaError_t cm_act_round(cudaStream_t s, qt_type t, const float *x, int64_t k, i
     if (kind == R_BF16) {
         const int64_t tot = k * n;
         const int64_t g = (tot + 255) / 256;
-        k_round_bf16<<<(unsigned)(g < 65535 ? g : 65535), 256, 0, s>>>(x, tot, out);
+        hc_launch(k_round_bf16, (unsigned)(g < 65535 ? g : 65535), 256, 0, s, x, tot, out);
     } else if (kind == R_32) {
-        k_round32<<<dim3((unsigned)((k / 32 + 3) / 4), (unsigned)n), 128, 0, s>>>(x, k, out);
+        hc_launch(k_round32, dim3((unsigned)((k / 32 + 3) / 4), (unsigned)n), 128, 0, s, x, k, out);
     } else {
-        k_round256<<<dim3((unsigned)(k / 256), (unsigned)n), 256, 0, s>>>(x, k, out);
+        hc_launch(k_round256, dim3((unsigned)(k / 256), (unsigned)n), 256, 0, s, x, k, out);
     }
     return cudaGetLastError();
 }

@@ -54,6 +54,7 @@ static __device__ __forceinline__ void mma_h(float (&d)[4], const unsigned (&a)[
 
 static __global__ void __launch_bounds__(MF_THREADS, 1)
     mmf(wview w, const __half *__restrict__ xh, const float *__restrict__ xe, int na, float *__restrict__ y) {
+    HC_PDL_ENTER();
     extern __shared__ uint4 mf_smem[];
     __half *sA = (__half *)mf_smem;               /* [MF_ST][MF_BM][MF_LD] */
     __half *sB = sA + MF_ST * MF_BM * MF_LD;       /* [MF_ST][MF_BN][MF_LD] */
@@ -148,9 +149,9 @@ static __global__ void __launch_bounds__(MF_THREADS, 1)
  * scale (a 32-block's d; a K-quant sub-block's d sc_j), minus the
  * K-quants' min terms (dmin m_j) (d_x sum_j); q6_K's scales cover 16
  * values (two k16 mmas a group). So the results differ from the CPU's only
- * in the float summation order (the CPU sums a super-block's sc_j dot_j in
- * integers first; HC_MMI_ISUM=1 does so too): the golden tests' tolerances
- * hold as on the CPU.
+ * in the float summation order (a K-quant's super-block sums sc_j dot_j in
+ * integers first, as the CPU does: HC_MMI_ISUM): the golden tests'
+ * tolerances hold as on the CPU.
  *
  * A step covers 64 values of k = two units of the gemv's layout, laid out
  * in shared memory as two 32-value groups of one scale each: for q4_K/q5_K
@@ -340,7 +341,9 @@ static __device__ __forceinline__ void mma_i32(int (&d)[4], const unsigned (&a)[
 }
 
 /* the block's shape: HC_MMI_SMALL=1 builds 128 x 64 blocks of 8 warps of 32 x 32 (two blocks an
- * SM by the register bound) instead of 128 x 128 of 64 x 32 (one); the outputs are the same */
+ * SM by the register bound) instead of 128 x 128 of 64 x 32 (one); the outputs are the same. A
+ * build-time experiment: measured on an H200 it is 5-25% slower on every shape (bench/README.md),
+ * so the default stays one block an SM. */
 #ifndef HC_MMI_SMALL
 #define HC_MMI_SMALL 0
 #endif
@@ -348,13 +351,12 @@ static __device__ __forceinline__ void mma_i32(int (&d)[4], const unsigned (&a)[
 #define MI_WMW (HC_MMI_SMALL ? 4 : 2)   /* warps along the weight rows */
 #define MI_BN (HC_MMI_SMALL ? 64 : 128) /* activation rows a block */
 #define MI_MINB (HC_MMI_SMALL ? 2 : 1)
-/* HC_MMI_ISUM=1: a K-quant sums sc_j dot_j in integers over its super-block (one integer
- * multiply-add per output and group, the float scaling once per 256 values, as the CPU does)
- * instead of scaling each group's dot in floats; the outputs differ in the float rounding only.
- * Both knobs are build-time experiments: the defaults are what the GPU tests validated; 1 has
- * been compiled, not yet measured or tested on a GPU. */
+/* HC_MMI_ISUM (the default, 1): a K-quant sums sc_j dot_j in integers over its super-block (one
+ * integer multiply-add per output and group, the float scaling once per 256 values, as the CPU
+ * does) instead of scaling each group's dot in floats (HC_MMI_ISUM=0); the outputs differ in the
+ * float rounding only. Measured on an H200: q4_K 9-12% and q6_K 30-33% faster. */
 #ifndef HC_MMI_ISUM
-#define HC_MMI_ISUM 0
+#define HC_MMI_ISUM 1
 #endif
 #define MI_LD 80 /* bytes a shared row: 64 codes + 16 (ldmatrix without bank conflicts) */
 #define MI_MAGIC 0x4B400000
@@ -381,6 +383,7 @@ template <int T>
 static __global__ void __launch_bounds__(MF_THREADS, MI_MINB)
     mmi(wview w, const int8_t *__restrict__ xq, const float *__restrict__ xd, const float *__restrict__ xs, int na,
         float *__restrict__ y) {
+    HC_PDL_ENTER();
     constexpr int CL = IT<T>::CL;
     extern __shared__ uint4 mf_smem[];
     typedef typename RW<T>::R RR;
@@ -694,6 +697,7 @@ static __device__ __forceinline__ float block_max(float v, float *sh) {
 
 /* f16 weights: x itself -> f16 */
 static __global__ void k_xh_f(const float *__restrict__ x, int64_t k, __half *__restrict__ xh, float *__restrict__ xe) {
+    HC_PDL_ENTER();
     __shared__ float sh[32];
     const int r = blockIdx.x;
     const float *xr = x + (int64_t)r * k;
@@ -753,14 +757,14 @@ hn_status hc_mmf(const hc_weight *w, const float *x, int na, float *y, hc_gemv_s
     const dim3 grid((unsigned)((w->n + MF_BM - 1) / MF_BM), (unsigned)((na + MF_BN - 1) / MF_BN));
     if (w->type == QT_F16) {
         __half *xh = (__half *)s->xh;
-        k_xh_f<<<(unsigned)na, 256, 0, cs>>>(x, w->k, xh, s->xe);
+        hc_launch(k_xh_f, (unsigned)na, 256, 0, cs, x, w->k, xh, s->xe);
         HC_LAUNCHED(err, "mmf activation kernel");
-        mmf<<<grid, MF_THREADS, MF_SMEM, cs>>>(wview_of(w), xh, s->xe, na, y);
+        hc_launch(mmf, grid, MF_THREADS, MF_SMEM, cs, wview_of(w), xh, s->xe, na, y);
     } else {
         st = hc_quant_rows(w, x, na, s, reuse_x, stream, err);
         if (st) return st;
         const dim3 gi((unsigned)((w->n + MF_BM - 1) / MF_BM), (unsigned)((na + MI_BN - 1) / MI_BN));
-        mi_kernel(w->type)<<<gi, MF_THREADS, MI_SMEM, cs>>>(wview_of(w), s->xq, s->xd, s->xs, na, y);
+        hc_launch(mi_kernel(w->type), gi, MF_THREADS, MI_SMEM, cs, wview_of(w), s->xq, s->xd, s->xs, na, y);
     }
     HC_LAUNCHED(err, "mmf kernel");
     return HN_OK;

@@ -715,7 +715,8 @@ static int rec_fuse(cu_be *cb, const cu_rec *r, int left) {
         rec_consumer(&r[at + 1], r[at].u.g.y, &w, &n)) {
         const auto &g = r[at].u.g;
         const hc_act a = rec_quantizes(cb, w, n);
-        if (a != HC_ACT_F32 && n == g.i0 && w->ne[0] == g.i1 && hc_quant_fusable(a, g.i1, n, &cb->gs)) {
+        if (a != HC_ACT_F32 && n == g.i0 && w->ne[0] == g.i1 && g.i1 <= HC_NORM_QUANT_MAX &&
+            hc_quant_fusable(a, g.i1, n, &cb->gs)) {
             hn_status st = hc_norm_quant(F(g.x), add ? F(add->u.g.w) : NULL, g.w ? F(g.w) : NULL, n, g.i1, g.f0,
                                          F(g.y), a, &cb->gs, cb->stream, &e);
             if (st) {

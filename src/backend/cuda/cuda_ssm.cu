@@ -21,6 +21,7 @@ static unsigned grid_of(size_t n) {
 /* ---- copy_cols, sigmoid_mul, l2_norm ---- */
 
 static __global__ void k_copy_cols(const float *x, int x_ld, int x_off, int n, int nc, float *y, int y_ld, int y_off) {
+    HC_PDL_ENTER();
     const size_t total = (size_t)n * (size_t)nc;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         const size_t r = i / (size_t)nc, c = i % (size_t)nc;
@@ -31,11 +32,12 @@ static __global__ void k_copy_cols(const float *x, int x_ld, int x_off, int n, i
 cudaError_t ck_copy_cols(cudaStream_t s, const float *x, int x_ld, int x_off, int n, int nc, float *y, int y_ld,
                          int y_off) {
     if (n <= 0 || nc <= 0) return cudaSuccess;
-    k_copy_cols<<<grid_of((size_t)n * (size_t)nc), 256, 0, s>>>(x, x_ld, x_off, n, nc, y, y_ld, y_off);
+    hc_launch(k_copy_cols, grid_of((size_t)n * (size_t)nc), 256, 0, s, x, x_ld, x_off, n, nc, y, y_ld, y_off);
     return cudaGetLastError();
 }
 
 static __global__ void k_sigmoid_mul(const float *x, const float *g, int dim, int g_dim, size_t total, float *y) {
+    HC_PDL_ENTER();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         const size_t r = i / (size_t)dim, c = i % (size_t)dim;
         const float gv = g[r * (size_t)g_dim + (g_dim == 1 ? 0 : c)];
@@ -48,12 +50,13 @@ static __global__ void k_sigmoid_mul(const float *x, const float *g, int dim, in
 cudaError_t ck_sigmoid_mul(cudaStream_t s, const float *x, const float *g, int n, int dim, int g_dim, float *y) {
     const size_t total = (size_t)n * (size_t)dim;
     if (!total) return cudaSuccess;
-    k_sigmoid_mul<<<grid_of(total), 256, 0, s>>>(x, g, dim, g_dim, total, y);
+    hc_launch(k_sigmoid_mul, grid_of(total), 256, 0, s, x, g, dim, g_dim, total, y);
     return cudaGetLastError();
 }
 
 /* one warp a row: float squares summed in double (as the CPU) */
 static __global__ void k_l2_norm(const float *x, int n, int dim, float eps, float *y) {
+    HC_PDL_ENTER();
     const int64_t r = (int64_t)blockIdx.x * 4 + threadIdx.x / 32;
     const int lane = threadIdx.x & 31;
     if (r >= n) return;
@@ -70,7 +73,7 @@ static __global__ void k_l2_norm(const float *x, int n, int dim, float eps, floa
 
 cudaError_t ck_l2_norm(cudaStream_t s, const float *x, int n, int dim, float eps, float *y) {
     if (n <= 0 || dim <= 0) return cudaSuccess;
-    k_l2_norm<<<(unsigned)((n + 3) / 4), 128, 0, s>>>(x, n, dim, eps, y);
+    hc_launch(k_l2_norm, (unsigned)((n + 3) / 4), 128, 0, s, x, n, dim, eps, y);
     return cudaGetLastError();
 }
 
@@ -78,6 +81,7 @@ cudaError_t ck_l2_norm(cudaStream_t s, const float *x, int n, int dim, float eps
 
 static __global__ void k_rope_multi(float *x, int n_head, int head_dim, int n_rot, float theta_scale, int s0, int s1,
                                     int s2, const int32_t *pos) {
+    HC_PDL_ENTER();
     const int r = blockIdx.x, half = n_rot / 2;
     const int sec_n[3] = {s0, s1, s2};
     for (int t = threadIdx.x; t < n_head * half; t += blockDim.x) {
@@ -96,7 +100,7 @@ static __global__ void k_rope_multi(float *x, int n_head, int head_dim, int n_ro
 cudaError_t ck_rope_multi(cudaStream_t s, float *x, int n, int n_head, int head_dim, int n_rot, float theta_scale,
                           const int32_t sections[4], const int32_t *pos) {
     if (n <= 0 || n_rot < 2) return cudaSuccess;
-    k_rope_multi<<<(unsigned)n, 128, 0, s>>>(x, n_head, head_dim, n_rot, theta_scale, sections[0], sections[1],
+    hc_launch(k_rope_multi, (unsigned)n, 128, 0, s, x, n_head, head_dim, n_rot, theta_scale, sections[0], sections[1],
                                              sections[2], pos);
     return cudaGetLastError();
 }
@@ -106,6 +110,7 @@ cudaError_t ck_rope_multi(cudaStream_t s, float *x, int n, int n_head, int head_
 static __global__ void k_ssm_conv(const float *x, const float *w, int n, int C, int K, ck_state st,
                                   const int32_t *pos, const int32_t *seq, const int32_t *slot,
                                   const int32_t *state_slot, const int32_t *snap, float *y) {
+    HC_PDL_ENTER();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= C) return;
     const float *wi = w + (size_t)i * (size_t)K;
@@ -132,7 +137,7 @@ cudaError_t ck_ssm_conv(cudaStream_t s, const float *x, const float *w, int n, i
                         const ck_state *st, const int32_t *pos, const int32_t *seq, const int32_t *slot,
                         const int32_t *state_slot, const int32_t *snap, float *y) {
     if (n <= 0 || channels <= 0) return cudaSuccess;
-    k_ssm_conv<<<(unsigned)((channels + 127) / 128), 128, 0, s>>>(x, w, n, channels, kernel, *st, pos, seq, slot,
+    hc_launch(k_ssm_conv, (unsigned)((channels + 127) / 128), 128, 0, s, x, w, n, channels, kernel, *st, pos, seq, slot,
                                                                   state_slot, snap, y);
     return cudaGetLastError();
 }
@@ -148,6 +153,7 @@ static __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ?
 
 static __global__ void k_delta_net(ck_delta a, ck_state st, const int32_t *pos, const int32_t *seq,
                                    const int32_t *slot, const int32_t *state_slot, const int32_t *snap) {
+    HC_PDL_ENTER();
     extern __shared__ float sm[];
     const int S = a.S, Nk = a.Nk, Nv = a.Nv;
     const int j = blockIdx.x, s = blockIdx.y, kh = j % Nk, vi = threadIdx.x;
@@ -209,6 +215,6 @@ cudaError_t ck_delta_net(cudaStream_t s, const ck_delta *a, const ck_state *st, 
     if (a->S < 1 || a->S > ck_delta_max_dim()) return cudaErrorInvalidValue;
     const size_t smem = sizeof(float) * ((size_t)a->S * a->S + 2 * (size_t)a->S); /* within ck_init's limit */
     const unsigned threads = (unsigned)((a->S + 31) / 32 * 32);
-    k_delta_net<<<dim3((unsigned)a->Nv, (unsigned)n_seqs), threads, smem, s>>>(*a, *st, pos, seq, slot, state_slot, snap);
+    hc_launch(k_delta_net, dim3((unsigned)a->Nv, (unsigned)n_seqs), threads, smem, s, *a, *st, pos, seq, slot, state_slot, snap);
     return cudaGetLastError();
 }

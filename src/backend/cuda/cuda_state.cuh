@@ -73,6 +73,7 @@ typedef struct cu_be {
      * per logits row whether it is a prefill row (pf_of), and of each set
      * whether none (0), all (1) or some (2) are */
     bool mmf;
+    bool pdl; /* programmatic dependent launch (hc_launch), HONE_CUDA_PDL */
     uint8_t *pf_row, *pf_out;
     int32_t *pf_cnt;
     int pf_rows_kind, pf_out_kind;
@@ -119,7 +120,12 @@ typedef struct cu_be {
     long long graph_hits, graph_builds;
 } cu_be;
 
-static inline cu_be *cu_of(be_backend *b) { return (cu_be *)b->impl; }
+/* every op starts here: hc_launch's programmatic-launch switch is this backend's */
+static inline cu_be *cu_of(be_backend *b) {
+    cu_be *cb = (cu_be *)b->impl;
+    hc_pdl = cb->pdl;
+    return cb;
+}
 static inline float *F(const be_tensor *t) { return (float *)t->data; }
 
 
