@@ -610,71 +610,6 @@ static __global__ void k_norm_quant(float *__restrict__ x, const float *__restri
         ss += (double)__fmul_rn(u, u);
     }
     const float scale = hc_rms_scale(ss, nt, dim, eps, sh);
-    const int nw = nt / 32;
-    if (dim <= NQ_VPT * nt && (ACT == HC_ACT_Q8_0 || nw % 8 == 0)) {
-        /* the row in registers: row j of warp wp is the 32-block wp + j * nw,
-         * a Q8_K 256-block eight warps' rows side by side; the bits of
-         * warp_quant_block (a 256-block's max is a total order, code sums are
-         * integers), with no pass through shared memory */
-        __shared__ float mx[NQ_VPT][32];
-        const int64_t row = blockIdx.x, nb = dim / 32;
-        float yv[NQ_VPT];
-#pragma unroll
-        for (int j = 0; j < NQ_VPT; j++) {
-            const int i = threadIdx.x + j * nt;
-            yv[j] = 0.0f;
-            if (i < dim) {
-                const float u = __fmul_rn(v[j], scale);
-                yv[j] = yr[i] = w ? __fmul_rn(u, w[i]) : u;
-            }
-        }
-        if (ACT == HC_ACT_Q8_K) {
-#pragma unroll
-            for (int j = 0; j < NQ_VPT; j++) {
-                float m = yv[j];
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) {
-                    const float u = __shfl_xor_sync(0xffffffffu, m, o);
-                    if (fabsf(u) > fabsf(m) || (fabsf(u) == fabsf(m) && u > m)) m = u;
-                }
-                if (lane == 0) mx[j][warp] = m;
-            }
-            __syncthreads();
-        }
-#pragma unroll
-        for (int j = 0; j < NQ_VPT; j++) {
-            const int64_t sb = warp + (int64_t)j * nw; /* this warp row's 32-block */
-            if (sb * 32 >= dim) break;
-            int c;
-            float dd;
-            if (ACT == HC_ACT_Q8_0) {
-                const float amax = act_warp_amax(yv[j]);
-                const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-                dd = __half2float(__float2half_rn(__fdiv_rn(amax, 127.0f)));
-                c = act_q8(__fmul_rn(yv[j], id));
-            } else {
-                const int g0 = warp & ~7;
-                float m = mx[j][g0];
-#pragma unroll
-                for (int t = 1; t < 8; t++) {
-                    const float u = mx[j][g0 + t];
-                    if (fabsf(u) > fabsf(m) || (fabsf(u) == fabsf(m) && u > m)) m = u;
-                }
-                const float iscale = m != 0.0f ? __fdiv_rn(-127.0f, m) : 0.0f;
-                dd = m != 0.0f ? __fdiv_rn(1.0f, iscale) : 0.0f;
-                c = m != 0.0f ? act_q8(__fmul_rn(iscale, yv[j])) : 0;
-            }
-            int sum = c;
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            q[row * dim + sb * 32 + lane] = (int8_t)c;
-            if (lane == 0) {
-                qd[row * nb + sb] = dd;
-                qs[row * nb + sb] = __fmul_rn(dd, (float)sum);
-            }
-        }
-        return;
-    }
 #pragma unroll
     for (int j = 0; j < NQ_VPT; j++) {
         const int i = threadIdx.x + j * nt;
@@ -715,6 +650,38 @@ static __global__ void k_swiglu_quant(const float *__restrict__ g, const float *
     warp_quant_block<ACT>(v, 0, lane, q + o, qd + row * nb + b * (BL / 32), qs + row * nb + b * (BL / 32));
 }
 
+/* the Q8_K form: one block of 256 threads a (row, 256-block), each thread
+ * one value, quantized as quant_x256 does (its code, on the value in a
+ * register): the whole machine's width instead of a warp a 256-block */
+static __global__ void k_swiglu_quant256(const float *__restrict__ g, const float *__restrict__ u, int64_t k,
+                                         float *__restrict__ y, int8_t *__restrict__ q, float *__restrict__ qd,
+                                         float *__restrict__ qs) {
+    HC_PDL_ENTER();
+    __shared__ float s_max[8];
+    const int64_t nb = k / 32, B = blockIdx.x, r = blockIdx.y;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int64_t o = r * k + B * 256 + t;
+    const float gv = g[o];
+    const float v = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), u[o]);
+    y[o] = v;
+    const float m = act_block256_max(v, s_max);
+    int c = 0;
+    float dd = 0.0f;
+    if (m != 0.0f) {
+        const float iscale = __fdiv_rn(-127.0f, m);
+        c = act_q8(__fmul_rn(iscale, v));
+        dd = __fdiv_rn(1.0f, iscale);
+    }
+    int sum = c;
+#pragma unroll
+    for (int sh = 16; sh > 0; sh >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, sh);
+    q[o] = (int8_t)c;
+    if (lane == 0) {
+        qd[r * nb + B * 8 + warp] = dd;
+        qs[r * nb + B * 8 + warp] = __fmul_rn(dd, (float)sum);
+    }
+}
+
 extern "C" bool hc_quant_fusable(hc_act act, int64_t dim, int na, const hc_gemv_scratch *s) {
     if (act != HC_ACT_Q8_0 && act != HC_ACT_Q8_K) return false;
     if (!s || !s->xq || dim > s->max_k || na < 1 || na > s->max_rows) return false;
@@ -747,7 +714,8 @@ extern "C" hn_status hc_swiglu_quant(const float *g, const float *u, int n, int6
     if (act == HC_ACT_Q8_0)
         hc_launch(k_swiglu_quant<HC_ACT_Q8_0>, grid, 128, 0, cs, g, u, k, y, s->xq, s->xd, s->xs);
     else
-        hc_launch(k_swiglu_quant<HC_ACT_Q8_K>, grid, 128, 0, cs, g, u, k, y, s->xq, s->xd, s->xs);
+        hc_launch(k_swiglu_quant256, dim3((unsigned)(k / 256), (unsigned)n), 256, 0, cs, g, u, k, y, s->xq, s->xd,
+                  s->xs);
     HC_LAUNCHED(err, "swiglu_quant kernel");
     return HN_OK;
 }
