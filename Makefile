@@ -83,6 +83,18 @@ OBJ_CU     := $(SRC_CU:%.cu=$(BUILD)/%.o)
 CUDA_LIB   := $(BUILD)/libhone_cuda.a
 CUDA_LIBS  := $(if $(CUDA_LDIR),-L$(CUDA_LDIR)) -lcudart_static -ldl -lrt -lpthread
 DEFS       += -DHN_HAVE_CUDA
+# NCCL (backend/comm.h's nccl transport, tensor parallel over GPUs): built
+# when nccl.h is found beside the toolkit or in the system's include folder;
+# libnccl.so.2 is loaded at run time (nothing links against it), from the
+# loader's path, HONE_NCCL_LIB, or the file found here at build time
+NCCL_INC   ?= $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h $(CUDA_ROOT)/include/nccl.h /usr/include/nccl.h))
+ifneq ($(strip $(NCCL_INC)),)
+NCCL_SO    ?= $(firstword $(wildcard $(CUDA_LDIR)/libnccl.so.2 $(CUDA_ROOT)/lib64/libnccl.so.2 $(CUDA_ROOT)/lib/libnccl.so.2 $(CUDA_HOME)/lib64/libnccl.so.2 $(CUDA_HOME)/lib/libnccl.so.2 /usr/lib/$(shell uname -m)-linux-gnu/libnccl.so.2))
+DEFS       += -DHN_HAVE_NCCL
+NVCC_NCCL   = -I$(dir $(NCCL_INC)) $(if $(NCCL_SO),-DHN_NCCL_LIB='"$(NCCL_SO)"')
+else
+$(info nccl.h not found (CUDA_HOME=$(CUDA_HOME), /usr/include): the NCCL transport is not built; tensor parallel over GPUs is off)
+endif
 endif
 
 ifeq ($(ARCH),x86_64)
@@ -117,6 +129,10 @@ $(BUILD)/libhone_cuda.a: $(OBJ_CU)
 $(BUILD)/src/backend/cuda/%.o: src/backend/cuda/%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(NVCC_WARN) $(CUDA_ARCH) $(DEFS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/src/backend/cuda/cuda_comm.o: src/backend/cuda/cuda_comm.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(NVCC_WARN) $(CUDA_ARCH) $(DEFS) $(NVCC_NCCL) -MMD -MP -c -o $@ $<
 
 # the tuner's cached winners are keyed by a checksum of the kernel sources, so
 # a binary whose kernels changed tunes again

@@ -306,6 +306,34 @@ int main(void) {
     CHECKF(run(cmd, out, sizeof out) == 1 && strstr(out, "counted 0..2"), "%s", out);
     snprintf(cmd, sizeof cmd, "HONE_NO_TUNE=1 '%s' run -m '%s' -p hi --cpu-moe 1 2>&1", bin, q3);
     CHECKF(run(cmd, out, sizeof out) == 1 && strstr(out, "not a MoE model"), "%s", out);
+    /* tensor parallel (--devices): two CPU ranks give the one-backend tokens (a float model: its logits agree to
+     * 1e-6, test_tp.c), and bad lists are refused saying why */
+    for (int i = 0; i < 4; i++) {
+        snprintf(cmd, sizeof cmd, "'%s' %s --help", bin, with_moe[i]);
+        CHECKF(run(cmd, out, sizeof out) == 0 && strstr(out, "--devices LIST") && strstr(out, "cpu,cpu"),
+               "hone %s --help does not document --devices", with_moe[i]);
+    }
+    {
+        char lf[1024], one[4096], two[4096];
+        test_data_path(lf, sizeof lf, "data/models/llama-2k-f32.gguf");
+        snprintf(cmd, sizeof cmd, "HONE_NO_TUNE=1 '%s' run -m '%s' --tokens '1 2 3 4 5' -n 24 --temp 0 --print-ids 2>/dev/null", bin, lf);
+        int r1 = run(cmd, one, sizeof one);
+        snprintf(cmd, sizeof cmd, "HONE_NO_TUNE=1 '%s' run -m '%s' --tokens '1 2 3 4 5' -n 24 --temp 0 --print-ids --devices cpu,cpu 2>/dev/null", bin, lf);
+        int r2 = run(cmd, two, sizeof two);
+        CHECKF(r1 == 0 && r2 == 0 && strlen(one) > 24 && !strcmp(one, two), "run --devices cpu,cpu: '%s' vs one backend's '%s'", two, one);
+    }
+    static const struct { const char *list, *says; int rc; } bad_devices[] = {
+        {"cpu,,cpu", "an empty rank", 2}, {"cuda:0,cuda:1", "not built yet", 2}, {"0,1", "not built yet", 2},
+        {"cpu,gpu", "unknown rank 'gpu'", 2}, {"cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu", "at most 8", 2},
+        {"cpu,cpu,cpu,cpu", "do not split into 4", 1},
+    };
+    for (size_t i = 0; i < sizeof bad_devices / sizeof bad_devices[0]; i++) {
+        snprintf(cmd, sizeof cmd, "HONE_NO_TUNE=1 '%s' run -m '%s' -p hi --devices %s 2>&1", bin, q3, bad_devices[i].list);
+        int rc = run(cmd, out, sizeof out);
+        CHECKF(rc == bad_devices[i].rc && strstr(out, bad_devices[i].says), "--devices %s: %d %s", bad_devices[i].list, rc, out);
+    }
+    snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -p hi --devices cpu,cpu --device cuda 2>&1", bin, q3);
+    CHECKF(run(cmd, out, sizeof out) == 2 && strstr(out, "contradicts"), "%s", out);
     snprintf(cmd, sizeof cmd, "'%s' run -m /nonexistent.gguf -p hi 2>&1", bin);
     CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "nonexistent"));
     snprintf(cmd, sizeof cmd, "'%s' run -m '%s' --tokens '1 999999' 2>&1", bin, q3);

@@ -59,6 +59,49 @@ static inline bool cli_cpu_moe_parse(const char *cmd, const char *v, int *out) {
     return true;
 }
 
+#define CLI_DEVICES_HELP "tensor parallel: split the model's heads, FFN and vocabulary over these ranks, e.g. cpu,cpu (CPU ranks only for now; dense llama, qwen2, qwen3; the kv heads must divide by the count)"
+
+/* Parses --devices LIST (comma-separated ranks: "cpu" each, at most 8) for
+ * command cmd into *n_ranks (model_params.n_ranks), checking it against
+ * --device (*device: NULL, auto or cpu; set to "cpu"); prints why and
+ * returns false otherwise (GPU ranks are refused: not built yet). */
+static inline bool cli_devices_parse(const char *cmd, const char *v, const char **device, int *n_ranks) {
+    int n = 0;
+    const char *p = v;
+    for (;;) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        if (len == 3 && !strncmp(p, "cpu", 3)) {
+            n++;
+        } else if (len == 0) {
+            fprintf(stderr, "hone %s: bad --devices '%s' (an empty rank; e.g. cpu,cpu)\n", cmd, v);
+            return false;
+        } else if (!strncmp(p, "cuda", 4) || (*p >= '0' && *p <= '9')) {
+            fprintf(stderr,
+                    "hone %s: --devices '%s': tensor parallel over GPUs is not built yet (the NCCL communicator is; the "
+                    "model's CUDA ranks are not): --devices takes CPU ranks for now, e.g. cpu,cpu\n",
+                    cmd, v);
+            return false;
+        } else {
+            fprintf(stderr, "hone %s: bad --devices '%s': unknown rank '%.*s' (cpu)\n", cmd, v, (int)len, p);
+            return false;
+        }
+        if (!c) break;
+        p = c + 1;
+    }
+    if (n > 8) {
+        fprintf(stderr, "hone %s: --devices '%s': %d ranks (at most 8)\n", cmd, v, n);
+        return false;
+    }
+    if (*device && strcmp(*device, "auto") && strcmp(*device, "cpu")) {
+        fprintf(stderr, "hone %s: --devices %s runs on CPU ranks; --device %s contradicts it\n", cmd, v, *device);
+        return false;
+    }
+    *device = "cpu";
+    *n_ranks = n;
+    return true;
+}
+
 /* The tuned kernel parameters (tn_load_tune) for the model's backend and,
  * with experts apart (--cpu-moe), for its expert backend; a failure only
  * warns. */

@@ -146,6 +146,7 @@ static void agents_usage(FILE *f) {
             "  -t, --threads N     compute threads (default: all cores)\n"
             "  --device NAME       backend: auto (default: the best available), cpu, cuda\n"
             "  --cpu-moe N         " CLI_CPU_MOE_HELP "\n"
+            "  --devices LIST      " CLI_DEVICES_HELP "\n"
             "  --block-size N      KV positions per block (default: the engine's)\n"
             "  --kv-type T         f16 (default), f32, q8_0, k8v4\n"
             "  --spec MODE         speculative decoding: " CLI_SPEC_HELP "\n"
@@ -159,7 +160,8 @@ static void agents_usage(FILE *f) {
 static int bench_agents(int argc, char **argv) {
     const char *model = NULL, *device = NULL;
     long S = 4, P = 1024, T = 3, U = 48, G = 16, threads = 0, bsz = 0, step = 0, ctx = 0, seed = 1;
-    int kv_type = ENG_KV_F16, spec = ENG_SPEC_AUTO, cpu_moe = 0;
+    int kv_type = ENG_KV_F16, spec = ENG_SPEC_AUTO, cpu_moe = 0, n_ranks = 0;
+    const char *devices = NULL;
     const char *draft = NULL;
     size_t kv_bytes = 0;
     bool prefix = true;
@@ -178,6 +180,7 @@ static int bench_agents(int argc, char **argv) {
             i++;
             if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
             else if (!strcmp(a, "--device")) device = v;
+            else if (!strcmp(a, "--devices")) devices = v;
             else if (!strcmp(a, "-S")) ok = parse_long(v, 1, 256, &S);
             else if (!strcmp(a, "-P")) ok = parse_long(v, 0, 1 << 22, &P);
             else if (!strcmp(a, "-T")) ok = parse_long(v, 1, 10000, &T);
@@ -210,6 +213,7 @@ static int bench_agents(int argc, char **argv) {
         agents_usage(stderr);
         return 2;
     }
+    if (devices && !cli_devices_parse("bench agents", devices, &device, &n_ranks)) return 2;
     long per_session = P + T * (U + G) + 1;
     if (ctx == 0) ctx = per_session + 16;
     if (per_session > ctx) {
@@ -229,6 +233,7 @@ static int bench_agents(int argc, char **argv) {
     ep.spec = spec;
     ep.draft_path = draft;
     ep.cpu_moe = cpu_moe;
+    ep.n_ranks = n_ranks;
     ep.prefix_cache = prefix;
     ep.cache_idle_ms = -1; /* this benchmark drops the cache itself, at the end */
     eng_engine *e;

@@ -26,7 +26,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: hone bench -m FILE [-p N] [-n N] [-t N] [--depth D] [-r REPS] [-b BATCH] [--csv] [--no-tune] [--device NAME] [--cpu-moe N]\n"
+            "usage: hone bench -m FILE [-p N] [-n N] [-t N] [--depth D] [-r REPS] [-b BATCH] [--csv] [--no-tune] [--device NAME] [--cpu-moe N] [--devices LIST]\n"
             "\n"
             "Measures prompt processing (ppN) and token generation (tgN) speed like\n"
             "llama-bench: median tokens/s over REPS repetitions, as a markdown table.\n"
@@ -44,7 +44,8 @@ static void usage(FILE *f) {
             "  --no-tune          built-in kernel parameters: neither tune nor use the tuning cache\n"
             "  --device NAME      backend: auto (default: the best available), cpu, cuda\n"
             "                     (also HONE_NO_TUNE=1; by default the first start tunes, up to 30 s)\n"
-            "  --cpu-moe N        " CLI_CPU_MOE_HELP "\n");
+            "  --cpu-moe N        " CLI_CPU_MOE_HELP "\n"
+            "  --devices LIST     " CLI_DEVICES_HELP "\n");
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -127,7 +128,8 @@ int cmd_bench_model(int argc, char **argv) {
     const char *path = NULL, *device = NULL;
     long n_prompt = 512, n_gen = 128, depth = 0, reps = 5, batch = 512, n_threads = 0;
     bool csv = false, no_tune = false;
-    int cpu_moe = 0;
+    int cpu_moe = 0, n_ranks = 0;
+    const char *devices = NULL;
     qt_type ctk = QT_F16, ctv = QT_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -159,6 +161,10 @@ int cmd_bench_model(int argc, char **argv) {
         }
         if (!strcmp(a, "--cpu-moe")) {
             if (!cli_cpu_moe_parse("bench", v, &cpu_moe)) return 2;
+            continue;
+        }
+        if (!strcmp(a, "--devices")) {
+            devices = v;
             continue;
         }
         if (!strcmp(a, "--spec")) { /* a forward-pass benchmark: nothing is generated, so nothing to draft */
@@ -204,6 +210,7 @@ int cmd_bench_model(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    if (devices && !cli_devices_parse("bench", devices, &device, &n_ranks)) return 2;
     if (n_prompt < 0 || n_prompt > 1000000 || n_gen < 0 || n_gen > 1000000 || depth < 0 || depth > 10000000 ||
         reps < 1 || reps > 1000 || batch < 1 || batch > 65536 || n_threads < 0 || n_threads > 1024) {
         fprintf(stderr, "hone bench: an option is out of range\n");
@@ -214,7 +221,8 @@ int cmd_bench_model(int argc, char **argv) {
     hn_err err = {0};
     bench_ctx c = {.rng = 0x9e3779b97f4a7c15ull};
     double *rates = hn_malloc(sizeof(double) * (size_t)reps);
-    model_params mp = {.n_threads = (int)n_threads, .max_batch = (int)batch, .device = device, .cpu_moe = cpu_moe};
+    model_params mp = {.n_threads = (int)n_threads, .max_batch = (int)batch, .device = device, .cpu_moe = cpu_moe,
+                       .n_ranks = n_ranks};
     if (!rates) goto done;
     if (model_load(path, &mp, &c.m, &err) != HN_OK) {
         fprintf(stderr, "hone bench: %s: %s\n", path, err.msg);
@@ -247,6 +255,8 @@ int cmd_bench_model(int argc, char **argv) {
     if (model_moe_remote_layers(c.m))
         snprintf(dev, sizeof dev, "%s, experts of %d layers on %s", model_backend(c.m)->ops->name,
                  model_moe_remote_layers(c.m), model_moe_backend(c.m)->ops->name);
+    else if (model_n_ranks(c.m) > 1) /* tensor parallel (--devices) */
+        snprintf(dev, sizeof dev, "%s x%d (tensor parallel)", model_backend(c.m)->ops->name, model_n_ranks(c.m));
     else
         snprintf(dev, sizeof dev, "%s", model_backend(c.m)->ops->name);
     if (!csv) {

@@ -55,6 +55,7 @@ static void usage(FILE *f) {
             "  --no-tune               built-in kernel parameters: neither tune nor use the tuning cache\n"
             "  --device NAME           backend: auto (default: the best available), cpu, cuda\n"
             "  --cpu-moe N             " CLI_CPU_MOE_HELP "\n"
+            "  --devices LIST          " CLI_DEVICES_HELP "\n"
             "  --kv-type T             KV cache elements: f16 (default), f32, q8_0, k8v4\n"
             "  --spec MODE             speculative decoding: " CLI_SPEC_HELP "\n"
             "  --draft FILE            " CLI_DRAFT_HELP "\n"
@@ -188,7 +189,8 @@ static void on_sigint(int sig) {
 
 int cmd_run(int argc, char **argv) {
     const char *path = NULL, *prompt = NULL, *tokens = NULL, *device = NULL;
-    int kv_type = ENG_KV_F16, spec = ENG_SPEC_AUTO, cpu_moe = 0;
+    int kv_type = ENG_KV_F16, spec = ENG_SPEC_AUTO, cpu_moe = 0, n_ranks = 0;
+    const char *devices = NULL;
     const char *draft = NULL;
     long n_gen = 64;
     int n_threads = 0;
@@ -220,6 +222,7 @@ int cmd_run(int argc, char **argv) {
         errno = 0;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) path = v;
         else if (!strcmp(a, "--device")) device = v;
+        else if (!strcmp(a, "--devices")) devices = v;
         else if (!strcmp(a, "--kv-type")) {
             if (!eng_kv_type_from_name(v, &kv_type)) {
                 fprintf(stderr, "hone run: unknown KV type '%s' (f16, f32, q8_0, k8v4)\n", v);
@@ -253,6 +256,7 @@ int cmd_run(int argc, char **argv) {
             return 2;
         }
     }
+    if (devices && !cli_devices_parse("run", devices, &device, &n_ranks)) return 2;
     if (n_gen < 0 || n_gen > 1000000 || n_threads < 0 || n_threads > 1024) {
         fprintf(stderr, "hone run: -n or -t out of range\n");
         return 2;
@@ -289,6 +293,7 @@ int cmd_run(int argc, char **argv) {
     ep.spec = spec;
     ep.draft_path = draft;
     ep.cpu_moe = cpu_moe;
+    ep.n_ranks = n_ranks;
     ep.n_threads = n_threads;
     ep.max_running = 1;
     ep.step_tokens = 256;

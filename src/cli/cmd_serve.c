@@ -63,6 +63,7 @@ static void usage(FILE *f) {
             "  -t, --threads N      compute threads (default: all cores)\n"
             "  --device NAME        backend: auto (default: the best available), cpu, cuda\n"
             "  --cpu-moe N          " CLI_CPU_MOE_HELP "\n"
+            "  --devices LIST       " CLI_DEVICES_HELP "\n"
             "  --kv-bytes SIZE      cap on KV cache memory, e.g. 4G or 512M\n"
             "  --kv-type T          KV cache elements: f16 (default), f32, q8_0, k8v4 (8-bit K, 4-bit V)\n"
             "  --block-size N       KV positions per block (default 16)\n"
@@ -138,7 +139,8 @@ int cmd_serve(int argc, char **argv) {
     long ctx = 0, max_tokens = 0, threads = 0;
     size_t kv_bytes = 0;
     bool test_engine = false, prefix_cache = true, no_tune = false;
-    int kv_type = ENG_KV_F16, spec = ENG_SPEC_AUTO, cpu_moe = 0;
+    int kv_type = ENG_KV_F16, spec = ENG_SPEC_AUTO, cpu_moe = 0, n_ranks = 0;
+    const char *devices = NULL;
     const char *draft = NULL;
     long block_size = 0, cache_idle = -1;
     for (int i = 1; i < argc; i++) {
@@ -175,6 +177,7 @@ int cmd_serve(int argc, char **argv) {
             cfg.cache_isolation = !strcmp(v, "auto") ? -1 : !strcmp(v, "on");
         else if (!strcmp(a, "--alias")) alias = v;
         else if (!strcmp(a, "--device")) device = v;
+        else if (!strcmp(a, "--devices")) devices = v;
         else if (!strcmp(a, "--cors-origins")) cfg.cors_origins = v;
         else if (!strcmp(a, "--allowed-hosts")) cfg.allowed_hosts = v;
         else if (!strcmp(a, "--ctx") && parse_int(v, 16, 1L << 24, &ctx)) {}
@@ -213,6 +216,7 @@ int cmd_serve(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    if (devices && !cli_devices_parse("serve", devices, &device, &n_ranks)) return 2;
 
     /* SIGINT/SIGTERM end the server: blocked here (every thread inherits
      * the mask) and awaited with sigwait below. */
@@ -269,6 +273,7 @@ int cmd_serve(int argc, char **argv) {
         ep.spec = spec;
         ep.draft_path = draft;
         ep.cpu_moe = cpu_moe;
+        ep.n_ranks = n_ranks;
         ep.block_size = (int)block_size;
         ep.prefix_cache = prefix_cache;
         if (cache_idle >= 0) ep.cache_idle_ms = cache_idle ? (int32_t)(cache_idle * 1000) : -1;

@@ -61,11 +61,37 @@ static bool slab_back(kv_cache *kv, int32_t s, bool on) {
     return st->map(st->ctx, kv->base, g0 * G, (g1 - g0) * G, &e) == HN_OK;
 }
 
+/* A sharded cache maps and unmaps slab s in every shard (all or none). */
+static bool shards_back(kv_cache *kv, int32_t s, bool on) {
+    for (int i = 0; i < kv->cfg.n_shards; i++) {
+        kv_cache *sh = kv->shard[i];
+        if (!on) {
+            sh->slab[s] = NULL;
+            slab_back(sh, s, false);
+            continue;
+        }
+        if (!slab_back(sh, s, true)) {
+            for (int j = 0; j < i; j++) {
+                kv->shard[j]->slab[s] = NULL;
+                slab_back(kv->shard[j], s, false);
+            }
+            return false;
+        }
+        sh->slab[s] = (unsigned char *)sh->base + slab_off(sh, s);
+    }
+    return true;
+}
+
 static bool slab_map(kv_cache *kv, int32_t s) {
     int32_t nb = slab_size(kv, s);
     size_t bytes = (size_t)nb * kv->block_bytes;
-    if (!slab_back(kv, s, true)) return false;
-    kv->slab[s] = (unsigned char *)kv->base + slab_off(kv, s);
+    if (kv->cfg.n_shards > 1) {
+        if (!shards_back(kv, s, true)) return false;
+        kv->slab[s] = kv->shard[0]->slab[s]; /* mapped (the shards hold the bytes) */
+    } else {
+        if (!slab_back(kv, s, true)) return false;
+        kv->slab[s] = (unsigned char *)kv->base + slab_off(kv, s);
+    }
     int32_t *stack = kv->free_ids + (size_t)s * (size_t)kv->slab_blocks;
     for (int32_t i = 0; i < nb; i++) {
         int32_t b = s * kv->slab_blocks + (nb - 1 - i); /* lowest id on top */
@@ -86,7 +112,8 @@ static void slab_unmap(kv_cache *kv, int32_t s) {
     int32_t nb = slab_size(kv, s);
     for (int32_t i = 0; i < nb; i++) kv->state[s * kv->slab_blocks + i] = KV_UNBACKED;
     kv->slab[s] = NULL;
-    slab_back(kv, s, false);
+    if (kv->cfg.n_shards > 1) shards_back(kv, s, false);
+    else slab_back(kv, s, false);
     kv->slab_nfree[s] = 0;
     kv->n_backed -= nb;
     kv->n_free -= nb;
@@ -154,6 +181,38 @@ static uint64_t chain_hash(const kv_cache *kv, uint64_t parent, const int32_t *t
 
 /* ---- create / free ---- */
 
+/* The layout fields of a cache of cfg's shape. */
+static void layout(kv_cache *kv, const kv_config *cfg) {
+    kv->row_elems = (size_t)cfg->n_head_kv * (size_t)cfg->head_dim;
+    kv->k_row_bytes = qt_row_size(cfg->type, (int64_t)kv->row_elems);
+    kv->v_row_bytes = qt_row_size(cfg->v_type, (int64_t)kv->row_elems);
+    kv->k_head_bytes = qt_row_size(cfg->type, cfg->head_dim);
+    kv->v_head_bytes = qt_row_size(cfg->v_type, cfg->head_dim);
+    kv->layer_bytes = (size_t)cfg->block_size * (kv->k_row_bytes + kv->v_row_bytes);
+    kv->block_bytes = kv_block_bytes(cfg);
+}
+
+/* Shard i of kv (its heads, its storage's range for every block); NULL when out of memory or the reserve fails. */
+static kv_cache *shard_new(const kv_cache *kv, int i, hn_err *err) {
+    kv_cache *sh = hn_calloc(1, sizeof *sh);
+    if (!sh) return NULL;
+    sh->cfg = kv->cfg;
+    sh->cfg.n_head_kv = kv->cfg.n_head_kv / kv->cfg.n_shards;
+    sh->cfg.n_shards = 0;
+    sh->cfg.storage = sh->storage = kv->cfg.shard_storage[i];
+    layout(sh, &sh->cfg);
+    sh->slab_blocks = kv->slab_blocks;
+    sh->n_slabs = kv->n_slabs;
+    sh->range_bytes = sh->block_bytes * (size_t)kv->cfg.n_blocks;
+    sh->slab = hn_calloc((size_t)sh->n_slabs, sizeof *sh->slab);
+    if (!sh->slab || sh->storage->reserve(sh->storage->ctx, sh->range_bytes, &sh->base, err)) {
+        hn_free(sh->slab);
+        hn_free(sh);
+        return NULL;
+    }
+    return sh;
+}
+
 hn_status kv_create(const kv_config *cfg, kv_cache **out, hn_err *err) {
     *out = NULL;
     if (!k_type_ok(cfg->type) || !v_type_ok(cfg->v_type))
@@ -167,17 +226,19 @@ hn_status kv_create(const kv_config *cfg, kv_cache **out, hn_err *err) {
     if (!qt_row_size(cfg->type, cfg->head_dim) || !qt_row_size(cfg->v_type, cfg->head_dim))
         return hn_errf(err, HN_ERR_UNSUPPORTED, "kv: head dim %d is not a multiple of the %s/%s block", cfg->head_dim,
                        qt_name(cfg->type), qt_name(cfg->v_type));
+    const int nsh = cfg->n_shards > 1 ? cfg->n_shards : 0;
+    if (cfg->n_shards > KV_MAX_SHARDS || cfg->n_shards < 0 || (nsh && cfg->n_head_kv % nsh))
+        return hn_errf(err, HN_ERR_INVALID, "kv: %d kv heads cannot be split into %d shards (at most %d, evenly)",
+                       cfg->n_head_kv, cfg->n_shards, KV_MAX_SHARDS);
+    if (nsh && cfg->state_bytes)
+        return hn_errf(err, HN_ERR_UNSUPPORTED, "kv: a sharded cache holds no recurrent state (hybrid models)");
+    for (int i = 0; i < nsh; i++)
+        if (!cfg->shard_storage[i]) return hn_errf(err, HN_ERR_INVALID, "kv: shard %d has no storage", i);
     kv_cache *kv = hn_calloc(1, sizeof *kv);
     if (!kv) return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory");
     kv->cfg = *cfg;
     int bs = kv->cfg.block_size = cfg_bs(cfg);
-    kv->row_elems = (size_t)cfg->n_head_kv * (size_t)cfg->head_dim;
-    kv->k_row_bytes = qt_row_size(cfg->type, (int64_t)kv->row_elems);
-    kv->v_row_bytes = qt_row_size(cfg->v_type, (int64_t)kv->row_elems);
-    kv->k_head_bytes = qt_row_size(cfg->type, cfg->head_dim);
-    kv->v_head_bytes = qt_row_size(cfg->v_type, cfg->head_dim);
-    kv->layer_bytes = (size_t)bs * (kv->k_row_bytes + kv->v_row_bytes);
-    kv->block_bytes = kv_block_bytes(&kv->cfg);
+    layout(kv, &kv->cfg);
     int32_t nb = cfg->n_blocks;
     if (kv->block_bytes > SIZE_MAX / (size_t)nb) {
         hn_free(kv);
@@ -216,12 +277,24 @@ hn_status kv_create(const kv_config *cfg, kv_cache **out, hn_err *err) {
         return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory for %d blocks of metadata", (int)nb);
     }
     kv->range_bytes = kv->block_bytes * n;
-    hn_status rst = kv->storage->reserve(kv->storage->ctx, kv->range_bytes, &kv->base, err);
-    if (rst) {
-        kv->base = NULL;
-        kv_free(kv);
-        return rst;
+    if (nsh) {
+        /* the shards hold the pool; this cache holds the block ids */
+        for (int i = 0; i < nsh; i++) {
+            hn_err e = {0};
+            if (!(kv->shard[i] = shard_new(kv, i, &e))) {
+                kv_free(kv);
+                return e.code ? hn_errf(err, e.code, "kv: shard %d: %s", i, e.msg) : hn_errf(err, HN_ERR_NOMEM, "kv: out of memory");
+            }
+        }
+    } else {
+        hn_status rst = kv->storage->reserve(kv->storage->ctx, kv->range_bytes, &kv->base, err);
+        if (rst) {
+            kv->base = NULL;
+            kv_free(kv);
+            return rst;
+        }
     }
+    hn_status rst;
     if (cfg->state_bytes) {
         size_t G = kv->storage->granule;
         int32_t ns = cfg->n_state_slots > 0 ? cfg->n_state_slots : 64;
@@ -279,6 +352,13 @@ void kv_free(kv_cache *kv) {
     hn_free(kv->ht_next);
     hn_free(kv->ht);
     if (kv->base) kv->storage->release(kv->storage->ctx, kv->base, kv->range_bytes);
+    for (int i = 0; i < KV_MAX_SHARDS; i++) {
+        kv_cache *sh = kv->shard[i];
+        if (!sh) continue;
+        sh->storage->release(sh->storage->ctx, sh->base, sh->range_bytes);
+        hn_free(sh->slab);
+        hn_free(sh);
+    }
     if (kv->state_base) {
         for (int32_t i = 0; i < kv->n_state_slots; i++)
             if (kv->st_taken[i]) kv_state_free(kv, i);

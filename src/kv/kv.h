@@ -54,6 +54,8 @@
 #include "../quant/blocks.h"
 
 #define KV_DEFAULT_BLOCK 16
+/* most shards of a sharded pool (tensor parallel ranks) */
+#define KV_MAX_SHARDS 8
 
 /* Where the pool's bytes live: provided by the backend (be_ops.kv_storage),
  * so that they are host memory on the CPU and device memory on a GPU. kv/
@@ -97,6 +99,18 @@ typedef struct kv_config {
     /* the most state checkpoints kept (their own budget, inside
      * n_state_slots; 0: none, no prefix cache for the recurrent state) */
     int32_t n_ckpt;
+    /* Sharded by kv head (tensor parallel: DESIGN.md, "Several devices"):
+     * n_shards > 1 splits every block's kv heads evenly over n_shards
+     * storages (shard_storage[i]: rank i's backend's). Shard i holds kv
+     * heads [i H / n, (i + 1) H / n) of every layer as a pool of H / n
+     * heads whose block b is this cache's block b: block ids, block tables,
+     * refcounts and the prefix cache stay one (this cache's), a slab is
+     * mapped in every shard at once, and the backends read and write
+     * through the shards (kv_shard). This cache then reserves no pool range
+     * of its own; `storage` is unused. 0 or 1: not sharded. No recurrent
+     * state (state_bytes 0). */
+    int n_shards;
+    const kv_storage *shard_storage[KV_MAX_SHARDS];
 } kv_config;
 
 /* Engine-facing counters (blocks and bytes now, plus totals since creation). */
@@ -133,6 +147,10 @@ typedef struct kv_cache {
     void *base;            /* the reserved range: block b at base + b * block_bytes (backend memory) */
     size_t range_bytes;    /* n_blocks * block_bytes */
     unsigned char **slab;  /* [n_slabs] base + the slab's offset while mapped, NULL while not */
+    /* sharded (cfg.n_shards > 1): the shards, each a cache of the layout
+     * fields above (its own base, row and block bytes, slab pointers) and
+     * nothing else; base is NULL here */
+    struct kv_cache *shard[KV_MAX_SHARDS];
     /* recurrent-state slots: slot i at state_base + i * state_slot_bytes
      * (backend memory, mapped while the slot is taken) */
     void *state_base;
@@ -194,7 +212,12 @@ hn_status kv_create(const kv_config *cfg, kv_cache **out, hn_err *err);
 /* Unmaps every slab and frees the cache (sequences must be freed first). */
 void kv_free(kv_cache *kv);
 
-/* Bytes of one block (all layers, K and V). */
+/* Shard i of a sharded cache (cfg.n_shards > 1): the layout that rank i's
+ * backend stores and attends through (its kv heads; block b at its base +
+ * b * its block_bytes). An unsharded cache is its own shard 0. */
+static inline kv_cache *kv_shard(kv_cache *kv, int i) { return kv->cfg.n_shards > 1 ? kv->shard[i] : kv; }
+
+/* Bytes of one block (all layers, K and V; of every shard together). */
 size_t kv_block_bytes(const kv_config *cfg);
 /* Blocks that could be handed out now: free + cached + not yet mapped under the cap. */
 int32_t kv_n_free(const kv_cache *kv);

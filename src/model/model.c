@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backend/comm.h"
 #include "../backend/cpu/cpu.h"
 #include "../backend/registry.h"
 #include "../core/alloc.h"
@@ -221,6 +222,95 @@ static hn_status load_weight(model *m, bool apart, const be_weight_src *src, uns
     return st;
 }
 
+/* Tensor parallel: how a rank takes its share of a weight. Column-parallel
+ * weights (q, k, v, gate, up, the output) give each rank a range of their
+ * rows (output features): rows of the GGUF tensor, contiguous in the file.
+ * Row-parallel ones (o, down) give each rank a range of every row's
+ * columns (input features, ne0, the contiguous dimension): whole blocks of
+ * each row, copied out of the file once at load. */
+typedef enum { SP_WHOLE, SP_ROWS, SP_COLS } split;
+
+/* Rank r's share of src (a matrix or, for SP_ROWS, an f32 vector: a range of
+ * its elements); with one rank or SP_WHOLE src is left whole. A column copy
+ * is the model's (m->slices) and is not file-backed (*flags loses
+ * BE_W_DROP_SOURCE). */
+static hn_status slice_src(model *m, int r, split sp, be_weight_src *src, unsigned *flags, hn_err *err) {
+    const int R = m->n_ranks;
+    if (R <= 1 || sp == SP_WHOLE) return HN_OK;
+    const bool vec = src->ne[1] == 1 && sp == SP_ROWS && src->type == QT_F32;
+    const int64_t n = vec ? src->ne[0] : sp == SP_ROWS ? src->ne[1] : src->ne[0];
+    if (n % R)
+        return hn_errf(err, HN_ERR_INVALID, "model: tensor %s: %lld %s do not split into %d ranks", src->name,
+                       (long long)n, sp == SP_COLS ? "columns" : "rows", R);
+    const size_t rb = qt_row_size(src->type, src->ne[0]);
+    const unsigned char *d = src->data;
+    if (vec) {
+        src->data = d + (size_t)(r * (n / R)) * sizeof(float);
+        src->ne[0] = n / R;
+        src->bytes = (size_t)(n / R) * sizeof(float);
+        return HN_OK;
+    }
+    if (sp == SP_ROWS) {
+        src->data = d + (size_t)(r * (n / R)) * rb;
+        src->ne[1] = n / R;
+        src->bytes = (size_t)(n / R) * rb;
+        return HN_OK;
+    }
+    const int64_t kc = n / R, rows = src->ne[1];
+    const size_t nrb = qt_row_size(src->type, kc), off = qt_row_size(src->type, kc * r);
+    if (!nrb)
+        return hn_errf(err, HN_ERR_INVALID,
+                       "model: tensor %s (%s) cannot be split into %d ranks of %lld columns: a rank's share of a row "
+                       "must be whole %s blocks",
+                       src->name, qt_name(src->type), R, (long long)kc, qt_name(src->type));
+    if (m->n_slices == m->cap_slices) {
+        int cap = m->cap_slices ? 2 * m->cap_slices : 16;
+        void **np = hn_realloc(m->slices, sizeof *np * (size_t)cap);
+        if (!np) return hn_errf(err, HN_ERR_NOMEM, "model: out of memory");
+        m->slices = np;
+        m->cap_slices = cap;
+    }
+    unsigned char *buf = hn_malloc(nrb * (size_t)rows);
+    if (!buf) return hn_errf(err, HN_ERR_NOMEM, "model: out of memory for a slice of %s", src->name);
+    m->slices[m->n_slices++] = buf;
+    for (int64_t j = 0; j < rows; j++) memcpy(buf + (size_t)j * nrb, d + (size_t)j * rb + off, nrb);
+    src->data = buf;
+    src->ne[0] = kc;
+    src->bytes = nrb * (size_t)rows;
+    *flags &= ~(unsigned)BE_W_DROP_SOURCE;
+    return HN_OK;
+}
+
+/* Rank r's share (sp) of matrix `name` [ne0, ne1] onto its backend, for matmuls. */
+static hn_status bind_sp(model *m, int r, const char *name, int64_t ne0, int64_t ne1, split sp, bool required,
+                         be_tensor **w, hn_err *err) {
+    be_weight_src src;
+    *w = NULL;
+    unsigned flags = BE_W_MATMUL | m->drop;
+    hn_status st = find(m->g, name, 2, ne0, ne1, 1, required, &src, err);
+    if (st || !src.data || (st = slice_src(m, r, sp, &src, &flags, err))) return st;
+    be_backend *b = m->rk[r].be;
+    if (!(st = b->ops->weight_load(b, &src, flags, w, err))) m->wbytes[0] += src.bytes;
+    return st;
+}
+
+/* Rank r's share (SP_WHOLE or SP_ROWS: a range of elements) of f32 vector `name` [n]. */
+static hn_status bind_vec_sp(model *m, int r, const char *name, int64_t n, split sp, bool required, be_tensor **out,
+                             hn_err *err) {
+    be_weight_src src;
+    *out = NULL;
+    unsigned flags = 0;
+    hn_status st = find(m->g, name, 1, n, 1, 1, required, &src, err);
+    if (st || !src.data) return st;
+    if (src.type != QT_F32)
+        return hn_errf(err, HN_ERR_UNSUPPORTED, "model: tensor %s is %s; hone expects f32 norms and biases", name,
+                       qt_name(src.type));
+    if ((st = slice_src(m, r, sp, &src, &flags, err))) return st;
+    be_backend *b = m->rk[r].be;
+    if (!(st = b->ops->weight_load(b, &src, flags, out, err))) m->wbytes[0] += src.bytes;
+    return st;
+}
+
 hn_status model_bind_from(model *m, const gguf_ctx *g, const char *name, int n_dims, int64_t ne0, int64_t ne1,
                           int64_t ne2, bool required, unsigned flags, be_tensor **w, hn_err *err) {
     be_weight_src src;
@@ -264,7 +354,7 @@ static hn_status bind_vec(model *m, const char *name, int64_t n, bool required, 
 }
 
 /* The FFN of a layer: dense swiglu or routed experts (+ a shared expert). */
-static hn_status bind_ffn(model *m, int il, model_layer *L, hn_err *err) {
+static hn_status bind_ffn(model *m, int r, int il, model_layer *L, hn_err *err) {
     const model_hparams *hp = &m->hp;
     char nm[96];
     const int64_t E = hp->n_embd;
@@ -295,10 +385,11 @@ static hn_status bind_ffn(model *m, int il, model_layer *L, hn_err *err) {
                 return st;
         }
     } else {
+        /* gate and up column-parallel, down row-parallel (tensor parallel; whole with one rank) */
         const int64_t F = hp->n_ff;
-        if ((st = bind(m, N("ffn_gate.weight"), 2, E, F, 1, true, &L->w_gate, err)) ||
-            (st = bind(m, N("ffn_up.weight"), 2, E, F, 1, true, &L->w_up, err)) ||
-            (st = bind(m, N("ffn_down.weight"), 2, F, E, 1, true, &L->w_down, err)))
+        if ((st = bind_sp(m, r, N("ffn_gate.weight"), E, F, SP_ROWS, true, &L->w_gate, err)) ||
+            (st = bind_sp(m, r, N("ffn_up.weight"), E, F, SP_ROWS, true, &L->w_up, err)) ||
+            (st = bind_sp(m, r, N("ffn_down.weight"), F, E, SP_COLS, true, &L->w_down, err)))
             return st;
     }
 #undef N
@@ -361,30 +452,34 @@ static hn_status bind_hybrid_layer(model *m, int il, model_layer *L, int *n_attn
         if (src.data && (st = load_weight(m, false, &src, BE_W_ROWS, &L->nextn_embd, err))) return st;
     }
 #undef N
-    return bind_ffn(m, il, L, err);
+    return bind_ffn(m, 0, il, L, err);
 }
 
-static hn_status bind_layer(model *m, int il, model_layer *L, hn_err *err) {
+/* A layer of llama, qwen2, qwen3, qwen3moe: rank r's share of it (tensor
+ * parallel: its kv-head group's q/k/v rows and o columns, its FFN slice;
+ * norms whole), or the whole layer with one rank. */
+static hn_status bind_layer(model *m, int r, int il, model_layer *L, hn_err *err) {
     const model_hparams *hp = &m->hp;
     char nm[96];
     const int64_t E = hp->n_embd, HD = hp->head_dim, NQ = (int64_t)hp->n_head * HD, NKV = (int64_t)hp->n_head_kv * HD;
     hn_status st;
 #define N(s) (snprintf(nm, sizeof nm, "blk.%d." s, il), nm)
-    if ((st = bind_vec(m, N("attn_norm.weight"), E, true, &L->attn_norm, err)) ||
-        (st = bind(m, N("attn_q.weight"), 2, E, NQ, 1, true, &L->wq, err)) ||
-        (st = bind(m, N("attn_k.weight"), 2, E, NKV, 1, true, &L->wk, err)) ||
-        (st = bind(m, N("attn_v.weight"), 2, E, NKV, 1, true, &L->wv, err)) ||
-        (st = bind(m, N("attn_output.weight"), 2, NQ, E, 1, true, &L->wo, err)) ||
-        (st = bind_vec(m, N("attn_q.bias"), NQ, hp->arch == MODEL_QWEN2, &L->bq, err)) ||
-        (st = bind_vec(m, N("attn_k.bias"), NKV, hp->arch == MODEL_QWEN2, &L->bk, err)) ||
-        (st = bind_vec(m, N("attn_v.bias"), NKV, hp->arch == MODEL_QWEN2, &L->bv, err)) ||
-        (st = bind_vec(m, N("ffn_norm.weight"), E, true, &L->ffn_norm, err)))
+    const bool bias = hp->arch == MODEL_QWEN2;
+    if ((st = bind_vec_sp(m, r, N("attn_norm.weight"), E, SP_WHOLE, true, &L->attn_norm, err)) ||
+        (st = bind_sp(m, r, N("attn_q.weight"), E, NQ, SP_ROWS, true, &L->wq, err)) ||
+        (st = bind_sp(m, r, N("attn_k.weight"), E, NKV, SP_ROWS, true, &L->wk, err)) ||
+        (st = bind_sp(m, r, N("attn_v.weight"), E, NKV, SP_ROWS, true, &L->wv, err)) ||
+        (st = bind_sp(m, r, N("attn_output.weight"), NQ, E, SP_COLS, true, &L->wo, err)) ||
+        (st = bind_vec_sp(m, r, N("attn_q.bias"), NQ, SP_ROWS, bias, &L->bq, err)) ||
+        (st = bind_vec_sp(m, r, N("attn_k.bias"), NKV, SP_ROWS, bias, &L->bk, err)) ||
+        (st = bind_vec_sp(m, r, N("attn_v.bias"), NKV, SP_ROWS, bias, &L->bv, err)) ||
+        (st = bind_vec_sp(m, r, N("ffn_norm.weight"), E, SP_WHOLE, true, &L->ffn_norm, err)))
         return st;
-    if (hp->qk_norm && ((st = bind_vec(m, N("attn_q_norm.weight"), HD, true, &L->q_norm, err)) ||
-                        (st = bind_vec(m, N("attn_k_norm.weight"), HD, true, &L->k_norm, err))))
+    if (hp->qk_norm && ((st = bind_vec_sp(m, r, N("attn_q_norm.weight"), HD, SP_WHOLE, true, &L->q_norm, err)) ||
+                        (st = bind_vec_sp(m, r, N("attn_k_norm.weight"), HD, SP_WHOLE, true, &L->k_norm, err))))
         return st;
 #undef N
-    return bind_ffn(m, il, L, err);
+    return bind_ffn(m, r, il, L, err);
 }
 
 /* ---- scratch ---- */
@@ -402,14 +497,36 @@ typedef struct scratch_part {
     bool apart; /* the expert backend's (cpu_moe) */
 } scratch_part;
 
-static int scratch_parts(model *m, scratch_part *parts) {
+/* Rank r's activation tensors (rank 0: every one the model uses; the
+ * others: a dense layer's and their logits slice). Heads, kv heads and the
+ * FFN width are the rank's share (the whole with one rank). */
+static int scratch_parts(model *m, int r, scratch_part *parts) {
     const model_hparams *hp = &m->hp;
-    model_scratch *s = &m->s;
+    model_scratch *s = m->rk[r].s;
     int64_t B = m->params.max_batch, K = hp->n_expert > 0 ? hp->n_expert_used : 1;
-    int64_t E = hp->n_embd, NQ = (int64_t)hp->n_head * hp->head_dim, NKV = (int64_t)hp->n_head_kv * hp->head_dim;
-    int64_t FF = hp->n_expert > 0 ? K * hp->n_ff_exp : hp->n_ff;
+    int64_t E = hp->n_embd, NQ = (int64_t)m->rk_head * hp->head_dim, NKV = (int64_t)m->rk_head_kv * hp->head_dim;
+    int64_t FF = hp->n_expert > 0 ? K * hp->n_ff_exp : m->rk_ff;
     int n = 0;
 #define P(field, ty, a, b) parts[n++] = (scratch_part){&s->field, ty, a, b, SC_TOKENS, false}
+    if (m->n_ranks > 1) {
+        /* this rank's vocabulary slice of the logits, and all ranks' gathered */
+        P(lgl, QT_F32, m->rk_vocab, m->params.max_logits);
+        parts[n - 1].scale = SC_OUT;
+        P(lgg, QT_F32, hp->n_vocab, m->params.max_logits);
+        parts[n - 1].scale = SC_OUT;
+    }
+    if (r > 0) {
+        P(x, QT_F32, E, B);
+        P(xb, QT_F32, E, B);
+        P(xb2, QT_F32, E, B);
+        P(q, QT_F32, NQ, B);
+        P(k, QT_F32, NKV, B);
+        P(v, QT_F32, NKV, B);
+        P(att, QT_F32, NQ, B);
+        P(hb, QT_F32, FF, B);
+        P(hb2, QT_F32, FF, B);
+        return n;
+    }
     P(x, QT_F32, E, B);
     P(xb, QT_F32, E, B);
     P(xb2, QT_F32, E, B);
@@ -576,6 +693,89 @@ static hn_status setup_apart(model *m, hn_err *err) {
     return st;
 }
 
+/* Tensor parallel: the ranks (model_params.n_ranks), what each holds of the
+ * heads, FFN and vocabulary, their backends and communicator. With one
+ * rank, rank 0 is the model's backend and holds everything. */
+static hn_status setup_ranks(model *m, hn_err *err) {
+    const model_hparams *hp = &m->hp;
+    const int R = m->params.n_ranks > 1 ? m->params.n_ranks : 1;
+    be_backend *const *given = m->params.rank_backends;
+    m->params.rank_backends = NULL;
+    if (R > COMM_MAX_RANKS)
+        return hn_errf(err, HN_ERR_INVALID, "model: tensor parallel over %d ranks (at most %d)", R, COMM_MAX_RANKS);
+    m->n_ranks = R;
+    m->rk[0].be = m->be;
+    m->rk[0].s = &m->s;
+    m->rk_head = hp->n_head;
+    m->rk_head_kv = hp->n_head_kv;
+    m->rk_ff = hp->n_ff;
+    m->rk_vocab = hp->n_vocab;
+    if (R == 1) return HN_OK;
+    if (hp->hybrid || hp->n_expert > 0)
+        return hn_errf(err, HN_ERR_UNSUPPORTED,
+                       "model: tensor parallel is built for dense llama, qwen2 and qwen3 only; %s is %s (not sharded yet)",
+                       hp->arch_name, hp->hybrid ? "a hybrid (its recurrent state)" : "a MoE model (its experts)");
+    if (m->params.dflash || m->params.cpu_moe)
+        return hn_errf(err, HN_ERR_UNSUPPORTED, "model: tensor parallel does not run with %s yet",
+                       m->params.dflash ? "a DFlash drafter" : "cpu_moe");
+    const char *what = NULL;
+    int32_t have = 0;
+    if (hp->n_head_kv % R) what = "kv heads (each rank takes whole kv-head groups)", have = hp->n_head_kv;
+    else if (hp->n_ff % R) what = "FFN columns", have = hp->n_ff;
+    else if (hp->n_vocab % R) what = "vocabulary rows (the output matrix is split by vocabulary)", have = hp->n_vocab;
+    if (what)
+        return hn_errf(err, HN_ERR_INVALID, "model: tensor parallel over %d ranks: %d %s do not split into %d", R, (int)have,
+                       what, R);
+    m->rk_head = hp->n_head / R;
+    m->rk_head_kv = hp->n_head_kv / R;
+    m->rk_ff = hp->n_ff / R;
+    m->rk_vocab = hp->n_vocab / R;
+    hn_status st;
+    for (int r = 1; r < R; r++) {
+        model_rank *k = &m->rk[r];
+        k->s = &k->own_s;
+        if (given) {
+            k->be = given[r];
+        } else {
+            if (strcmp(m->be->ops->name, "cpu"))
+                return hn_errf(err, HN_ERR_UNSUPPORTED, "model: tensor parallel ranks are CPU backends for now (rank 0 is %s)",
+                               m->be->ops->name);
+            if ((st = be_cpu_create(be_cpu_pool(m->be), &k->be, err))) return st;
+            k->own_be = true;
+        }
+    }
+    be_backend *bes[COMM_MAX_RANKS];
+    for (int r = 0; r < R; r++) {
+        bes[r] = m->rk[r].be;
+        if (!bes[r] || strcmp(bes[r]->ops->name, "cpu"))
+            return hn_errf(err, HN_ERR_UNSUPPORTED,
+                           "model: tensor parallel ranks are CPU backends for now (rank %d is %s; CUDA ranks need the "
+                           "CUDA backend's per-device dispatch, not built)",
+                           r, bes[r] ? bes[r]->ops->name : "missing");
+    }
+    return comm_create(R, bes, &m->comm, err);
+}
+
+/* Ranks 1..: their activation tensors in their arenas, sized and backed as rank 0's. */
+static hn_status rank_scratch(model *m, int r, const be_limits *lim0, hn_err *err) {
+    model_rank *k = &m->rk[r];
+    scratch_part parts[16];
+    int n = scratch_parts(m, r, parts);
+    be_limits lim = *lim0;
+    lim.arena_bytes = 0;
+    for (int i = 0; i < n; i++) lim.arena_bytes += be_tensor_bytes(parts[i].type, parts[i].ne0, parts[i].ne1);
+    hn_status st = k->be->ops->reserve(k->be, &lim, err);
+    for (int i = 0; !st && i < n; i++) {
+        st = k->be->ops->tensor_new(k->be, parts[i].type, parts[i].ne0, parts[i].ne1, parts[i].t, err);
+        if (st) break;
+        k->sc_act[k->n_sc] = (be_act_rows){*parts[i].t, parts[i].ne1};
+        k->sc_scale[k->n_sc++] = (uint8_t)parts[i].scale;
+    }
+    k->lim = lim;
+    k->lim.arena_bytes = 0;
+    return st;
+}
+
 static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file_backed, model **out, hn_err *err) {
     *out = NULL;
     model *m = hn_calloc(1, sizeof *m);
@@ -586,6 +786,9 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
     if (m->params.max_seqs <= 0) m->params.max_seqs = 64;
     if (m->params.max_logits <= 0) m->params.max_logits = 64;
     if (m->params.max_logits > m->params.max_batch) m->params.max_logits = m->params.max_batch;
+    /* tensor parallel: rank 0's backend is the model's; made ranks are CPU backends */
+    if (m->params.n_ranks > 1 && m->params.rank_backends) m->params.backend = m->params.rank_backends[0];
+    if (m->params.n_ranks > 1 && (!m->params.device || !strcmp(m->params.device, "auto"))) m->params.device = "cpu";
     m->drop = file_backed ? BE_W_DROP_SOURCE : 0;
     bool moe;
     model_hparams *hp = &m->hp;
@@ -611,6 +814,7 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
     }
     m->params.backend = NULL;
     if ((st = setup_apart(m, err))) goto fail;
+    if ((st = setup_ranks(m, err))) goto fail;
     int64_t max_k = hp->n_embd;
     if (!hp->hybrid || hp->n_nextn == 0) m->params.mtp = false;
     if (m->params.dflash && (st = model_dflash_read(m, m->params.dflash, err))) goto fail;
@@ -626,7 +830,7 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
         if (d->n_head / d->n_head_kv > max_group) max_group = d->n_head / d->n_head_kv;
     }
     scratch_part parts[64];
-    int n_parts = scratch_parts(m, parts);
+    int n_parts = scratch_parts(m, 0, parts);
     size_t arena[2] = {0, 0};
     for (int i = 0; i < n_parts; i++) arena[parts[i].apart] += be_tensor_bytes(parts[i].type, parts[i].ne0, parts[i].ne1);
     be_limits lim = {
@@ -661,6 +865,8 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
     m->lim.arena_bytes = 0; /* every tensor is made */
     m->xlim = xlim;
     m->xlim.arena_bytes = 0;
+    for (int r = 1; r < m->n_ranks; r++)
+        if ((st = rank_scratch(m, r, &lim, err))) goto fail;
     model_scratch *s = &m->s;
     m->mio = (model_moe_io){.x = s->xb, .ids = s->exp_ids, .w = s->exp_w, .hb = s->hb, .hb2 = s->hb2, .y = s->moe_out,
                             .out = s->xb2};
@@ -671,23 +877,32 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
     /* weights: the embedding table for get_rows, and the output matrix (a
      * second handle on the same bytes when tied: matmuls may repack it while
      * get_rows keeps reading the file's rows) */
+    /* every rank: the whole embedding table and final norm, its vocabulary rows of the output */
     be_weight_src src;
-    be_tensor *out_w = NULL;
-    if ((st = find(g, "token_embd.weight", 2, hp->n_embd, hp->n_vocab, 1, true, &src, err)) ||
-        (st = load_weight(m, false, &src, BE_W_ROWS, &m->tok_embd, err)) ||
-        (st = bind_vec(m, "output_norm.weight", hp->n_embd, true, &m->output_norm, err)) ||
-        (st = bind(m, "output.weight", 2, hp->n_embd, hp->n_vocab, 1, false, &out_w, err)))
-        goto fail;
-    m->layers = hn_calloc((size_t)hp->n_layer, sizeof *m->layers);
-    if (!m->layers) {
-        st = hn_errf(err, HN_ERR_NOMEM, "model: out of memory");
-        goto fail;
+    be_tensor *out_w[COMM_MAX_RANKS] = {NULL};
+    for (int r = 0; r < m->n_ranks; r++) {
+        model_rank *k = &m->rk[r];
+        if ((st = find(g, "token_embd.weight", 2, hp->n_embd, hp->n_vocab, 1, true, &src, err)) ||
+            (st = k->be->ops->weight_load(k->be, &src, BE_W_ROWS, &k->tok_embd, err)) ||
+            (st = bind_vec_sp(m, r, "output_norm.weight", hp->n_embd, SP_WHOLE, true, &k->output_norm, err)) ||
+            (st = bind_sp(m, r, "output.weight", hp->n_embd, hp->n_vocab, SP_ROWS, false, &out_w[r], err)))
+            goto fail;
+        m->wbytes[0] += src.bytes;
+        if (!(k->layers = hn_calloc((size_t)hp->n_layer, sizeof *k->layers))) {
+            st = hn_errf(err, HN_ERR_NOMEM, "model: out of memory");
+            goto fail;
+        }
+        if (r == 0) m->layers = k->layers;
     }
+    m->tok_embd = m->rk[0].tok_embd;
+    m->output_norm = m->rk[0].output_norm;
+    m->layers = m->rk[0].layers;
     int n_attn = 0, n_rec = 0;
     for (int il = 0; il < hp->n_layer; il++)
-        if ((st = hp->hybrid ? bind_hybrid_layer(m, il, &m->layers[il], &n_attn, &n_rec, err)
-                             : bind_layer(m, il, &m->layers[il], err)))
-            goto fail;
+        for (int r = 0; r < m->n_ranks; r++)
+            if ((st = hp->hybrid ? bind_hybrid_layer(m, il, &m->layers[il], &n_attn, &n_rec, err)
+                                 : bind_layer(m, r, il, &m->rk[r].layers[il], err)))
+                goto fail;
     if (hp->hybrid) {
         m->seq_next = hn_malloc(sizeof(int32_t) * (size_t)m->params.max_seqs);
         if (!m->seq_next) {
@@ -695,10 +910,22 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
             goto fail;
         }
     }
-    hp->tied_output = out_w == NULL;
-    /* the tied output last, as before: its file pages may go once packed (get_rows faults the rows it reads back in) */
-    if (hp->tied_output && (st = load_weight(m, false, &src, BE_W_MATMUL | m->drop, &out_w, err))) goto fail;
-    m->output = out_w;
+    hp->tied_output = out_w[0] == NULL;
+    /* the tied output last, as before: its file pages may go once packed (get_rows faults the rows it reads back
+     * in); each rank's vocabulary rows of it */
+    for (int r = 0; r < m->n_ranks; r++) {
+        model_rank *k = &m->rk[r];
+        if (hp->tied_output) {
+            be_weight_src part = src;
+            unsigned flags = BE_W_MATMUL | m->drop;
+            if ((st = slice_src(m, r, SP_ROWS, &part, &flags, err)) ||
+                (st = k->be->ops->weight_load(k->be, &part, flags, &out_w[r], err)))
+                goto fail;
+            m->wbytes[0] += part.bytes;
+        }
+        k->output = out_w[r];
+    }
+    m->output = out_w[0];
     if (m->dfl && (st = model_dflash_bind(m, err))) goto fail;
     if (m->params.mtp) {
         /* the first MTP layer runs (model_mtp_step); its row-selection plan
@@ -755,7 +982,14 @@ hn_status model_load(const char *path, const model_params *p, model **out, hn_er
 void model_free(model *m) {
     if (!m) return;
     if (m->own_xbe) be_free(m->xbe); /* first: it may run on the main backend's pool */
+    comm_free(m->comm);
+    for (int r = 1; r < m->n_ranks; r++) { /* they run on rank 0's pool */
+        if (m->rk[r].own_be) be_free(m->rk[r].be);
+        hn_free(m->rk[r].layers);
+    }
     if (m->own_be) be_free(m->be);
+    for (int i = 0; i < m->n_slices; i++) hn_free(m->slices[i]);
+    hn_free(m->slices);
     plan_free(&m->plan);
     plan_free(&m->hplan);
     model_dflash_free(m);
@@ -792,6 +1026,10 @@ hn_status model_scratch_fit(model *m, int32_t rows, int32_t outs, hn_err *err) {
     if (outs > rows) outs = rows; /* a step's logits rows are some of its tokens */
     const int64_t K = m->hp.n_expert > 0 ? m->hp.n_expert_used : 1;
     hn_status st = fit_on(m->be, &m->lim, m->sc_act, m->sc_scale, m->n_sc, rows, outs, K, err);
+    for (int r = 1; !st && r < m->n_ranks; r++) {
+        model_rank *k = &m->rk[r];
+        st = fit_on(k->be, &k->lim, k->sc_act, k->sc_scale, k->n_sc, rows, outs, K, err);
+    }
     if (!st && m->xbe) st = fit_on(m->xbe, &m->xlim, m->xsc_act, m->xsc_scale, m->n_xsc, rows, outs, K, err);
     if (st) {
         m->sc_rows = m->sc_out = 0; /* unknown: the next step reserves again */
@@ -823,7 +1061,11 @@ hn_status model_scratch_trim(model *m, hn_err *err) {
 
 static size_t scratch_bytes_of(be_backend *b) { return b && b->ops->scratch_bytes ? b->ops->scratch_bytes(b) : 0; }
 
-size_t model_scratch_bytes(const model *m) { return scratch_bytes_of(m->be) + scratch_bytes_of(m->xbe); }
+size_t model_scratch_bytes(const model *m) {
+    size_t b = scratch_bytes_of(m->be) + scratch_bytes_of(m->xbe);
+    for (int r = 1; r < m->n_ranks; r++) b += scratch_bytes_of(m->rk[r].be);
+    return b;
+}
 
 const model_hparams *model_hp(const model *m) { return &m->hp; }
 const gguf_ctx *model_gguf(const model *m) { return m->g; }
@@ -831,6 +1073,8 @@ int model_n_threads(const model *m) { return be_n_threads(m->be); }
 be_backend *model_backend(const model *m) { return m->be; }
 be_backend *model_moe_backend(const model *m) { return m->xbe; }
 int model_moe_remote_layers(const model *m) { return m->n_moe_remote; }
+int model_n_ranks(const model *m) { return m->n_ranks; }
+be_backend *model_rank_backend(const model *m, int r) { return r >= 0 && r < m->n_ranks ? m->rk[r].be : NULL; }
 
 void model_weight_bytes(const model *m, size_t *main_b, size_t *moe_b) {
     *main_b = m->wbytes[0];
@@ -924,6 +1168,11 @@ kv_config model_kv_config(const model *m, int32_t n_blocks, int block_size) {
         .type = QT_F32,
         .storage = m->be->ops->kv_storage(m->be),
     };
+    /* tensor parallel: each rank's pool holds its kv heads */
+    if (m->n_ranks > 1) {
+        c.n_shards = m->n_ranks;
+        for (int r = 0; r < m->n_ranks; r++) c.shard_storage[r] = m->rk[r].be->ops->kv_storage(m->rk[r].be);
+    }
     return c;
 }
 

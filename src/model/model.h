@@ -112,6 +112,22 @@ typedef struct model_params {
      * made by model_load (on the main backend's thread pool when that is a
      * CPU backend, else of n_threads) */
     be_backend *moe_backend;
+    /* tensor parallel (DESIGN.md, "Several devices: tensor parallel"): the
+     * attention heads (by kv-head group), the FFN and the output matrix's
+     * vocabulary split over n_ranks backends, joined by a communicator
+     * (backend/comm.h); 0 or 1: one backend, as before. Each rank holds its
+     * share of every layer, the whole embedding table and residual stream,
+     * and its kv heads of the KV pool (model_kv_config shards it). Dense
+     * llama, qwen2 and qwen3 only, CPU ranks only for now; HN_ERR_INVALID
+     * when the heads, kv heads, FFN width or vocabulary do not divide by
+     * n_ranks or a rank's share of a quantized row is not whole blocks,
+     * HN_ERR_UNSUPPORTED for other architectures, cpu_moe, MTP, DFlash or
+     * ranks that are not CPU backends */
+    int n_ranks;
+    /* the ranks' backends (borrowed, fresh; rank 0's takes the place of
+     * `backend`), NULL: model_load makes them (`device`, which must be cpu
+     * or auto: CPU ranks share rank 0's thread pool, they run in turn) */
+    be_backend *const *rank_backends;
 } model_params;
 
 /* A ragged batch (see step_batch in sched/plan.h). */
@@ -131,6 +147,9 @@ const gguf_ctx *model_gguf(const model *m);
 int model_n_threads(const model *m);
 /* The backend the model runs on (e.g. to apply tuned kernel parameters between forwards). */
 be_backend *model_backend(const model *m);
+/* Tensor parallel: how many ranks (1 without), and rank r's backend (rank 0: model_backend). */
+int model_n_ranks(const model *m);
+be_backend *model_rank_backend(const model *m, int r);
 /* The expert backend (model_params.cpu_moe), NULL without one. */
 be_backend *model_moe_backend(const model *m);
 /* How many layers' routed experts are on the expert backend (the last ones). */

@@ -6,17 +6,30 @@
 #include <math.h>
 #include <string.h>
 
+#include "../backend/comm.h"
 #include "model_int.h"
 
-/* Each mixer and FFN reads the normed input s->xb and leaves its output in s->xb2. */
+/* Each mixer and FFN reads the normed input s->xb and leaves its output in s->xb2.
+ *
+ * Tensor parallel (model_params.n_ranks): every rank holds the whole
+ * residual stream and runs the same sequence of ops on its share of each
+ * layer: attention over its kv-head groups (q/k/v column-parallel, o
+ * row-parallel), the FFN over its slice of the width (gate/up
+ * column-parallel, down row-parallel), so each rank's xb2 is a partial sum
+ * of the sub-block's output; `reduce` sums them over the ranks (an
+ * all-reduce) before the residual add, and the logits are each rank's
+ * vocabulary slice, gathered. With one rank, rank 0 is the model and
+ * nothing is reduced. */
 
-/* Causal attention (llama, qwen2, qwen3): q/k/v, biases, QK-norm, rope, the KV store, attention, output. */
-static void attention(model *m, kv_cache *kv, const model_layer *L, int layer, int n) {
+/* Causal attention (llama, qwen2, qwen3) on rank k, over its heads: q/k/v,
+ * biases, QK-norm, rope, the KV store (kv: the rank's shard), attention,
+ * its part of the output projection. */
+static void attention(model *m, const model_rank *k, kv_cache *kv, const model_layer *L, int layer, int n) {
     const model_hparams *hp = &m->hp;
-    const be_ops *ops = m->be->ops;
-    be_backend *be = m->be;
-    model_scratch *s = &m->s;
-    const int H = hp->n_head, HKV = hp->n_head_kv, HD = hp->head_dim, NQ = H * HD, NKV = HKV * HD;
+    const be_ops *ops = k->be->ops;
+    be_backend *be = k->be;
+    model_scratch *s = k->s;
+    const int H = m->rk_head, HKV = m->rk_head_kv, HD = hp->head_dim, NQ = H * HD, NKV = HKV * HD;
     // q, k, v projections (+ biases: qwen2)
     ops->matmul_multi(be, 3, (const be_tensor *[]){L->wq, L->wk, L->wv}, s->xb, n, (be_tensor *[]){s->q, s->k, s->v});
     if (L->bq) ops->add_bias(be, s->q, L->bq, n, NQ);
@@ -152,11 +165,11 @@ static hn_status experts_receive(model *m, const model_layer *L, int n, hn_err *
 /* The FFN: swiglu, or routed experts plus an optional sigmoid-gated shared
  * expert. The routed experts run here, or (the layer's experts apart) on the
  * expert backend while the shared expert runs here. */
-static hn_status ffn(model *m, const model_layer *L, int n, hn_err *err) {
+static hn_status ffn(model *m, const model_rank *k, const model_layer *L, int n, hn_err *err) {
     const model_hparams *hp = &m->hp;
-    const be_ops *ops = m->be->ops;
-    be_backend *be = m->be;
-    model_scratch *s = &m->s;
+    const be_ops *ops = k->be->ops;
+    be_backend *be = k->be;
+    model_scratch *s = k->s;
     const int E = hp->n_embd;
     hn_status st = HN_OK;
     if (hp->n_expert > 0) {
@@ -178,9 +191,9 @@ static hn_status ffn(model *m, const model_layer *L, int n, hn_err *err) {
         if (L->moe_remote && (st = experts_receive(m, L, n, err))) return st;
         if (L->gate_sh) ops->add(be, s->xb2, s->shout, s->xb2, (size_t)n * (size_t)E);
     } else {
-        // swiglu ffn: down(silu(gate(x)) * up(x))
+        // swiglu ffn: down(silu(gate(x)) * up(x)), over the rank's slice of the width
         ops->matmul_multi(be, 2, (const be_tensor *[]){L->w_gate, L->w_up}, s->xb, n, (be_tensor *[]){s->hb, s->hb2});
-        ops->swiglu(be, s->hb, s->hb2, s->hb, (size_t)n * (size_t)hp->n_ff);
+        ops->swiglu(be, s->hb, s->hb2, s->hb, (size_t)n * (size_t)m->rk_ff);
         ops->matmul(be, L->w_down, 0, s->hb, n, s->xb2);
     }
     return st;
@@ -194,37 +207,72 @@ static void keep_taps(model *m, int il, int n) {
         if (d->taps[k] == il) m->be->ops->copy_cols(m->be, m->s.x, E, 0, n, E, m->s.taps, d->n_taps * E, k * E);
 }
 
+/* Tensor parallel: the ranks' partial sub-block outputs (xb2, n rows)
+ * summed over the ranks, on every rank. One rank: nothing to do. */
+static hn_status reduce(model *m, int n, hn_err *err) {
+    if (m->n_ranks == 1) return HN_OK;
+    be_tensor *t[COMM_MAX_RANKS];
+    for (int r = 0; r < m->n_ranks; r++) t[r] = m->rk[r].s->xb2;
+    return comm_all_reduce_sum(m->comm, t, (size_t)n * (size_t)m->hp.n_embd, err);
+}
+
+/* Tensor parallel: the ranks' vocabulary slices of the logits (lgl, n_out
+ * rows of V / R) gathered (lgg: rank-major), then laid side by side into
+ * rank 0's logits rows (rank q's slice at columns q V / R ..). */
+static hn_status gather_logits(model *m, int n_out, hn_err *err) {
+    const int R = m->n_ranks, VR = m->rk_vocab;
+    be_tensor *src[COMM_MAX_RANKS], *dst[COMM_MAX_RANKS];
+    for (int r = 0; r < R; r++) src[r] = m->rk[r].s->lgl, dst[r] = m->rk[r].s->lgg;
+    hn_status st = comm_all_gather(m->comm, src, (size_t)n_out * (size_t)VR, dst, err);
+    if (st) return st;
+    model_scratch *s = &m->s;
+    for (int q = 0; q < R; q++) m->be->ops->copy_cols(m->be, s->lgg, VR, q * n_out * VR, n_out, VR, s->logits, R * VR, q * VR);
+    return HN_OK;
+}
+
 /* The forward of one planned step (n rows: the plan's tokens, or its padded
- * rows on a backend that replays graphs). Errors: the mid-step syncs' of
- * experts apart (the step's own is the caller's). */
+ * rows on a backend that replays graphs), on every rank. Errors: the
+ * mid-step syncs' of experts apart and of the ranks' collectives (the
+ * step's own is the caller's). */
 static hn_status forward(model *m, kv_cache *kv, const step_plan *p, const uint32_t *const *masks, hn_err *err) {
     const model_hparams *hp = &m->hp;
     const be_ops *ops = m->be->ops;
     be_backend *be = m->be;
     model_scratch *s = &m->s;
     const int n = be->pads ? p->n_pad : p->n_tokens;
-    const int E = hp->n_embd;
+    const int E = hp->n_embd, R = m->n_ranks;
+    hn_status st;
 
-    // token embeddings into the residual stream
-    ops->get_rows(be, m->tok_embd, n, s->x);
+    // token embeddings into the residual stream (whole on every rank)
+    for (int r = 0; r < R; r++) m->rk[r].be->ops->get_rows(m->rk[r].be, m->rk[r].tok_embd, n, m->rk[r].s->x);
 
     // the MTP layers (the last n_nextn) are not part of the main forward
     for (int il = 0; il < hp->n_layer - hp->n_nextn; il++) {
-        const model_layer *L = &m->layers[il];
         if (m->dfl) keep_taps(m, il, n); /* the DFlash drafter's taps: this layer's input */
 
-        // mixer: attention, or (hybrids) gated attention / delta-net, on the rms-normed stream; residual
-        ops->rms_norm(be, s->x, L->attn_norm, n, E, hp->rms_eps, s->xb);
-        if (!hp->hybrid) attention(m, kv, L, il, n);
-        else if (L->recurrent) delta_net(m, kv, L, n);
-        else gated_attention(m, kv, L, n);
-        ops->add(be, s->x, s->xb2, s->x, (size_t)n * (size_t)E);
+        // mixer: attention, or (hybrids) gated attention / delta-net, on the rms-normed stream; each rank its heads
+        for (int r = 0; r < R; r++) {
+            const model_rank *k = &m->rk[r];
+            const model_layer *L = &k->layers[il];
+            k->be->ops->rms_norm(k->be, k->s->x, L->attn_norm, n, E, hp->rms_eps, k->s->xb);
+            if (!hp->hybrid) attention(m, k, kv_shard(kv, r), L, il, n);
+            else if (L->recurrent) delta_net(m, kv, L, n);
+            else gated_attention(m, kv, L, n);
+        }
+        // the ranks' shares summed; residual
+        if ((st = reduce(m, n, err))) return st;
+        for (int r = 0; r < R; r++) m->rk[r].be->ops->add(m->rk[r].be, m->rk[r].s->x, m->rk[r].s->xb2, m->rk[r].s->x, (size_t)n * (size_t)E);
 
-        // ffn on the rms-normed stream (the post-attention norm of the hybrids); residual
-        ops->rms_norm(be, s->x, L->ffn_norm, n, E, hp->rms_eps, s->xb);
-        hn_status st = ffn(m, L, n, err);
-        if (st) return st;
-        ops->add(be, s->x, s->xb2, s->x, (size_t)n * (size_t)E);
+        // ffn on the rms-normed stream (the post-attention norm of the hybrids); each rank its slice
+        for (int r = 0; r < R; r++) {
+            const model_rank *k = &m->rk[r];
+            const model_layer *L = &k->layers[il];
+            k->be->ops->rms_norm(k->be, k->s->x, L->ffn_norm, n, E, hp->rms_eps, k->s->xb);
+            if ((st = ffn(m, k, L, n, err))) return st;
+        }
+        // the ranks' shares summed; residual
+        if ((st = reduce(m, n, err))) return st;
+        for (int r = 0; r < R; r++) m->rk[r].be->ops->add(m->rk[r].be, m->rk[r].s->x, m->rk[r].s->xb2, m->rk[r].s->x, (size_t)n * (size_t)E);
     }
 
     if (m->dfl) keep_taps(m, hp->n_layer - hp->n_nextn, n); /* and the final residual */
@@ -233,10 +281,15 @@ static hn_status forward(model *m, kv_cache *kv, const step_plan *p, const uint3
     if (m->mtp) ops->rms_norm(be, s->x, m->output_norm, n, E, hp->rms_eps, s->hid);
 
     if (p->n_out == 0) return HN_OK;
-    // the rows that want logits, the final rms-norm and the output projection
-    ops->gather_out(be, s->x, E, s->xb2);
-    ops->rms_norm(be, s->xb2, m->output_norm, p->n_out, E, hp->rms_eps, s->xb);
-    ops->matmul(be, m->output, 0, s->xb, p->n_out, s->logits);
+    // the rows that want logits, the final rms-norm and the output projection: each rank its vocabulary slice
+    for (int r = 0; r < R; r++) {
+        const model_rank *k = &m->rk[r];
+        const be_ops *o = k->be->ops;
+        o->gather_out(k->be, k->s->x, E, k->s->xb2);
+        o->rms_norm(k->be, k->s->xb2, k->output_norm, p->n_out, E, hp->rms_eps, k->s->xb);
+        o->matmul(k->be, k->output, 0, k->s->xb, p->n_out, R > 1 ? k->s->lgl : k->s->logits);
+    }
+    if (R > 1 && (st = gather_logits(m, p->n_out, err))) return st;
     // constraints: each masked row's disallowed tokens to -inf
     for (int i = 0; masks && i < p->n_out; i++)
         if (masks[i]) ops->mask_logits(be, s->logits, i, masks[i], hp->n_vocab);
@@ -271,7 +324,7 @@ static hn_status mtp_forward(model *m, kv_cache *mkv, const step_plan *p, hn_err
     gated_attention(m, mkv, L, n);
     ops->add(be, s->x, s->xb2, s->x, (size_t)n * (size_t)E);
     ops->rms_norm(be, s->x, L->ffn_norm, n, E, hp->rms_eps, s->xb);
-    hn_status st = ffn(m, L, n, err);
+    hn_status st = ffn(m, &m->rk[0], L, n, err);
     if (st) return st;
     ops->add(be, s->x, s->xb2, s->x, (size_t)n * (size_t)E);
 
@@ -318,18 +371,21 @@ static hn_status check_recurrent(model *m, const kv_cache *kv, const step_plan *
     return HN_OK;
 }
 
-/* The step's plan to the main backend and, with experts apart, to the expert backend. */
+/* The step's plan to every rank's backend and, with experts apart, to the expert backend. */
 static void set_plan(model *m, const step_plan *p) {
-    m->be->ops->plan_set(m->be, p);
+    for (int r = 0; r < m->n_ranks; r++) m->rk[r].be->ops->plan_set(m->rk[r].be, p);
     if (m->xbe) m->xbe->ops->plan_set(m->xbe, p);
 }
 
-/* The step's sync. After a failed mid-step sync (st) the rest of the
- * forward was not queued: what was is waited for, and st is the error. */
+/* The step's sync (every rank's; the first error). After a failed mid-step
+ * sync (st) the rest of the forward was not queued: what was is waited
+ * for, and st is the error. */
 static hn_status finish(model *m, hn_status st, hn_err *err) {
-    if (!st) return m->be->ops->sync(m->be, err);
-    hn_err drop;
-    (void)m->be->ops->sync(m->be, &drop);
+    for (int r = 0; r < m->n_ranks; r++) {
+        hn_err e;
+        hn_status sr = m->rk[r].be->ops->sync(m->rk[r].be, &e);
+        if (sr && !st) st = m->n_ranks > 1 ? hn_errf(err, sr, "rank %d: %s", r, e.msg) : hn_errf(err, sr, "%s", e.msg);
+    }
     return st;
 }
 
@@ -337,6 +393,9 @@ hn_status model_step(model *m, kv_cache *kv, const step_plan *p, const uint32_t 
     const model_hparams *hp = &m->hp;
     if (kv->cfg.n_layer != (hp->hybrid ? hp->n_layer_attn : hp->n_layer) || kv->cfg.n_head_kv != hp->n_head_kv || kv->cfg.head_dim != hp->head_dim)
         return hn_errf(err, HN_ERR_INVALID, "forward: the KV cache was made for another model shape");
+    if ((kv->cfg.n_shards > 1 ? kv->cfg.n_shards : 1) != m->n_ranks)
+        return hn_errf(err, HN_ERR_INVALID, "forward: the KV cache has %d shards, the model %d tensor-parallel ranks (model_kv_config)",
+                       kv->cfg.n_shards > 1 ? kv->cfg.n_shards : 1, m->n_ranks);
     if (p->n_tokens > m->params.max_batch || p->n_pad > m->params.max_batch || p->n_out > m->params.max_logits)
         return hn_errf(err, HN_ERR_INVALID, "forward: a step of %d tokens (%d padded) and %d logits rows; the model takes %d and %d",
                        (int)p->n_tokens, (int)p->n_pad, (int)p->n_out, m->params.max_batch, m->params.max_logits);

@@ -65,6 +65,10 @@ typedef struct model_scratch {
      * n rows of xb, then the n k routed ids (i32 bits), then their n k weights */
     be_tensor *moe_in;  /* (B, n_embd + 2 k) */
     be_tensor *logits;  /* (max_logits, n_vocab) */
+    /* tensor parallel (rank 0's logits stay whole): this rank's vocabulary
+     * slice of the logits, and every rank's slices gathered (rank-major) */
+    be_tensor *lgl;     /* (max_logits, n_vocab / R) */
+    be_tensor *lgg;     /* (R max_logits, n_vocab / R) */
     /* hybrids */
     be_tensor *qg;      /* (B, 2 n_head head_dim) gated q as projected: per head D queries then D gates */
     be_tensor *gate;    /* (B, n_head head_dim) */
@@ -99,6 +103,25 @@ typedef struct model_moe_io {
     be_tensor *y;        /* (B * k, n_embd) each routed expert's output */
     be_tensor *out;      /* (B, n_embd) the weighted sum */
 } model_moe_io;
+
+/* A tensor-parallel rank: its backend, its share of every layer, its
+ * activations. Rank 0's fields point at the model's own (be, layers, s,
+ * tok_embd, ...), so that without tensor parallel rank 0 is the model;
+ * the others own theirs. The shapes of a rank's share are the model's
+ * (m->rk_*). */
+typedef struct model_rank {
+    be_backend *be;
+    bool own_be;
+    model_layer *layers;
+    model_scratch *s;
+    be_tensor *tok_embd, *output_norm, *output;
+    /* ranks 1..: their scratch and what it backs (rank 0's are the model's) */
+    model_scratch own_s;
+    be_limits lim;
+    be_act_rows sc_act[16];
+    uint8_t sc_scale[16];
+    int n_sc;
+} model_rank;
 
 /* A DFlash drafter loaded with the model (model_dflash.c; model.h says what it computes). */
 typedef struct model_dfl {
@@ -155,6 +178,17 @@ struct model {
     step_plan hplan;
     /* DFlash: the drafter (NULL: none) */
     model_dfl *dfl;
+    /* tensor parallel: n_ranks ranks (1 without; rk[0] is the model's own
+     * fields), their communicator (NULL with one rank), and what each rank
+     * holds of the heads, kv heads, FFN width and vocabulary */
+    int n_ranks;
+    model_rank rk[8];
+    struct hn_comm *comm;
+    int32_t rk_head, rk_head_kv, rk_ff, rk_vocab;
+    /* host copies of the column slices of row-parallel weights (the ranks'
+     * backends may reference them: freed after the backends) */
+    void **slices;
+    int n_slices, cap_slices;
 };
 
 /* model.c's weight binding, for the drafter's file too: a matrix read by

@@ -1062,7 +1062,7 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     e->cap_batch = p.step_tokens + p.max_running + e->spec_rows;
     model_params mp = {.n_threads = p.n_threads, .max_batch = e->cap_batch, .max_seqs = p.max_running,
                        .max_logits = p.max_running + e->spec_rows, .device = p.device,
-                       .scratch_fixed = p.scratch_fixed, .cpu_moe = p.cpu_moe,
+                       .scratch_fixed = p.scratch_fixed, .cpu_moe = p.cpu_moe, .n_ranks = p.n_ranks,
                        /* the MTP layer's hidden states, when the model has one and may draft with it */
                        .mtp = p.spec == ENG_SPEC_MTP || (p.spec == ENG_SPEC_AUTO && !p.draft_path),
                        /* a DFlash drafter given as the draft file: loaded with the model, which taps its layers */

@@ -55,6 +55,7 @@ typedef struct eng_params {
     void *on_load_ctx;
     bool scratch_fixed;       /* model_params.scratch_fixed: scratch for the largest step from load (comparisons) */
     int cpu_moe;              /* model_params.cpu_moe: the routed experts of the last N layers (-1: all) on the CPU */
+    int n_ranks;              /* model_params.n_ranks: tensor-parallel ranks (0 or 1: one backend) */
 } eng_params;
 
 typedef enum eng_kv_type { ENG_KV_F32 = 0, ENG_KV_F16, ENG_KV_Q8_0, ENG_KV_K8V4 } eng_kv_type;

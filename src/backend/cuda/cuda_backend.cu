@@ -857,6 +857,8 @@ static void cuda_ops_init(void) {
 
 extern "C" {
 
+int be_cuda_device(const be_backend *b) { return ((const cu_be *)b->impl)->device; }
+
 long long be_cuda_mmf_calls(const be_backend *b) { return ((const cu_be *)b->impl)->mmf_calls; }
 
 void be_cuda_counters(const be_backend *b, long long *fused, long long *graph_hits, long long *graph_builds) {

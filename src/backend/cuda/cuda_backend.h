@@ -20,6 +20,8 @@ bool be_cuda_available(const char **why);
 /* How many times a decode step's records ran as one fused kernel (cuda_backend.cu, "fusion"), and CUDA graph
  * replays and captures, since the backend was made: what tests check actually ran. */
 void be_cuda_counters(const be_backend *b, long long *fused, long long *graph_hits, long long *graph_builds);
+/* The GPU ordinal the backend runs on (the NCCL transport, backend/comm.h). */
+int be_cuda_device(const be_backend *b);
 /* How many matmul calls took hc_mmf (prefill rows on the tensor cores; HONE_CUDA_MMF=0: none). */
 long long be_cuda_mmf_calls(const be_backend *b);
 
