@@ -515,18 +515,6 @@ static int scratch_parts(model *m, int r, scratch_part *parts) {
         P(lgg, QT_F32, hp->n_vocab, m->params.max_logits);
         parts[n - 1].scale = SC_OUT;
     }
-    if (r > 0) {
-        P(x, QT_F32, E, B);
-        P(xb, QT_F32, E, B);
-        P(xb2, QT_F32, E, B);
-        P(q, QT_F32, NQ, B);
-        P(k, QT_F32, NKV, B);
-        P(v, QT_F32, NKV, B);
-        P(att, QT_F32, NQ, B);
-        P(hb, QT_F32, FF, B);
-        P(hb2, QT_F32, FF, B);
-        return n;
-    }
     P(x, QT_F32, E, B);
     P(xb, QT_F32, E, B);
     P(xb2, QT_F32, E, B);
@@ -534,6 +522,11 @@ static int scratch_parts(model *m, int r, scratch_part *parts) {
     P(k, QT_F32, NKV, B);
     P(v, QT_F32, NKV, B);
     P(att, QT_F32, NQ, B);
+    if (r > 0) { /* a rank past 0: its slice of a dense layer, nothing else */
+        P(hb, QT_F32, FF, B);
+        P(hb2, QT_F32, FF, B);
+        return n;
+    }
     /* the routed experts' scratch: where some layer computes them here */
     const bool local_ffn = hp->n_expert == 0 || m->n_moe_remote < hp->n_layer;
     if (local_ffn) {

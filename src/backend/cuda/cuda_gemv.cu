@@ -494,14 +494,11 @@ static __global__ void quant_x32(const float *__restrict__ x, int64_t k, int8_t 
     }
 }
 
-/* one block of 256 threads a 256-block */
-static __global__ void quant_x256(const float *__restrict__ x, int64_t k, int8_t *__restrict__ q,
-                                  float *__restrict__ d, float *__restrict__ s) {
-    HC_PDL_ENTER();
-    __shared__ float s_max[8];
-    const int64_t nb = k / 32, B = blockIdx.x;
-    const int r = blockIdx.y, t = threadIdx.x, lane = t & 31, warp = t >> 5;
-    const float v = x[r * k + B * 256 + t];
+/* Q8_K of a 256-block, one value v a thread of a 256-thread block: the
+ * thread's code to *q, and its 32-block's scale and scaled code sum to
+ * d[warp], s[warp] (quant_x256 and the fused swiglu's form share it) */
+static __device__ __forceinline__ void quant256_put(float v, float *s_max, int8_t *q, float *d, float *s) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float m = act_block256_max(v, s_max);
     int c = 0;
     float dd = 0.0f;
@@ -513,11 +510,22 @@ static __global__ void quant_x256(const float *__restrict__ x, int64_t k, int8_t
     int sum = c;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    q[r * k + B * 256 + t] = (int8_t)c;
+    *q = (int8_t)c;
     if (lane == 0) {
-        d[r * nb + B * 8 + warp] = dd;
-        s[r * nb + B * 8 + warp] = __fmul_rn(dd, (float)sum);
+        d[warp] = dd;
+        s[warp] = __fmul_rn(dd, (float)sum);
     }
+}
+
+/* one block of 256 threads a 256-block */
+static __global__ void quant_x256(const float *__restrict__ x, int64_t k, int8_t *__restrict__ q,
+                                  float *__restrict__ d, float *__restrict__ s) {
+    HC_PDL_ENTER();
+    __shared__ float s_max[8];
+    const int64_t nb = k / 32, B = blockIdx.x;
+    const int r = blockIdx.y, t = threadIdx.x;
+    const float v = x[r * k + B * 256 + t];
+    quant256_put(v, s_max, q + r * k + B * 256 + t, d + r * nb + B * 8, s + r * nb + B * 8);
 }
 
 /* ---- fused producers of a quantized x (decode: the step's records fuse
@@ -651,7 +659,7 @@ static __global__ void k_swiglu_quant(const float *__restrict__ g, const float *
 }
 
 /* the Q8_K form: one block of 256 threads a (row, 256-block), each thread
- * one value, quantized as quant_x256 does (its code, on the value in a
+ * one value, quantized as quant_x256 does (quant256_put, on the value in a
  * register): the whole machine's width instead of a warp a 256-block */
 static __global__ void k_swiglu_quant256(const float *__restrict__ g, const float *__restrict__ u, int64_t k,
                                          float *__restrict__ y, int8_t *__restrict__ q, float *__restrict__ qd,
@@ -659,27 +667,11 @@ static __global__ void k_swiglu_quant256(const float *__restrict__ g, const floa
     HC_PDL_ENTER();
     __shared__ float s_max[8];
     const int64_t nb = k / 32, B = blockIdx.x, r = blockIdx.y;
-    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-    const int64_t o = r * k + B * 256 + t;
+    const int64_t o = r * k + B * 256 + threadIdx.x;
     const float gv = g[o];
     const float v = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), u[o]);
     y[o] = v;
-    const float m = act_block256_max(v, s_max);
-    int c = 0;
-    float dd = 0.0f;
-    if (m != 0.0f) {
-        const float iscale = __fdiv_rn(-127.0f, m);
-        c = act_q8(__fmul_rn(iscale, v));
-        dd = __fdiv_rn(1.0f, iscale);
-    }
-    int sum = c;
-#pragma unroll
-    for (int sh = 16; sh > 0; sh >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, sh);
-    q[o] = (int8_t)c;
-    if (lane == 0) {
-        qd[r * nb + B * 8 + warp] = dd;
-        qs[r * nb + B * 8 + warp] = __fmul_rn(dd, (float)sum);
-    }
+    quant256_put(v, s_max, q + o, qd + r * nb + B * 8, qs + r * nb + B * 8);
 }
 
 extern "C" bool hc_quant_fusable(hc_act act, int64_t dim, int na, const hc_gemv_scratch *s) {
