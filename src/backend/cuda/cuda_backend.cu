@@ -517,6 +517,42 @@ static void pf_of(cu_be *cb, const step_plan *p, int32_t rows) {
     cb->pf_out_kind = pf_kind(cb->pf_out, p->n_out);
 }
 
+/* The prefill rows' flash-attention tiles (cu_be.fattn): each run of
+ * consecutive prefill rows of one sequence at consecutive positions, at
+ * least FA_MIN_RUN of them, cut into tiles of ck_fattn_tile_tokens(); every
+ * other row of the plan's tokens goes to the rest list, in order. Small
+ * steps (recorded as graphs) and the reference mode have none. Into h_fa:
+ * the tiles' pairs, then the rest rows. */
+#define FA_MIN_RUN 16
+static void fa_of(cu_be *cb, const step_plan *p, int32_t rows) {
+    cb->n_fa_tiles = cb->n_fa_rest = 0;
+    const int32_t n = p->n_tokens;
+    if (!cb->fattn || cb->ref || rows <= GRAPH_MAX_ROWS || n < FA_MIN_RUN) return;
+    const int tq = ck_fattn_tile_tokens();
+    int32_t *tiles = cb->h_fa, n_tiles = 0;
+    /* tiles first (at most n / FA_MIN_RUN of them), the rest rows after: counted once, then placed */
+    int32_t *rest = cb->h_fa + 2 * (n / FA_MIN_RUN + 1), n_rest = 0;
+    for (int32_t t = 0; t < n;) {
+        int32_t e = t + 1;
+        if (cb->pf_row[t])
+            while (e < n && cb->pf_row[e] && p->seq[e] == p->seq[t] && p->pos[e] == p->pos[e - 1] + 1) e++;
+        if (cb->pf_row[t] && e - t >= FA_MIN_RUN) {
+            for (int32_t a = t; a < e; a += tq) {
+                tiles[2 * n_tiles] = a;
+                tiles[2 * n_tiles + 1] = e - a < tq ? e - a : tq;
+                n_tiles++;
+            }
+        } else {
+            for (int32_t a = t; a < e; a++) rest[n_rest++] = a;
+        }
+        t = e;
+    }
+    if (!n_tiles) return;
+    memmove(cb->h_fa + 2 * n_tiles, rest, sizeof(int32_t) * (size_t)n_rest);
+    cb->n_fa_tiles = n_tiles;
+    cb->n_fa_rest = n_rest;
+}
+
 static void op_plan_set(be_backend *b, const step_plan *p) {
     cu_be *cb = cu_of(b);
     rec_flush_direct(cb); /* a plan before the last step's sync: that step runs now */
@@ -528,7 +564,8 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
         cu_errf(cb, HN_ERR_INVALID, "cuda backend: plan_set: a malformed plan");
         return;
     }
-    const size_t need = 5 * (size_t)rows + (size_t)p->n_seqs * (2 + (size_t)p->bt_stride) + (size_t)p->n_out;
+    /* + the flash attention's tiles (two words each, at most one a row) and rest rows */
+    const size_t need = 8 * (size_t)rows + (size_t)p->n_seqs * (2 + (size_t)p->bt_stride) + (size_t)p->n_out;
     /* the staging buffer may still be read by the previous plan's copy */
     if (cb->plan_ev_live) {
         cu_cuda(cb, cudaEventSynchronize(cb->plan_ev), "plan_set");
@@ -543,7 +580,8 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
         free(cb->pf_row);
         free(cb->pf_out);
         free(cb->pf_cnt);
-        cb->d_plan = cb->h_plan = cb->h_state_slot = cb->h_state_snap = cb->pf_cnt = NULL;
+        free(cb->h_fa);
+        cb->d_plan = cb->h_plan = cb->h_state_slot = cb->h_state_snap = cb->pf_cnt = cb->h_fa = NULL;
         cb->pf_row = cb->pf_out = NULL;
         cb->plan_cap = 0;
         size_t cap = need < 4096 ? 4096 : need;
@@ -554,6 +592,7 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
         if (e == cudaSuccess && !(cb->pf_row = (uint8_t *)malloc(cap))) e = cudaErrorMemoryAllocation;
         if (e == cudaSuccess && !(cb->pf_out = (uint8_t *)malloc(cap))) e = cudaErrorMemoryAllocation;
         if (e == cudaSuccess && !(cb->pf_cnt = (int32_t *)malloc(cap * 4))) e = cudaErrorMemoryAllocation;
+        if (e == cudaSuccess && !(cb->h_fa = (int32_t *)malloc(cap * 4))) e = cudaErrorMemoryAllocation;
         if (e != cudaSuccess) {
             cudaFree(cb->d_plan);
             cb->d_plan = NULL;
@@ -584,6 +623,10 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
     /* and each row's snapshot slot (-1: none; padding rows have none) */
     for (int32_t i = 0; i < rows; i++) cb->h_state_snap[i] = p->state_snap && i < p->n_tokens ? p->state_snap[i] : -1;
     PUT(d_state_snap, cb->h_state_snap, rows);
+    pf_of(cb, p, rows);
+    fa_of(cb, p, rows);
+    PUT(d_fa_tiles, cb->h_fa, 2 * (size_t)cb->n_fa_tiles);
+    PUT(d_fa_rest, cb->h_fa + 2 * (size_t)cb->n_fa_tiles, cb->n_fa_rest);
 #undef PUT
     cudaError_t e = cudaMemcpyAsync(d, h, o * 4, cudaMemcpyHostToDevice, cb->stream);
     if (e == cudaSuccess) e = cudaEventRecord(cb->plan_ev, cb->stream);
@@ -592,7 +635,6 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
         return;
     }
     cb->plan_ev_live = true;
-    pf_of(cb, p, rows);
     cb->n_rows = rows;
     cb->n_tokens = p->n_tokens;
     cb->n_seqs = p->n_seqs;
@@ -730,6 +772,7 @@ static void op_free(be_backend *b) {
     free(cb->pf_cnt);
     free(cb->h_state_slot);
     free(cb->h_state_snap);
+    free(cb->h_fa);
     if (cb->h_fetch) cudaFreeHost(cb->h_fetch);
     cudaFree(cb->d_mask);
     for (int i = 0; i < KV_RANGES; i++)
@@ -861,6 +904,8 @@ int be_cuda_device(const be_backend *b) { return ((const cu_be *)b->impl)->devic
 
 long long be_cuda_mmf_calls(const be_backend *b) { return ((const cu_be *)b->impl)->mmf_calls; }
 
+long long be_cuda_fattn_calls(const be_backend *b) { return ((const cu_be *)b->impl)->fattn_calls; }
+
 void be_cuda_counters(const be_backend *b, long long *fused, long long *graph_hits, long long *graph_builds) {
     const cu_be *cb = (const cu_be *)b->impl;
     if (fused) *fused = cb->fused;
@@ -895,6 +940,8 @@ hn_status be_cuda_create(int device, be_backend **out, hn_err *err) {
     cb->att_split = !(av && !strcmp(av, "0"));
     const char *mv = getenv("HONE_CUDA_MMF");
     cb->mmf = !(mv && !strcmp(mv, "0"));
+    const char *tv = getenv("HONE_CUDA_FATTN");
+    cb->fattn = !(tv && !strcmp(tv, "0"));
     const char *fv = getenv("HONE_CUDA_FUSE");
     cb->fuse = !(fv && !strcmp(fv, "0"));
     /* programmatic dependent launch between a step's kernels (sm_90+) unless HONE_CUDA_PDL=0 */
@@ -926,6 +973,7 @@ hn_status be_cuda_create(int device, be_backend **out, hn_err *err) {
     vmm_load(cb);
     /* kernel attributes are set once here, never during a graph capture */
     e = ck_init();
+    if (e == cudaSuccess) e = ck_fattn_init();
     if (e != cudaSuccess) {
         st = hc_fail(err, e, "setting the kernels' attributes");
         op_free(&cb->base);

@@ -24,6 +24,8 @@ void be_cuda_counters(const be_backend *b, long long *fused, long long *graph_hi
 int be_cuda_device(const be_backend *b);
 /* How many matmul calls took hc_mmf (prefill rows on the tensor cores; HONE_CUDA_MMF=0: none). */
 long long be_cuda_mmf_calls(const be_backend *b);
+/* How many attention calls took ck_fattn (prefill tiles on the tensor cores; HONE_CUDA_FATTN=0: none). */
+long long be_cuda_fattn_calls(const be_backend *b);
 
 #ifdef __cplusplus
 }

@@ -112,7 +112,19 @@ cudaError_t ck_kv_store(cudaStream_t s, const ck_kv *g, int layer, const float *
  * (token, head), an online softmax over the positions in chunks of 128 */
 cudaError_t ck_attention(cudaStream_t s, const float *q, float *out, int n_tokens, int n_head, int n_head_kv,
                          int head_dim, float scale, int32_t window, const ck_kv *g, int layer, const int32_t *pos,
-                         const int32_t *seq, const int32_t *bt, int32_t bt_stride, float *part, size_t part_cap);
+                         const int32_t *seq, const int32_t *bt, int32_t bt_stride, const int32_t *tok, float *part,
+                         size_t part_cap);
+/* (tok: NULL, tokens 0 .. n_tokens - 1; else those n_tokens tokens of the step.)
+ * cuda_fattn.cu: prefill attention on the tensor cores for tiles of at most
+ * ck_fattn_tile_tokens() consecutive tokens of one sequence at consecutive
+ * positions (tiles: pairs first token, tokens), f16 K and V, head_dim 64 or
+ * 128 (ck_fattn_ok); ck_fattn_init once before use (its shared memory) */
+int ck_fattn_tile_tokens(void);
+bool ck_fattn_ok(int n_head, int n_head_kv, int head_dim, const ck_kv *g);
+cudaError_t ck_fattn_init(void);
+cudaError_t ck_fattn(cudaStream_t s, const float *q, float *out, const int32_t *tiles, int n_tiles, int n_head,
+                     int n_head_kv, int head_dim, float scale, int32_t window, const ck_kv *g, int layer,
+                     const int32_t *pos, const int32_t *seq, const int32_t *bt, int32_t bt_stride);
 /* whether the split (flash-decoding) form takes these heads, and the scratch floats one token needs */
 bool ck_attention_split_ok(int n_head, int n_head_kv, int head_dim);
 size_t ck_attention_part_floats(int n_head, int head_dim, int32_t max_positions);

@@ -504,14 +504,15 @@ static __device__ __forceinline__ float kv_get(qt_type t, const uint8_t *row, in
 
 static __global__ void __launch_bounds__(AT_THREADS)
     k_attention(const float *q, float *out, int n_head, int n_head_kv, int hd, float scale, int32_t window, ck_kv g,
-                int layer, const int32_t *pos, const int32_t *seq, const int32_t *bt, int32_t bt_stride) {
+                int layer, const int32_t *pos, const int32_t *seq, const int32_t *bt, int32_t bt_stride,
+                const int32_t *tok) {
     HC_PDL_ENTER();
     extern __shared__ float sm[];
     float *qs = sm;                    /* [hd] */
     float *ps = sm + ((hd + 1) & ~1);  /* [AT_THREADS] this chunk's weights */
     float *red = ps + AT_THREADS;      /* [32] reductions */
     const uint8_t **vrow = (const uint8_t **)(red + 32); /* [AT_THREADS] (an even number of floats in: 8-byte aligned) */
-    const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    const int t = tok ? tok[blockIdx.x] : blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
     const int kvh = h / (n_head / n_head_kv);
     const float *qr = q + ((int64_t)t * n_head + h) * hd;
     for (int d = tid; d < hd; d += AT_THREADS) qs[d] = qr[d];
@@ -673,7 +674,7 @@ static __device__ __forceinline__ void attn_part_out(const float *slab, int wstr
 template <int ND, bool F16>
 static __global__ void __launch_bounds__(AS_THREADS)
     k_attn_part(const float *q, int n_head, int n_head_kv, int hd, float scale, int32_t window, ck_kv g, int layer,
-                const int32_t *pos, const int32_t *seq, const int32_t *bt, int32_t bt_stride, int t0, int n_split,
+                const int32_t *pos, const int32_t *seq, const int32_t *bt, int32_t bt_stride, const int32_t *tok, int t0, int n_split,
                 float *part, float *out) {
     HC_PDL_ENTER();
     constexpr int NW = AS_THREADS / 32, GBV = 32 / ND;
@@ -682,7 +683,7 @@ static __global__ void __launch_bounds__(AS_THREADS)
     __shared__ const uint8_t *krow[AS_CHUNK], *vrow[AS_CHUNK];
     __shared__ float s_m[AS_MAX_G], s_l[AS_MAX_G];
     float *qs = slab[0];
-    const int t = t0 + blockIdx.x, kh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
+    const int t = tok ? tok[t0 + blockIdx.x] : t0 + blockIdx.x, kh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5, G = n_head / n_head_kv;
     const int32_t hi = pos[t], lo0 = window > 0 && hi - window + 1 > 0 ? hi - window + 1 : 0;
     const int32_t c0 = sp * AS_CHUNK, lo = lo0 > c0 ? lo0 : c0, hi1 = hi < c0 + AS_CHUNK - 1 ? hi : c0 + AS_CHUNK - 1;
@@ -794,7 +795,7 @@ static __global__ void __launch_bounds__(AS_THREADS)
  * that more blocks fit an SM. A token's result depends only on its own
  * positions, as in k_attn_part. */
 typedef void (*attn_part_fn_t)(const float *, int, int, int, float, int32_t, ck_kv, int, const int32_t *,
-                               const int32_t *, const int32_t *, int32_t, int, int, float *, float *);
+                               const int32_t *, const int32_t *, int32_t, const int32_t *, int, int, float *, float *);
 template <int ND> struct hpack;
 template <> struct hpack<2> { typedef unsigned int t; };
 template <> struct hpack<4> { typedef uint2 t; };
@@ -814,7 +815,7 @@ static __device__ __forceinline__ void unpack_h(const typename hpack<ND>::t &p, 
 template <int ND, int GB>
 static __global__ void __launch_bounds__(AS_THREADS, 6)
     k_attn_part16(const float *q, int n_head, int n_head_kv, int hd, float scale, int32_t window, ck_kv g, int layer,
-                  const int32_t *pos, const int32_t *seq, const int32_t *bt, int32_t bt_stride, int t0, int n_split,
+                  const int32_t *pos, const int32_t *seq, const int32_t *bt, int32_t bt_stride, const int32_t *tok, int t0, int n_split,
                   float *part, float *out) {
     HC_PDL_ENTER();
     typedef typename hpack<ND>::t P;
@@ -827,7 +828,7 @@ static __global__ void __launch_bounds__(AS_THREADS, 6)
     const uint8_t **krow = (const uint8_t **)(s_l + ((G + 1) & ~1)); /* [AS_CHUNK] each */
     const uint8_t **vrow = krow + AS_CHUNK;
     float *qs = slab;
-    const int t = t0 + blockIdx.x, kh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
+    const int t = tok ? tok[t0 + blockIdx.x] : t0 + blockIdx.x, kh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
     const int32_t hi = pos[t], lo0 = window > 0 && hi - window + 1 > 0 ? hi - window + 1 : 0;
     const int32_t c0 = sp * AS_CHUNK, lo = lo0 > c0 ? lo0 : c0, hi1 = hi < c0 + AS_CHUNK - 1 ? hi : c0 + AS_CHUNK - 1;
@@ -938,7 +939,7 @@ static attn_part_fn_t attn_part16(int hd, int G, size_t *smem) {
 }
 
 typedef void (*attn_part_fn)(const float *, int, int, int, float, int32_t, ck_kv, int, const int32_t *,
-                             const int32_t *, const int32_t *, int32_t, int, int, float *, float *);
+                             const int32_t *, const int32_t *, int32_t, const int32_t *, int, int, float *, float *);
 
 template <bool F16>
 static attn_part_fn attn_part_nd(int hd) {
@@ -951,7 +952,8 @@ static attn_part_fn attn_part_nd(int hd) {
  * expf(m_s - M) are computed once each (in parallel) into shared memory; L
  * and every output dim then sum the chunks in chunk order. */
 #define AC_MAX_SPLIT 2048
-static __global__ void k_attn_combine(const float *part, int n_head, int hd, int t0, int n_split, float *out) {
+static __global__ void k_attn_combine(const float *part, int n_head, int hd, const int32_t *tok, int t0, int n_split,
+                                      float *out) {
     HC_PDL_ENTER();
     __shared__ float wsh[AC_MAX_SPLIT], red[32];
     __shared__ float s_L;
@@ -973,7 +975,7 @@ static __global__ void k_attn_combine(const float *part, int n_head, int hd, int
     }
     __syncthreads();
     const float L = s_L;
-    float *o = out + ((int64_t)(t0 + tl) * n_head + h) * hd;
+    float *o = out + ((int64_t)(tok ? tok[t0 + tl] : t0 + tl) * n_head + h) * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float a = 0.0f;
 #pragma unroll 8
@@ -1005,7 +1007,8 @@ static bool attn_v4_on(void) {
 
 cudaError_t ck_attention(cudaStream_t s, const float *q, float *out, int n_tokens, int n_head, int n_head_kv,
                          int head_dim, float scale, int32_t window, const ck_kv *g, int layer, const int32_t *pos,
-                         const int32_t *seq, const int32_t *bt, int32_t bt_stride, float *part, size_t part_cap) {
+                         const int32_t *seq, const int32_t *bt, int32_t bt_stride, const int32_t *tok, float *part,
+                         size_t part_cap) {
     if (n_tokens <= 0) return cudaSuccess;
     if (head_dim > AT_MAX_HD || head_dim < 1 || n_head_kv < 1 || n_head % n_head_kv) return cudaErrorInvalidValue;
     /* the split form when the queries of a kv head fit its kernel and the scratch holds one token's partials
@@ -1028,19 +1031,19 @@ cudaError_t ck_attention(cudaStream_t s, const float *q, float *out, int n_token
             const int nt = n_tokens - t0 < group ? n_tokens - t0 : group;
             if (n_split == 1) { /* one chunk: the output directly, no combine */
                 hc_launch(kp, dim3((unsigned)nt, (unsigned)n_head_kv, 1), AS_THREADS, smem, s,
-                    q, n_head, n_head_kv, head_dim, scale, window, *g, layer, pos, seq, bt, bt_stride, t0, 1, (float *)NULL, out);
+                    q, n_head, n_head_kv, head_dim, scale, window, *g, layer, pos, seq, bt, bt_stride, tok, t0, 1, (float *)NULL, out);
                 continue;
             }
             hc_launch(kp, dim3((unsigned)nt, (unsigned)n_head_kv, (unsigned)n_split), AS_THREADS, smem, s,
-                q, n_head, n_head_kv, head_dim, scale, window, *g, layer, pos, seq, bt, bt_stride, t0, n_split, part,
-                out);
-            hc_launch(k_attn_combine, dim3((unsigned)nt, (unsigned)n_head), 128, 0, s, part, n_head, head_dim, t0, n_split, out);
+                q, n_head, n_head_kv, head_dim, scale, window, *g, layer, pos, seq, bt, bt_stride, tok, t0, n_split,
+                part, out);
+            hc_launch(k_attn_combine, dim3((unsigned)nt, (unsigned)n_head), 128, 0, s, part, n_head, head_dim, tok, t0, n_split, out);
         }
         return cudaGetLastError();
     }
     const int hd_pad = (head_dim + 1) & ~1; /* keeps vrow 8-byte aligned */
     const size_t smem = sizeof(float) * (size_t)(hd_pad + AT_THREADS + 32) + sizeof(void *) * AT_THREADS;
     hc_launch(k_attention, dim3((unsigned)n_tokens, (unsigned)n_head), AT_THREADS, smem, s,
-        q, out, n_head, n_head_kv, head_dim, scale, window, *g, layer, pos, seq, bt, bt_stride);
+        q, out, n_head, n_head_kv, head_dim, scale, window, *g, layer, pos, seq, bt, bt_stride, tok);
     return cudaGetLastError();
 }

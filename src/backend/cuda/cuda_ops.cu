@@ -349,10 +349,21 @@ static void op_attention(be_backend *b, const be_attn_args *a) {
         cu_errf(cb, HN_ERR_INVALID, "cuda backend: attention: heads or layer do not match the cache");
         return;
     }
+    /* the plan's prefill tiles on the tensor cores where the layer allows, the other rows as before */
+    const bool fa = cb->n_fa_tiles > 0 && a->n_tokens == cb->n_tokens &&
+                    ck_fattn_ok(a->n_head, a->n_head_kv, a->head_dim, &g);
+    if (fa) {
+        cb->fattn_calls++;
+        cu_cuda(cb,
+                ck_fattn(cb->stream, F(a->q), F(a->out), cb->d_fa_tiles, cb->n_fa_tiles, a->n_head, a->n_head_kv,
+                         a->head_dim, a->scale, a->window, &g, a->layer, cb->d_pos, cb->d_seq, cb->d_bt,
+                         cb->bt_stride),
+                "attention (flash)");
+    }
     cu_cuda(cb,
-            ck_attention(cb->stream, F(a->q), F(a->out), a->n_tokens, a->n_head, a->n_head_kv, a->head_dim, a->scale,
-                         a->window, &g, a->layer, cb->d_pos, cb->d_seq, cb->d_bt, cb->bt_stride,
-                         cb->att_split ? cb->att_part : NULL, cb->att_part_cap),
+            ck_attention(cb->stream, F(a->q), F(a->out), fa ? cb->n_fa_rest : a->n_tokens, a->n_head, a->n_head_kv,
+                         a->head_dim, a->scale, a->window, &g, a->layer, cb->d_pos, cb->d_seq, cb->d_bt, cb->bt_stride,
+                         fa ? cb->d_fa_rest : NULL, cb->att_split ? cb->att_part : NULL, cb->att_part_cap),
             "attention");
 }
 

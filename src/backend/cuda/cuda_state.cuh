@@ -79,6 +79,15 @@ typedef struct cu_be {
     int pf_rows_kind, pf_out_kind;
     long long mmf_calls;
     long long fused;
+    /* prefill attention on the tensor cores (ck_fattn; HONE_CUDA_FATTN=0: off):
+     * the plan's runs of prefill rows (one sequence, consecutive positions,
+     * at least FA_MIN_RUN rows) as tiles (first token, tokens), and the
+     * rows outside them, which take ck_attention (fa_of) */
+    bool fattn;
+    const int32_t *d_fa_tiles, *d_fa_rest;
+    int32_t *h_fa; /* host staging of both (plan_cap words) */
+    int32_t n_fa_tiles, n_fa_rest;
+    long long fattn_calls;
     /* the activation arena and every handle made */
     unsigned char *arena;
     size_t arena_cap, arena_used;
