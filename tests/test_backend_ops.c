@@ -56,7 +56,7 @@ static bool rig_open(rig *r, const char *name, int nth, bool ref) {
     r->name = name;
     r->ref = ref;
     r->b->ops->set_reference(r->b, ref);
-    be_limits l = {.max_rows = 128, .max_k = 512, .max_head_dim = 128, .max_group = 4, .max_experts = 8,
+    be_limits l = {.max_rows = 128, .max_k = 512, .max_head_dim = 256, .max_group = 4, .max_experts = 8,
                    .arena_bytes = (size_t)64 << 20};
     if (r->b->ops->reserve(r->b, &l, &e)) fprintf(stderr, "reserve: %s\n", e.msg);
     plan_init(&r->plan, 128, 8, 64, &e);
@@ -1350,6 +1350,7 @@ static bool run_backend(const char *name, int nth, bool ref) {
     test_attention_pf(&r, 64, 1, 0, 70);
     test_attention_pf(&r, 128, 4, 0, 70);
     test_attention_pf(&r, 128, 3, 37, 70); /* a window, and rows of a head group not a power of two */
+    test_attention_pf(&r, 256, 2, 0, 70);  /* Qwen3.5's attention layers: the Q tile in shared memory */
     test_rope(&r, 9);
     test_rope(&r, 128);
     test_elementwise(&r, 3);

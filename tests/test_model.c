@@ -841,10 +841,12 @@ static void test_mmf(const char *file) {
     snprintf(rel, sizeof rel, "data/models/%s", file);
     test_data_path(path, sizeof path, rel);
     rig a, b;
+    setenv("HONE_CUDA_FATTN", "0", 1); /* the matmuls alone (test_fattn: the attention) */
     int ok = rig_open(&a, path, 2, 64);
     setenv("HONE_CUDA_MMF", "0", 1);
     ok = ok && rig_open(&b, path, 2, 64);
     unsetenv("HONE_CUDA_MMF");
+    unsetenv("HONE_CUDA_FATTN");
     if (!ok) {
         CHECKF(0, "mmf: open %s", file);
         return;
@@ -883,6 +885,59 @@ static void test_mmf(const char *file) {
     free(la);
     free(lb);
     free(alone);
+    rig_close(&a);
+    rig_close(&b);
+#else
+    (void)file;
+#endif
+}
+
+/* CUDA: prefill attention on the tensor cores (ck_fattn, f16 Q and
+ * weights) against HONE_CUDA_FATTN=0's f32 kernels, over an f16 cache: a
+ * 200-token prompt in chunks of 64 (so later chunks' tiles read earlier
+ * chunks' K/V; the last 8 rows are too few for a tile), then 8 decode steps; every logits row within KL 1e-4, and the tiles ran in one
+ * model and not in the other. */
+static void test_fattn(const char *file) {
+#ifdef HN_HAVE_CUDA
+    char path[1024], rel[256];
+    snprintf(rel, sizeof rel, "data/models/%s", file);
+    test_data_path(path, sizeof path, rel);
+    rig a, b;
+    const int ok = fusion_rig(&a, path, NULL, QT_F16, QT_F16) && fusion_rig(&b, path, "HONE_CUDA_FATTN", QT_F16, QT_F16);
+    if (!ok) {
+        CHECKF(0, "fattn: open %s", file);
+        return;
+    }
+    const int V = a.n_vocab;
+    float *la = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V);
+    int32_t toks[208];
+    uint32_t rs = 9191;
+    for (int i = 0; i < 208; i++) {
+        rs = rs * 1103515245u + 12345u;
+        toks[i] = (int32_t)((rs >> 8) % (uint32_t)V);
+    }
+    hn_err e;
+    double kl_max = 0;
+    for (int c = 0; c < 200; c += 64) {
+        const int n = 200 - c < 64 ? 200 - c : 64;
+        CHECK(run_seq(&a, 0, toks + c, n, c, la, &e) == HN_OK);
+        CHECK(run_seq(&b, 0, toks + c, n, c, lb, &e) == HN_OK);
+        const double kl = kl_div(lb, la, V);
+        if (!(kl <= kl_max)) kl_max = kl;
+    }
+    for (int i = 200; i < 208; i++) {
+        CHECK(run_seq(&a, 0, &toks[i], 1, i, la, &e) == HN_OK);
+        CHECK(run_seq(&b, 0, &toks[i], 1, i, lb, &e) == HN_OK);
+        const double kl = kl_div(lb, la, V);
+        if (!(kl <= kl_max)) kl_max = kl;
+    }
+    const long long ca = be_cuda_fattn_calls(a.m->be), cb = be_cuda_fattn_calls(b.m->be);
+    CHECKF(kl_max < 1e-4 && ca > 0 && cb == 0, "%s: prefill attention on the tensor cores vs f32: max KL %.3g, calls %lld / %lld",
+           file, kl_max, ca, cb);
+    printf("%s: prefill attention on the tensor cores vs f32: max KL %.3g over 4 prefill chunks and 8 decode steps "
+           "(%lld calls)\n", file, kl_max, ca);
+    free(la);
+    free(lb);
     rig_close(&a);
     rig_close(&b);
 #else
@@ -945,6 +1000,9 @@ int main(void) {
         test_fusion("qwen35moe-tiny-q8_0.gguf", QT_F16, QT_F16, "HONE_CUDA_PDL");
         test_mmf("qwen3-2k-q8_0.gguf");
         test_mmf("llama-2k-q4_k_m.gguf");
+        test_fattn("qwen3-2k-q8_0.gguf");   /* head_dim 64 */
+        test_fattn("llama-2k-q4_k_m.gguf");
+        test_fattn("qwen35-tiny-q8_0.gguf"); /* a hybrid's attention layers, head_dim 128 */
         TEST_DONE();
     }
     test_batching("qwen3-2k-q8_0.gguf", 2);

@@ -27,7 +27,12 @@
 
 #define FA_NW 4               /* warps a block */
 #define FA_BQ (16 * FA_NW)    /* query rows (tokens) a block */
-#define FA_BK 64              /* positions a K/V tile */
+/* positions a K/V tile (a multiple of 16): 64, or 32 for head_dim 256,
+ * whose Q tile sits in shared memory instead of registers (QS) */
+template <int HD> struct fa_cfg {
+    static constexpr int BK = HD > 128 ? 32 : 64;
+    static constexpr bool QS = HD > 128;
+};
 
 static __device__ __forceinline__ uint32_t pack_h2(float a, float b) {
     const __half2 h = __floats2half2_rn(a, b);
@@ -65,9 +70,9 @@ static __device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.
 template <int N>
 static __device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-/* the K and V rows of positions [kb, kb + FA_BK) of kv head kh into shared
+/* the K and V rows of positions [kb, kb + BK) of kv head kh into shared
  * memory (rows LD halves apart); positions outside [lo, hi] become zeros */
-template <int HD>
+template <int HD, int FA_BK>
 static __device__ __forceinline__ void fa_load(__half *ks, __half *vs, const ck_kv &g, int layer, int kh,
                                                const int32_t *btr, int32_t kb, int32_t lo, int32_t hi) {
     constexpr int LD = HD + 8, CPR = HD / 8; /* 16-byte pieces a row */
@@ -96,10 +101,13 @@ static __global__ void __launch_bounds__(FA_NW * 32, 2)
             int32_t window, ck_kv g, int layer, const int32_t *pos, const int32_t *seq, const int32_t *bt,
             int32_t bt_stride) {
     HC_PDL_ENTER();
+    constexpr int FA_BK = fa_cfg<HD>::BK;
+    constexpr bool QS = fa_cfg<HD>::QS;
     constexpr int LD = HD + 8, KS = HD / 16, ND = HD / 8, NS = FA_BK / 8;
     extern __shared__ uint4 fa_shm[];
     __half *kbuf = (__half *)fa_shm;        /* [2][FA_BK][LD] */
     __half *vbuf = kbuf + 2 * FA_BK * LD;    /* [2][FA_BK][LD] */
+    __half *qsm = vbuf + 2 * FA_BK * LD;     /* QS: [FA_BQ][LD] */
     const int tile = n_tiles - 1 - (int)blockIdx.x, h = blockIdx.y;
     const int kh = h / (n_head / n_head_kv);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
@@ -110,7 +118,7 @@ static __global__ void __launch_bounds__(FA_NW * 32, 2)
     const int32_t *btr = bt + (int64_t)seq[t0] * bt_stride;
     const int n_kt = (plast - kb0) / FA_BK + 1;
 
-    fa_load<HD>(kbuf, vbuf, g, layer, kh, btr, kb0, lo, plast);
+    fa_load<HD, FA_BK>(kbuf, vbuf, g, layer, kh, btr, kb0, lo, plast);
     cp_commit();
 
     /* this warp's rows: r0 = 16 warp + gq and r0 + 8 of the tile */
@@ -119,8 +127,15 @@ static __global__ void __launch_bounds__(FA_NW * 32, 2)
     const int32_t hi0 = v0 ? p0 + r0 : -1, hi1 = v1 ? p0 + r1 : -1;
     const int32_t lo0 = window > 0 ? hi0 - window + 1 : 0, lo1 = window > 0 ? hi1 - window + 1 : 0;
     const int32_t whi = p0 + 16 * warp + 15 < plast ? p0 + 16 * warp + 15 : plast; /* the warp's last position */
-    uint32_t qa[KS][4];
-    {
+    uint32_t qa[QS ? 1 : KS][4];
+    if (QS) { /* the tile's rows as f16, zeros past the tile (read after the loop's first barrier) */
+        for (int i = threadIdx.x; i < FA_BQ * HD / 2; i += FA_NW * 32) {
+            const int r = i / (HD / 2), d = 2 * (i % (HD / 2));
+            float2 v = make_float2(0.f, 0.f);
+            if (r < nt) v = *(const float2 *)(q + ((int64_t)(t0 + r) * n_head + h) * HD + d);
+            *(uint32_t *)(qsm + r * LD + d) = pack_h2(v.x, v.y);
+        }
+    } else {
         const float *q0 = q + ((int64_t)(t0 + r0) * n_head + h) * HD, *q1 = q + ((int64_t)(t0 + r1) * n_head + h) * HD;
 #pragma unroll
         for (int k = 0; k < KS; k++) {
@@ -149,7 +164,7 @@ static __global__ void __launch_bounds__(FA_NW * 32, 2)
         const int32_t kb = kb0 + j * FA_BK;
         if (j + 1 < n_kt) {
             const int st = (j + 1) & 1;
-            fa_load<HD>(kbuf + st * FA_BK * LD, vbuf + st * FA_BK * LD, g, layer, kh, btr, kb + FA_BK, lo, plast);
+            fa_load<HD, FA_BK>(kbuf + st * FA_BK * LD, vbuf + st * FA_BK * LD, g, layer, kh, btr, kb + FA_BK, lo, plast);
             cp_commit();
             cp_wait<1>();
         } else {
@@ -162,14 +177,22 @@ static __global__ void __launch_bounds__(FA_NW * 32, 2)
 #pragma unroll
             for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
-            for (int n = 0; n < NS; n++)
+            for (int k2 = 0; k2 < KS / 2; k2++) {
+                uint32_t a0[4], a1[4];
+                if (QS) {
+                    const __half *qr = qsm + (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * (lane >> 4);
+                    ldsm_x4(a0, qr + 32 * k2);
+                    ldsm_x4(a1, qr + 32 * k2 + 16);
+                }
+                const uint32_t *A0 = QS ? a0 : qa[QS ? 0 : 2 * k2], *A1 = QS ? a1 : qa[QS ? 0 : 2 * k2 + 1];
 #pragma unroll
-                for (int k2 = 0; k2 < KS / 2; k2++) {
+                for (int n = 0; n < NS; n++) {
                     uint32_t b[4];
                     ldsm_x4(b, ks + (8 * n + (lane & 7)) * LD + 32 * k2 + 8 * (lane >> 3));
-                    mma16816(s[n], qa[2 * k2], b[0], b[1]);
-                    mma16816(s[n], qa[2 * k2 + 1], b[2], b[3]);
+                    mma16816(s[n], A0, b[0], b[1]);
+                    mma16816(s[n], A1, b[2], b[3]);
                 }
+            }
             /* scale, mask, the rows' running max */
             float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
@@ -238,12 +261,16 @@ static __global__ void __launch_bounds__(FA_NW * 32, 2)
     }
 }
 
-static size_t fa_smem(int hd) { return (size_t)4 * FA_BK * (hd + 8) * sizeof(__half); }
+template <int HD>
+static size_t fa_smem(void) {
+    return ((size_t)4 * fa_cfg<HD>::BK + (fa_cfg<HD>::QS ? FA_BQ : 0)) * (HD + 8) * sizeof(__half);
+}
 
 int ck_fattn_tile_tokens(void) { return FA_BQ; }
 
 bool ck_fattn_ok(int n_head, int n_head_kv, int head_dim, const ck_kv *g) {
-    if (n_head_kv < 1 || n_head % n_head_kv || (head_dim != 64 && head_dim != 128)) return false;
+    if (n_head_kv < 1 || n_head % n_head_kv || (head_dim != 64 && head_dim != 128 && head_dim != 256))
+        return false;
     if (g->kt != QT_F16 || g->vt != QT_F16) return false;
     /* 16-byte copies: the rows and heads must start 16-byte aligned */
     return !((uintptr_t)g->base % 16 || g->block_bytes % 16 || g->layer_bytes % 16 || g->k_row_bytes % 16 ||
@@ -251,9 +278,11 @@ bool ck_fattn_ok(int n_head, int n_head_kv, int head_dim, const ck_kv *g) {
 }
 
 cudaError_t ck_fattn_init(void) {
-    cudaError_t e = cudaFuncSetAttribute(k_fattn<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(64));
+    cudaError_t e = cudaFuncSetAttribute(k_fattn<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem<64>());
     if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(k_fattn<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(128));
+        e = cudaFuncSetAttribute(k_fattn<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem<128>());
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_fattn<256>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem<256>());
     return e;
 }
 
@@ -264,11 +293,12 @@ cudaError_t ck_fattn(cudaStream_t s, const float *q, float *out, const int32_t *
     if (!ck_fattn_ok(n_head, n_head_kv, head_dim, g)) return cudaErrorInvalidValue;
     const float scale2 = scale * 1.4426950408889634f;
     const dim3 grid((unsigned)n_tiles, (unsigned)n_head);
-    if (head_dim == 64)
-        hc_launch(k_fattn<64>, grid, FA_NW * 32, fa_smem(64), s, q, out, tiles, n_tiles, n_head, n_head_kv, scale2,
-                  window, *g, layer, pos, seq, bt, bt_stride);
-    else
-        hc_launch(k_fattn<128>, grid, FA_NW * 32, fa_smem(128), s, q, out, tiles, n_tiles, n_head, n_head_kv, scale2,
-                  window, *g, layer, pos, seq, bt, bt_stride);
+#define FA_GO(D)                                                                                               \
+    hc_launch(k_fattn<D>, grid, FA_NW * 32, fa_smem<D>(), s, q, out, tiles, n_tiles, n_head, n_head_kv, scale2, window, \
+              *g, layer, pos, seq, bt, bt_stride)
+    if (head_dim == 64) FA_GO(64);
+    else if (head_dim == 128) FA_GO(128);
+    else FA_GO(256);
+#undef FA_GO
     return cudaGetLastError();
 }
