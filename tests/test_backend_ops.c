@@ -576,7 +576,6 @@ static void test_attention_pf(rig *r, int HD, int G, int window, int PRE) {
     }
 #ifdef HN_HAVE_CUDA
     const bool cuda = !strcmp(r->name, "cuda");
-    const long long fa0 = cuda ? be_cuda_fattn_calls(r->b) : 0;
 #endif
     long long fa_used = 0;
     double err = 0;
@@ -607,11 +606,14 @@ static void test_attention_pf(rig *r, int HD, int G, int window, int PRE) {
         be_tensor *Q = act(r, QT_F32, H * HD, n, qb), *O = act(r, QT_F32, H * HD, n, NULL);
         be_attn_args a = {.q = Q, .out = O, .n_tokens = n, .n_head = H, .n_head_kv = HKV, .head_dim = HD,
                           .scale = 1.0f / sqrtf((float)HD), .window = window, .kv = kv, .layer = 1};
+#ifdef HN_HAVE_CUDA
+        const long long fa_pre = cuda ? be_cuda_fattn_calls(r->b) : 0;
+#endif
         r->b->ops->attention(r->b, &a);
         const float *out = back(r, O, n);
         plan_finish(&r->plan);
 #ifdef HN_HAVE_CUDA
-        if (cuda && step == 1) fa_used = be_cuda_fattn_calls(r->b) - fa0;
+        if (cuda && step == 1) fa_used = be_cuda_fattn_calls(r->b) - fa_pre;
 #endif
         for (int t = 0; t < n; t++) {
             const float *o = out + (size_t)t * H * HD;

@@ -824,7 +824,8 @@ static __global__ void __launch_bounds__(AS_THREADS, 6)
     const int G = n_head / n_head_kv, ghd = G * hd;
     float *slab = (float *)smem4;                 /* [NW][G hd]: the queries while scoring, then each warp's V sums */
     float *ps = slab + NW * ghd;                  /* [G][AS_CHUNK] */
-    float *s_m = ps + G * AS_CHUNK, *s_l = s_m + G; /* [G] each */
+    /* [G] each, G rounded up to even: the row pointers after them 8-byte aligned */
+    float *s_m = ps + G * AS_CHUNK, *s_l = s_m + ((G + 1) & ~1);
     const uint8_t **krow = (const uint8_t **)(s_l + ((G + 1) & ~1)); /* [AS_CHUNK] each */
     const uint8_t **vrow = krow + AS_CHUNK;
     float *qs = slab;
