@@ -1350,6 +1350,8 @@ static bool run_backend(const char *name, int nth, bool ref) {
     test_attention_long(&r, QT_Q8_0, QT_Q4_0);
     test_attention_pf(&r, 64, 4, 0, 0);
     test_attention_pf(&r, 64, 1, 0, 70);
+    test_attention_pf(&r, 64, 2, 0, 64);   /* the model tests' shape: chunks of 64 after 64 and 128 */
+    test_attention_pf(&r, 64, 2, 0, 128);
     test_attention_pf(&r, 128, 4, 0, 70);
     test_attention_pf(&r, 128, 3, 37, 70); /* a window, and rows of a head group not a power of two */
     test_attention_pf(&r, 256, 2, 0, 70);  /* Qwen3.5's attention layers: the Q tile in shared memory */

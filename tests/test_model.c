@@ -936,7 +936,12 @@ static void test_fattn(const char *file) {
         i += n;
     }
     const long long ca = be_cuda_fattn_calls(a.m->be), cb = be_cuda_fattn_calls(b.m->be);
-    CHECKF(kl_max < 1e-4 && ca > 0 && cb == 0,
+    /* the prefill rows' matmuls quantize their activations (hc_mmf), so a change in the last bits of an
+     * attention output moves some of them a quantization step: the f32 kernels on the f16 cache are
+     * already ~1e-3 (KL) from an f32 cache on these random models, where a float64 model of the f16
+     * rounding alone gives ~1e-6. Held: no worse than the f32 kernels on the same cache (a wrong tile or
+     * mask is KL 0.1 and more; test_backend_ops holds the kernel itself to 3e-3) */
+    CHECKF(kl_ac <= 2 * kl_bc + 1e-4 && kl_max < 0.05 && ca > 0 && cb == 0,
            "%s: prefill attention on the tensor cores vs f32: max KL %.3g (vs an f32 cache: %.3g, the f32 kernels %.3g), "
            "calls %lld / %lld",
            file, kl_max, kl_ac, kl_bc, ca, cb);
