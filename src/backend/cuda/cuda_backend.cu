@@ -905,6 +905,7 @@ int be_cuda_device(const be_backend *b) { return ((const cu_be *)b->impl)->devic
 long long be_cuda_mmf_calls(const be_backend *b) { return ((const cu_be *)b->impl)->mmf_calls; }
 
 long long be_cuda_fattn_calls(const be_backend *b) { return ((const cu_be *)b->impl)->fattn_calls; }
+long long be_cuda_fdec_calls(const be_backend *b) { return ((const cu_be *)b->impl)->fdec_calls; }
 
 void be_cuda_counters(const be_backend *b, long long *fused, long long *graph_hits, long long *graph_builds) {
     const cu_be *cb = (const cu_be *)b->impl;

@@ -26,6 +26,8 @@ int be_cuda_device(const be_backend *b);
 long long be_cuda_mmf_calls(const be_backend *b);
 /* How many attention calls took ck_fattn (prefill tiles on the tensor cores; HONE_CUDA_FATTN=0: none). */
 long long be_cuda_fattn_calls(const be_backend *b);
+/* attention calls whose decode rows could take the tensor cores (ck_fattn_dec: f16 cache, head_dim 64/128) */
+long long be_cuda_fdec_calls(const be_backend *b);
 
 #ifdef __cplusplus
 }

@@ -113,8 +113,9 @@ cudaError_t ck_kv_store(cudaStream_t s, const ck_kv *g, int layer, const float *
 cudaError_t ck_attention(cudaStream_t s, const float *q, float *out, int n_tokens, int n_head, int n_head_kv,
                          int head_dim, float scale, int32_t window, const ck_kv *g, int layer, const int32_t *pos,
                          const int32_t *seq, const int32_t *bt, int32_t bt_stride, const int32_t *tok, float *part,
-                         size_t part_cap);
-/* (tok: NULL, tokens 0 .. n_tokens - 1; else those n_tokens tokens of the step.)
+                         size_t part_cap, bool tc);
+/* (tok: NULL, tokens 0 .. n_tokens - 1; else those n_tokens tokens of the step. tc: the split form
+ * may take the tensor cores, ck_fattn_dec, where it allows the heads.)
  * cuda_fattn.cu: prefill attention on the tensor cores for tiles of at most
  * ck_fattn_tile_tokens() consecutive tokens of one sequence at consecutive
  * positions (tiles: pairs first token, tokens), f16 K and V, head_dim 64 or
@@ -125,6 +126,16 @@ cudaError_t ck_fattn_init(void);
 cudaError_t ck_fattn(cudaStream_t s, const float *q, float *out, const int32_t *tiles, int n_tiles, int n_head,
                      int n_head_kv, int head_dim, float scale, int32_t window, const ck_kv *g, int layer,
                      const int32_t *pos, const int32_t *seq, const int32_t *bt, int32_t bt_stride);
+/* decode rows on the tensor cores (cuda_fattn.cu: k_fattn_dec): f16 K and V, head_dim 64 or 128, at
+ * most 16 query heads a kv head (HONE_CUDA_FDEC=0: off); one warp per (token, kv head, chunk of
+ * ck_fattn_dec_chunk() positions), partials in the split form's layout (part NULL: one chunk, the
+ * output written directly) */
+bool ck_fattn_dec_ok(int n_head, int n_head_kv, int head_dim, const ck_kv *g);
+int ck_fattn_dec_chunk(void);
+cudaError_t ck_fattn_dec(cudaStream_t s, dim3 grid, const float *q, int n_head, int n_head_kv, int head_dim,
+                         float scale, int32_t window, const ck_kv *g, int layer, const int32_t *pos,
+                         const int32_t *seq, const int32_t *bt, int32_t bt_stride, const int32_t *tok, int t0,
+                         int n_split, float *part, float *out);
 /* whether the split (flash-decoding) form takes these heads, and the scratch floats one token needs */
 bool ck_attention_split_ok(int n_head, int n_head_kv, int head_dim);
 size_t ck_attention_part_floats(int n_head, int head_dim, int32_t max_positions);

@@ -1009,7 +1009,7 @@ static bool attn_v4_on(void) {
 cudaError_t ck_attention(cudaStream_t s, const float *q, float *out, int n_tokens, int n_head, int n_head_kv,
                          int head_dim, float scale, int32_t window, const ck_kv *g, int layer, const int32_t *pos,
                          const int32_t *seq, const int32_t *bt, int32_t bt_stride, const int32_t *tok, float *part,
-                         size_t part_cap) {
+                         size_t part_cap, bool tc) {
     if (n_tokens <= 0) return cudaSuccess;
     if (head_dim > AT_MAX_HD || head_dim < 1 || n_head_kv < 1 || n_head % n_head_kv) return cudaErrorInvalidValue;
     /* the split form when the queries of a kv head fit its kernel and the scratch holds one token's partials
@@ -1028,6 +1028,19 @@ cudaError_t ck_attention(cudaStream_t s, const float *q, float *out, int n_token
         }
         const int group = n_split == 1 ? n_tokens
                                        : (int)(part_cap / per_tok < (size_t)n_tokens ? part_cap / per_tok : (size_t)n_tokens);
+        if (tc && ck_fattn_dec_ok(n_head, n_head_kv, head_dim, g)) { /* the tensor cores (cuda_fattn.cu), same chunks */
+            for (int t0 = 0; t0 < n_tokens; t0 += group) {
+                const int nt = n_tokens - t0 < group ? n_tokens - t0 : group;
+                const cudaError_t e = ck_fattn_dec(s, dim3((unsigned)nt, (unsigned)n_head_kv, (unsigned)n_split), q, n_head,
+                                                   n_head_kv, head_dim, scale, window, g, layer, pos, seq, bt, bt_stride,
+                                                   tok, t0, n_split, n_split == 1 ? NULL : part, out);
+                if (e != cudaSuccess) return e;
+                if (n_split > 1)
+                    hc_launch(k_attn_combine, dim3((unsigned)nt, (unsigned)n_head), 128, 0, s, part, n_head, head_dim, tok,
+                              t0, n_split, out);
+            }
+            return cudaGetLastError();
+        }
         for (int t0 = 0; t0 < n_tokens; t0 += group) {
             const int nt = n_tokens - t0 < group ? n_tokens - t0 : group;
             if (n_split == 1) { /* one chunk: the output directly, no combine */

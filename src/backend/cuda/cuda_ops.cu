@@ -360,10 +360,15 @@ static void op_attention(be_backend *b, const be_attn_args *a) {
                          cb->bt_stride),
                 "attention (flash)");
     }
+    /* the other rows: on the tensor cores too (ck_fattn_dec) where the split form takes them, but not
+     * in the reference mode */
+    const int n_rest = fa ? cb->n_fa_rest : a->n_tokens;
+    if (n_rest > 0 && cb->att_split && !cb->ref && ck_fattn_dec_ok(a->n_head, a->n_head_kv, a->head_dim, &g))
+        cb->fdec_calls++;
     cu_cuda(cb,
-            ck_attention(cb->stream, F(a->q), F(a->out), fa ? cb->n_fa_rest : a->n_tokens, a->n_head, a->n_head_kv,
-                         a->head_dim, a->scale, a->window, &g, a->layer, cb->d_pos, cb->d_seq, cb->d_bt, cb->bt_stride,
-                         fa ? cb->d_fa_rest : NULL, cb->att_split ? cb->att_part : NULL, cb->att_part_cap),
+            ck_attention(cb->stream, F(a->q), F(a->out), n_rest, a->n_head, a->n_head_kv, a->head_dim, a->scale,
+                         a->window, &g, a->layer, cb->d_pos, cb->d_seq, cb->d_bt, cb->bt_stride,
+                         fa ? cb->d_fa_rest : NULL, cb->att_split ? cb->att_part : NULL, cb->att_part_cap, !cb->ref),
             "attention");
 }
 

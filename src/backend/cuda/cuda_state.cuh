@@ -88,6 +88,7 @@ typedef struct cu_be {
     int32_t *h_fa; /* host staging of both (plan_cap words) */
     int32_t n_fa_tiles, n_fa_rest;
     long long fattn_calls;
+    long long fdec_calls; /* attention calls whose other rows could take ck_fattn_dec */
     /* the activation arena and every handle made */
     unsigned char *arena;
     size_t arena_cap, arena_used;
