@@ -1,7 +1,9 @@
 /* test_tune.c: the hardware probe and the autotuner core: sane probe values,
  * the probe and tuner caches (round trip, invalidation by fingerprint and by
  * kernel version, corrupted files ignored and rewritten), validation rejecting
- * a wrong candidate that is the fastest, the margin rule, the budget cut.
+ * a wrong candidate that is the fastest, the margin rule, the budget cut, a
+ * case timed on its own (device) clock, and the tuner's reading of a
+ * backend's tune_info.
  * Timing assertions only compare configurations that differ by 10x or more in
  * work, never absolute speed. */
 #include <math.h>
@@ -14,6 +16,7 @@
 #include "backend/cpu/dot.h"
 #include "core/alloc.h"
 #include "test.h"
+#include "tune/apply.h"
 #include "tune/probe.h"
 #include "tune/tune.h"
 
@@ -424,6 +427,77 @@ static void test_cache(void) {
     CHECK(tn_tuner_open("", &o, &t, &err) == HN_ERR_INVALID);
 }
 
+/* a device clock: variant 0 (16 times the host work) reads 10x faster than
+ * variant 1; time_ok 0: the clock fails and the host's times decide */
+static int g_time_calls, g_time_ok;
+static double syn_time(void *ctx, const int *cfg, int reps) {
+    (void)ctx;
+    g_time_calls++;
+    if (!g_time_ok || reps < 1) return 0;
+    return cfg[0] == 0 ? 100.0 : 1000.0;
+}
+
+static void test_device_clock(void) {
+    static syn s;
+    syn_init(&s);
+    tn_case c;
+    hn_err err;
+    tn_tuner *t;
+    tn_result res;
+    tn_opts o = {.budget_s = 20, .n_cases = 2, .margin = -1, .no_cache = true};
+    CHECK(tn_tuner_open("00000000000000ab", &o, &t, &err) == HN_OK);
+    syn_case(&c, &s, "v1", 1); /* the default: the host's fast variant */
+    c.time = syn_time;
+    g_time_ok = 1;
+    g_time_calls = 0;
+    CHECK(tn_tune(t, &c, &res, &err) == HN_OK);
+    CHECKF(res.changed && res.cfg[0] == 0, "device clock: variant %d won", res.cfg[0]);
+    CHECKF(res.tuned_ns == 100.0 && res.default_ns == 1000.0, "device clock: %.1f vs %.1f ns", res.tuned_ns,
+           res.default_ns);
+    CHECK(g_time_calls > 0 && res.n_rejected >= 1 && res.n_skipped >= 1);
+    /* a clock that cannot measure: the host times run(), and the host's fast default stays */
+    g_time_ok = 0;
+    g_time_calls = 0;
+    c.version = "v2"; /* not the entry just recorded */
+    CHECK(tn_tune(t, &c, &res, &err) == HN_OK && !res.cached);
+    CHECKF(res.cfg[0] == 1, "host clock fallback: variant %d won", res.cfg[0]); /* unroll may differ: same work */
+    CHECK(g_time_calls > 0 && res.default_ns > 0 && res.default_ns != 1000.0);
+    tn_tuner_close(t);
+}
+
+/* tn_backend_info: a backend without tune_info (or an older table) gets the
+ * CPU's answer; a malformed answer is mended */
+static int g_info_mode;
+static void fake_info(be_backend *b, be_tune_info *out) {
+    (void)b;
+    memset(out, 0, sizeof *out);
+    snprintf(out->fingerprint, sizeof out->fingerprint, "dev-0001");
+    int rows_ok[] = {1, 2, 4, 8}, rows_bad[] = {2, 4};
+    const int *r = g_info_mode == 0 ? rows_ok : rows_bad;
+    out->n_decode = g_info_mode == 0 ? 4 : 2;
+    for (int i = 0; i < out->n_decode; i++) out->decode_rows[i] = r[i];
+}
+
+static void test_backend_info(void) {
+    be_ops ops;
+    memset(&ops, 0, sizeof ops);
+    ops.version = BE_OPS_VERSION;
+    be_backend b = {.ops = &ops};
+    be_tune_info in;
+    tn_backend_info(&b, &in);
+    CHECK(!in.fingerprint[0] && in.n_decode == 1 && in.decode_rows[0] == 1 && in.prefill);
+    ops.tune_info = fake_info;
+    g_info_mode = 0;
+    tn_backend_info(&b, &in);
+    CHECK(!strcmp(in.fingerprint, "dev-0001") && in.n_decode == 4 && in.decode_rows[3] == 8 && !in.prefill);
+    g_info_mode = 1; /* not starting at 1 row: the CPU's rows */
+    tn_backend_info(&b, &in);
+    CHECK(in.n_decode == 1 && in.decode_rows[0] == 1 && !strcmp(in.fingerprint, "dev-0001"));
+    ops.version = 8; /* an older table: the op is not there */
+    tn_backend_info(&b, &in);
+    CHECK(!in.fingerprint[0] && in.n_decode == 1 && in.prefill);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/hone-test-tune-XXXXXX");
     if (!mkdtemp(g_dir)) {
@@ -434,6 +508,8 @@ int main(void) {
     test_probe();
     test_validate_and_margin();
     test_search();
+    test_device_clock();
+    test_backend_info();
     test_cache();
     test_probe_cache();
     char cmd[600];
