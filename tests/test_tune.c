@@ -2,8 +2,9 @@
  * the probe and tuner caches (round trip, invalidation by fingerprint and by
  * kernel version, corrupted files ignored and rewritten), validation rejecting
  * a wrong candidate that is the fastest, the margin rule, the budget cut, a
- * case timed on its own (device) clock, and the tuner's reading of a
- * backend's tune_info.
+ * case timed on its own (device) clock; and the cuda backend's tuning logic
+ * that needs no GPU (cuda_tune_key.h: fingerprint, parameter sets and their
+ * mapping) and the tuner's reading of a backend's tune_info.
  * Timing assertions only compare configurations that differ by 10x or more in
  * work, never absolute speed. */
 #include <math.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/dot.h"
+#include "backend/cuda/cuda_tune_key.h"
 #include "core/alloc.h"
 #include "test.h"
 #include "tune/apply.h"
@@ -465,6 +467,78 @@ static void test_device_clock(void) {
     tn_tuner_close(t);
 }
 
+/* the cuda tuning logic without a GPU */
+static void test_cuda_key(void) {
+    char a[32], b[32];
+    hct_fingerprint("NVIDIA H200", 9, 0, 13000, "0123456789abcdef", a, sizeof a);
+    CHECKF(strlen(a) == 21 && !strncmp(a, "cuda-", 5), "fingerprint %s", a);
+    for (const char *p = a + 5; *p; p++) CHECK((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'));
+    hct_fingerprint("NVIDIA H200", 9, 0, 13000, "0123456789abcdef", b, sizeof b);
+    CHECK(!strcmp(a, b)); /* a pure function of its inputs */
+    hct_fingerprint("NVIDIA H100", 9, 0, 13000, "0123456789abcdef", b, sizeof b);
+    CHECK(strcmp(a, b) != 0);
+    hct_fingerprint("NVIDIA H200", 10, 0, 13000, "0123456789abcdef", b, sizeof b);
+    CHECK(strcmp(a, b) != 0);
+    hct_fingerprint("NVIDIA H200", 9, 1, 13000, "0123456789abcdef", b, sizeof b);
+    CHECK(strcmp(a, b) != 0);
+    hct_fingerprint("NVIDIA H200", 9, 0, 13010, "0123456789abcdef", b, sizeof b);
+    CHECK(strcmp(a, b) != 0);
+    hct_fingerprint("NVIDIA H200", 9, 0, 13000, "0123456789abcdee", b, sizeof b);
+    CHECK(strcmp(a, b) != 0);
+    hct_fingerprint(NULL, 0, 0, 0, NULL, b, sizeof b);
+    CHECK(strlen(b) == 21);
+    /* the tuner takes it as a fingerprint */
+    tn_tuner *t = NULL;
+    hn_err err;
+    tn_opts o = {.no_cache = true};
+    CHECK(tn_tuner_open(a, &o, &t, &err) == HN_OK);
+    tn_tuner_close(t);
+
+    /* the parameters: 3 x 2 x 3 values, the defaults where asked, every configuration valid and mapped both ways */
+    tn_case c;
+    memset(&c, 0, sizeof c);
+    CHECK(!hct_case_params(&c, (hct_cfg){3, 4, 4}) && c.n_params == 0);
+    CHECK(!hct_case_params(&c, (hct_cfg){2, 0, 4}) && c.n_params == 0);
+    CHECK(hct_case_params(&c, (hct_cfg){2, 4, 4}) && c.n_params == 3);
+    CHECK(!strcmp(c.params[0].name, "rpw") && !strcmp(c.params[1].name, "units") && !strcmp(c.params[2].name, "warps"));
+    CHECK(c.params[0].n == 3 && c.params[1].n == 2 && c.params[2].n == 3);
+    CHECK(c.params[0].values[c.params[0].def] == 2 && c.params[1].values[c.params[1].def] == 4 &&
+          c.params[2].values[c.params[2].def] == 4);
+    memset(&c, 0, sizeof c);
+    CHECK(hct_case_params(&c, (hct_cfg){4, 8, 2}) && c.params[0].values[c.params[0].def] == 4 &&
+          c.params[1].values[c.params[1].def] == 8 && c.params[2].values[c.params[2].def] == 2);
+    c.n_params = TN_MAX_PARAMS - 2;
+    CHECK(!hct_case_params(&c, (hct_cfg){4, 8, 2})); /* no room */
+    memset(&c, 0, sizeof c);
+    CHECK(hct_case_params(&c, (hct_cfg){1, 4, 4}));
+    int n_cfg = 0, seen_default = 0;
+    for (int i = 0; i < c.params[0].n; i++)
+        for (int j = 0; j < c.params[1].n; j++)
+            for (int k = 0; k < c.params[2].n; k++) {
+                int cfg[3] = {c.params[0].values[i], c.params[1].values[j], c.params[2].values[k]};
+                hct_cfg h = hct_cfg_of(cfg, 0);
+                CHECK(hct_cfg_valid(h));
+                be_mm_params mp;
+                hct_to_mm(h, &mp);
+                CHECK(mp.kernel == 0 && mp.pack == 0 && mp.tile == h.rpw && mp.chunks == h.units &&
+                      mp.threads == h.warps);
+                hct_cfg back = hct_of_mm(&mp);
+                CHECK(back.rpw == h.rpw && back.units == h.units && back.warps == h.warps);
+                seen_default += i == c.params[0].def && j == c.params[1].def && k == c.params[2].def;
+                n_cfg++;
+            }
+    CHECK(n_cfg == 18 && n_cfg <= TN_EXHAUSTIVE && seen_default == 1);
+    /* all-zero parameters (an untuned entry) and values out of the sets read as the built-in choice */
+    be_mm_params z = {0};
+    hct_cfg hz = hct_of_mm(&z);
+    CHECK(hz.rpw == 0 && hz.units == 0 && hz.warps == 0 && !hct_cfg_valid(hz));
+    be_mm_params odd = {.tile = 3, .chunks = 16, .threads = 4};
+    hct_cfg ho = hct_of_mm(&odd);
+    CHECK(ho.rpw == 0 && ho.units == 0 && ho.warps == 4);
+    hz = hct_of_mm(NULL);
+    CHECK(hz.rpw == 0 && hz.units == 0 && hz.warps == 0);
+}
+
 /* tn_backend_info: a backend without tune_info (or an older table) gets the
  * CPU's answer; a malformed answer is mended */
 static int g_info_mode;
@@ -509,6 +583,7 @@ int main(void) {
     test_validate_and_margin();
     test_search();
     test_device_clock();
+    test_cuda_key();
     test_backend_info();
     test_cache();
     test_probe_cache();
