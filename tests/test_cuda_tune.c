@@ -15,7 +15,9 @@
  *   - the model driver (tn_tune_shapes) on the device within 60 s: one cache
  *     file keyed by the GPU, every entry a decode entry at its rows, a second
  *     run answered from the cache, the winners applied.
- * Skips (passing) without a CUDA build or device. */
+ * Skips (passing) without a CUDA build or device, after checking that the
+ * cuda backend is then refused with a reason and the CPU's tune_info is the
+ * tuner's default. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,8 +31,25 @@
 #include "tune/apply.h"
 #include "tune/tune.h"
 
+/* without a device: no cuda backend (a reason given), and the CPU keeps the tuner's defaults */
+static void check_no_device(void) {
+    hn_err err;
+    be_backend *b = NULL;
+    be_config cfg = {.device = 0};
+    CHECK(be_create("cuda", &cfg, &b, &err) == HN_ERR_UNSUPPORTED && b == NULL && err.msg[0]);
+    be_config cc = {.n_threads = 1};
+    CHECK(be_create("cpu", &cc, &b, &err) == HN_OK);
+    if (b) {
+        be_tune_info in;
+        tn_backend_info(b, &in);
+        CHECK(!in.fingerprint[0] && in.n_decode == 1 && in.decode_rows[0] == 1 && in.prefill);
+        be_free(b);
+    }
+}
+
 #ifndef HN_HAVE_CUDA
 int main(void) {
+    check_no_device();
     printf("SKIP: built without CUDA\n");
     TEST_DONE();
 }
@@ -311,6 +330,7 @@ static void test_driver(void) {
 int main(void) {
     const char *why = NULL;
     if (!be_available("cuda", &why)) {
+        check_no_device();
         printf("SKIP: no CUDA device (%s)\n", why ? why : "?");
         TEST_DONE();
     }

@@ -11,8 +11,9 @@
  * costs nothing): its stream, the quantized-x scratch, x, y, and a rotation
  * of copies of the weight on the device (one upload: the model's matrix, or
  * DISTINCT_ROWS random rows quantized with the CPU's quantizer and tiled;
- * then device copies), at least twice the L2 so that timed runs stream the
- * weight from memory as a step does. x is c * 2^-7 with c integers in
+ * then device copies), at least twice the L2 (within 1024 copies and a
+ * quarter of the free memory) so that timed runs stream the weight from
+ * memory as a step does. x is c * 2^-7 with c integers in
  * -127..127 and a +-127 in every 32 values, which the gemv's activation
  * quantization (Q8_0, Q8_K, bf16) keeps exactly, so that a candidate differs
  * from the reference (hc_gemv_ref: f32 x, f64 sums) by float rounding only
@@ -40,7 +41,7 @@
 #define DISTINCT_ROWS 32
 #define ROT_MIN_BYTES ((size_t)64 << 20) /* at least this much weight in the rotation */
 #define ROT_MAX_BYTES ((size_t)1 << 30)  /* at most this much, and a quarter of the free memory */
-#define ROT_MAX_COPIES 256
+#define ROT_MAX_COPIES 1024
 
 static void (*g_drop_graphs)(cu_be *cb);
 
