@@ -140,6 +140,14 @@ KERNEL_SRC := $(sort $(wildcard src/backend/cpu/*.c src/backend/cpu/*.h src/quan
 KERNELS_ID := $(shell cat $(KERNEL_SRC) | cksum | cut -d' ' -f1)
 $(BUILD)/src/backend/cpu/cpu_tune.o: $(KERNEL_SRC)
 $(BUILD)/src/backend/cpu/cpu_tune.o: DEFS += -DHN_KERNELS_ID='"$(KERNELS_ID)"'
+# likewise on the GPU: the cuda tuner's device key holds a digest (sha256) of
+# the CUDA sources and the block layouts they read
+ifneq ($(strip $(NVCC)),)
+CUDA_KSRC  := $(sort $(wildcard src/backend/cuda/*.cu src/backend/cuda/*.cuh src/backend/cuda/*.h src/quant/blocks.h))
+CUDA_SRCID := $(or $(shell cat $(CUDA_KSRC) | sha256sum | cut -c1-16),0)
+$(BUILD)/src/backend/cuda/cuda_tune.o: $(CUDA_KSRC)
+$(BUILD)/src/backend/cuda/cuda_tune.o: DEFS += -DHC_SRC_DIGEST='"$(CUDA_SRCID)"'
+endif
 
 $(BUILD)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)

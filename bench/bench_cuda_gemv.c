@@ -98,7 +98,7 @@ typedef struct mmq_ctx {
 static void run_mmq(void *p) {
     mmq_ctx *c = p;
     hn_err err;
-    hc_gemv_params prm = {0, c->reuse};
+    hc_gemv_params prm = {0, c->reuse, 0, 0};
     if (c->mmf ? hc_mmf(c->w, c->dx, c->na, c->dy, c->s, c->reuse, NULL, &err)
                : hc_mmq(c->w, c->dx, c->na, c->dy, c->s, &prm, NULL, &err))
         die(&err);
@@ -272,7 +272,7 @@ int main(int argc, char **argv) {
                 for (int v = 0; v < 4; v++) {
                     if (v == 3 && (t == QT_F16 || t == QT_BF16)) break;
                     const int rpw = v < 3 ? 1 << v : best_rpw[ti][si][ni];
-                    hc_gemv_params p = {rpw, 0};
+                    hc_gemv_params p = {rpw, 0, 0, 0};
                     if (v == 3 && hc_gemv(&w[0], dx, nas[ni], dy, &s, &p, NULL, &err)) die(&err);
                     p.reuse_x = v == 3;
                     float ms[SAMPLES];

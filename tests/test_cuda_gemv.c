@@ -2,8 +2,12 @@
  * against the CPU's scalar dequantizer, for every supported type, 1..8
  * activation rows, each rows-per-warp choice and shapes with K not a multiple
  * of 256 (where the type allows) and N not a multiple of the rows a block
- * computes; then the prefill kernel hc_mmq against hc_gemv, bit for bit
- * (test_mmq). Skips (passing) without a CUDA build or device.
+ * computes; every configuration the tuner may choose (rows per warp x units
+ * in flight x warps a block, 18) gives the built-in choice's bits, so does
+ * a cloned weight, and hc_gemv_multi with tuned parameters gives each
+ * weight's hc_gemv bits (test_multi); then the prefill kernel hc_mmq against
+ * hc_gemv, bit for bit (test_mmq). Skips (passing) without a CUDA build or
+ * device.
  *
  * Bounds. The reference kernel (f32 x, f64 sum) must match the CPU's f64
  * product of the dequantized rows to 1e-6 of sum |w x| (float rounding of
@@ -78,6 +82,8 @@ static void quant_x(qt_type t, const float *x, int64_t k, float *xq, float *amax
 }
 
 static int n_fail_print;
+static int compare_bits(const char *what, const float *y, const float *want, int na, int64_t n);
+static const int tune_rpw[] = {1, 2, 4}, tune_units[] = {4, 8}, tune_warps[] = {2, 4, 8};
 
 /* y (na x n) against want with per-output bounds tol; counts bad outputs */
 static int compare(const float *y, const double *want, const double *tol, int na, int64_t n) {
@@ -107,7 +113,8 @@ static void test_type(qt_type t, const shape *sh) {
     double *want = malloc(sizeof(double) * (size_t)(MAXR * n)), *want_q = malloc(sizeof(double) * (size_t)(MAXR * n));
     double *tol_ref = malloc(sizeof(double) * (size_t)(MAXR * n)), *tol_q = malloc(sizeof(double) * (size_t)(MAXR * n));
     double *tol_x = malloc(sizeof(double) * (size_t)(MAXR * n));
-    if (!wf || !wd || !wq || !x || !xq || !amax || !y || !want || !want_q || !tol_ref || !tol_q || !tol_x) {
+    float *y0 = malloc(sizeof(float) * (size_t)(MAXR * n));
+    if (!wf || !wd || !wq || !x || !xq || !amax || !y || !want || !want_q || !tol_ref || !tol_q || !tol_x || !y0) {
         CHECK(!"out of host memory");
         goto done;
     }
@@ -167,7 +174,7 @@ static void test_type(qt_type t, const shape *sh) {
                 if (v < 0) {
                     st = hc_gemv_ref(&w, dx, na, dy, NULL, &err);
                 } else {
-                    hc_gemv_params p = {v < 3 ? 1 << v : 0, v == 3};
+                    hc_gemv_params p = {v < 3 ? 1 << v : 0, v == 3, 0, 0};
                     st = hc_gemv(&w, dx, na, dy, &s, &p, NULL, &err);
                 }
             }
@@ -187,6 +194,50 @@ static void test_type(qt_type t, const shape *sh) {
                 CHECKF(!st && isnan(tail), "%s na=%d wrote past its rows", tr->name, na);
             }
         }
+        /* every configuration the tuner may choose: the built-in choice's bits */
+        if (!st) st = hc_gemv(&w, dx, na, dy, &s, NULL, NULL, &err);
+        if (!st) st = hc_sync(&err);
+        if (!st) st = hc_download(y0, dy, sizeof(float) * (size_t)(na * n), &err);
+        CHECKF(st == HN_OK, "%s na=%d built-in: %s", tr->name, na, err.msg);
+        int n_cfg = 0, bad_cfg = 0;
+        for (int a = 0; a < 3 && !st; a++)
+            for (int b = 0; b < 2 && !st; b++)
+                for (int c = 0; c < 3 && !st; c++) {
+                    hc_gemv_params p = {tune_rpw[a], 0, tune_units[b], tune_warps[c]};
+                    st = hc_fill_f32(dy, (size_t)(MAXR * n), NAN, &err);
+                    if (!st) st = hc_gemv(&w, dx, na, dy, &s, &p, NULL, &err);
+                    if (!st) st = hc_sync(&err);
+                    if (!st) st = hc_download(y, dy, sizeof(float) * (size_t)(MAXR * n), &err);
+                    CHECKF(st == HN_OK, "%s na=%d rpw %d units %d warps %d: %s", tr->name, na, p.rows_per_warp,
+                           p.units, p.warps, err.msg);
+                    if (st) break;
+                    char what[96];
+                    snprintf(what, sizeof what, "%s k=%lld n=%lld na=%d rpw %d units %d warps %d", tr->name,
+                             (long long)k, (long long)n, na, p.rows_per_warp, p.units, p.warps);
+                    int bad = compare_bits(what, y, y0, na, n);
+                    for (int64_t i = (int64_t)na * n; i < MAXR * n; i++) bad += !isnan(y[i]);
+                    bad_cfg += bad != 0;
+                    n_cfg++;
+                }
+        CHECKF(n_cfg == 18 && bad_cfg == 0, "%s k=%lld n=%lld na=%d: %d of %d tuned configurations differ from the built-in bits (or wrote past their rows)",
+               tr->name, (long long)k, (long long)n, na, bad_cfg, n_cfg);
+    }
+    /* a clone of the weight (the tuner's rotation) computes the same bits */
+    if (!st) {
+        hc_weight wc;
+        st = hc_weight_clone(&wc, &w, &err);
+        CHECKF(st == HN_OK && wc.mem != w.mem && wc.type == w.type && wc.k == k && wc.n == n &&
+                   wc.gguf_bytes == w.gguf_bytes,
+               "%s clone: %s", tr->name, err.msg);
+        if (!st) st = hc_gemv(&wc, dx, MAXR, dy, &s, NULL, NULL, &err);
+        if (!st) st = hc_sync(&err);
+        if (!st) st = hc_download(y, dy, sizeof(float) * (size_t)(MAXR * n), &err);
+        if (!st) st = hc_gemv(&w, dx, MAXR, dy, &s, NULL, NULL, &err);
+        if (!st) st = hc_sync(&err);
+        if (!st) st = hc_download(y0, dy, sizeof(float) * (size_t)(MAXR * n), &err);
+        CHECKF(st == HN_OK && !compare_bits("clone", y, y0, MAXR, n), "%s k=%lld n=%lld: the clone differs: %s",
+               tr->name, (long long)k, (long long)n, err.msg);
+        hc_weight_free(&wc);
     }
     hc_gemv_scratch_free(&s);
     hc_free(dx);
@@ -205,6 +256,7 @@ done:
     free(tol_ref);
     free(tol_q);
     free(tol_x);
+    free(y0);
 }
 
 /* hc_mmq (prefill) against hc_gemv bit for bit: y of na rows in one hc_mmq
@@ -286,7 +338,7 @@ static void test_mmq(qt_type t, const shape *sh) {
     for (size_t ri = 0; ri < sizeof mq_rows / sizeof *mq_rows && !st; ri++) {
         const int na = mq_rows[ri];
         for (int v = 0; v < 2 && !st; v++) { /* v 1: reuse_x, the x that v 0 quantized */
-            hc_gemv_params p = {0, v};
+            hc_gemv_params p = {0, v, 0, 0};
             st = hc_fill_f32(dy, (size_t)(MQR * n), NAN, &err);
             if (!st) st = hc_mmq(&w, dx, na, dy, &s, &p, NULL, &err);
             if (!st) st = hc_sync(&err);
@@ -315,6 +367,90 @@ done:
     free(yg);
     free(y);
     free(wq);
+}
+
+/* hc_gemv_multi: weights sharing x in one launch, with the built-in
+ * parameters and with tuned ones, each y[i] with hc_gemv's bits for the
+ * same parameters; built-in choices that differ cannot share a launch,
+ * given parameters can */
+static void test_multi(void) {
+    hn_err err;
+    const int64_t k = 1280;
+    const int64_t ns[3] = {300, 64, 96};
+    hc_weight w[3];
+    memset(w, 0, sizeof w);
+    float *dx = NULL, *dy[3] = {NULL, NULL, NULL}, *dz = NULL;
+    hc_gemv_scratch s;
+    memset(&s, 0, sizeof s);
+    float *x = malloc(sizeof(float) * (size_t)(MAXR * k)), *wf = malloc(sizeof(float) * (size_t)(300 * k));
+    float *ya = malloc(sizeof(float) * 300 * MAXR), *yb = malloc(sizeof(float) * 300 * MAXR);
+    void *wq = malloc(qt_row_size(QT_Q4_K, k) * 300);
+    hn_status st = x && wf && ya && yb && wq ? HN_OK : HN_ERR_NOMEM;
+    for (int64_t i = 0; !st && i < MAXR * k; i++) x[i] = test_gauss();
+    for (int i = 0; i < 3 && !st; i++) {
+        for (int64_t j = 0; j < ns[i] * k; j++) wf[j] = 0.05f * test_gauss();
+        qt_traits(QT_Q4_K)->from_float(wf, wq, ns[i] * k);
+        st = hc_weight_upload(&w[i], QT_Q4_K, k, ns[i], wq, &err);
+        if (!st) st = hc_malloc((void **)&dy[i], sizeof(float) * 300 * MAXR, &err);
+    }
+    if (!st) st = hc_malloc((void **)&dx, sizeof(float) * (size_t)(MAXR * k), &err);
+    if (!st) st = hc_malloc((void **)&dz, sizeof(float) * 300 * MAXR, &err);
+    if (!st) st = hc_upload(dx, x, sizeof(float) * (size_t)(MAXR * k), &err);
+    if (!st) st = hc_gemv_scratch_init(&s, k, &err);
+    CHECKF(st == HN_OK, "multi setup: %s", st == HN_ERR_NOMEM ? "out of host memory" : err.msg);
+    const hc_weight *ws[3] = {&w[0], &w[1], &w[2]};
+    for (int na = 1; na <= MAXR && !st; na++)
+        for (int v = 0; v < 4 && !st; v++) {
+            /* v 0: built in; 1..3: tuned configurations */
+            static const hc_gemv_params tuned[3] = {{1, 0, 8, 2}, {4, 0, 4, 8}, {2, 0, 8, 4}};
+            hc_gemv_params p = v ? tuned[v - 1] : (hc_gemv_params){0, 0, 0, 0};
+            CHECK(hc_gemv_multi_ok(3, ws, na, v ? &p : NULL));
+            float *ys[3] = {dy[0], dy[1], dy[2]};
+            st = hc_gemv_multi(3, ws, dx, na, ys, &s, v ? &p : NULL, NULL, &err);
+            for (int i = 0; i < 3 && !st; i++) {
+                st = hc_gemv(&w[i], dx, na, dz, &s, v ? &p : NULL, NULL, &err);
+                if (!st) st = hc_sync(&err);
+                if (!st) st = hc_download(ya, dy[i], sizeof(float) * (size_t)(na * ns[i]), &err);
+                if (!st) st = hc_download(yb, dz, sizeof(float) * (size_t)(na * ns[i]), &err);
+                CHECKF(st == HN_OK && !compare_bits("multi", ya, yb, na, ns[i]),
+                       "multi na=%d configuration %d weight %d: differs from hc_gemv (%s)", na, v, i,
+                       st ? err.msg : "bits");
+            }
+        }
+    /* one weight past 65536 rows: another built-in rows per warp at one row, so only given parameters share a launch */
+    if (!st) {
+        hc_weight big;
+        const int64_t kb = 32, nb = 65536;
+        void *bq = calloc(1, qt_row_size(QT_Q8_0, kb) * (size_t)nb);
+        st = bq ? hc_weight_upload(&big, QT_Q8_0, kb, nb, bq, &err) : HN_ERR_NOMEM;
+        free(bq);
+        hc_weight small;
+        uint8_t sq[34 * 64] = {0};
+        if (!st) st = hc_weight_upload(&small, QT_Q8_0, kb, 64, sq, &err);
+        CHECKF(st == HN_OK, "multi: big weight: %d", st);
+        if (!st) {
+            const hc_weight *pair[2] = {&big, &small};
+            hc_gemv_params p = {2, 0, 4, 4};
+            CHECK(!hc_gemv_multi_ok(2, pair, 1, NULL));
+            CHECK(hc_gemv_multi_ok(2, pair, 1, &p));
+            CHECK(hc_gemv_multi_ok(2, pair, 2, NULL)); /* 2 rows: the same built-in choice */
+            hc_weight_free(&big);
+            hc_weight_free(&small);
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        hc_weight_free(&w[i]);
+        hc_free(dy[i]);
+    }
+    hc_free(dx);
+    hc_free(dz);
+    hc_gemv_scratch_free(&s);
+    free(x);
+    free(wf);
+    free(ya);
+    free(yb);
+    free(wq);
+    printf("gemv_multi with tuned parameters: %s\n", st == HN_OK ? "ran" : "FAILED");
 }
 
 static void test_mmq_errors(void) {
@@ -372,8 +508,18 @@ static void test_errors(void) {
         CHECK(hc_gemv(&w, d, 0, d, &s, NULL, NULL, &err) == HN_ERR_INVALID);
         CHECK(hc_gemv(&w, d, 9, d, &s, NULL, NULL, &err) == HN_ERR_INVALID);
         CHECK(hc_gemv(&w, d, 1, d, NULL, NULL, NULL, &err) == HN_ERR_INVALID);
-        hc_gemv_params bad = {3, 0};
+        hc_gemv_params bad = {3, 0, 0, 0};
         CHECK(hc_gemv(&w, d, 1, d, &s, &bad, NULL, &err) == HN_ERR_INVALID);
+        hc_gemv_params bad_u = {1, 0, 6, 4}, bad_w = {1, 0, 4, 16}, bad_w1 = {2, 0, 8, 1};
+        CHECK(hc_gemv(&w, d, 1, d, &s, &bad_u, NULL, &err) == HN_ERR_INVALID);
+        CHECK(hc_gemv(&w, d, 1, d, &s, &bad_w, NULL, &err) == HN_ERR_INVALID);
+        CHECK(hc_gemv(&w, d, 1, d, &s, &bad_w1, NULL, &err) == HN_ERR_INVALID);
+        /* the resolved parameters: the built-in ones where 0, p's elsewhere */
+        hc_gemv_params half = {0, 1, 8, 0}, r = hc_gemv_resolve(&w, 1, &half);
+        CHECK(r.rows_per_warp == hc_gemv_resolve(&w, 1, NULL).rows_per_warp && r.units == 8 && r.warps == 4 &&
+              r.reuse_x == 1);
+        hc_weight wclone;
+        CHECK(hc_weight_clone(&wclone, NULL, &err) == HN_ERR_INVALID);
         /* a scratch made for shorter rows is refused, not overrun */
         hc_weight w2;
         st = hc_weight_upload(&w2, QT_Q8_0, 64, 1, buf, &err);
@@ -538,6 +684,7 @@ int main(void) {
         for (size_t j = 0; j < ns; j++) test_type(t, &sh[j]);
         printf("%-7s %s\n", tr->name, test_failed_ == before ? "ok" : "FAILED");
     }
+    test_multi();
     test_mmq_errors();
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         const qt_type t = types[i];

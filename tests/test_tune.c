@@ -1,7 +1,10 @@
 /* test_tune.c: the hardware probe and the autotuner core: sane probe values,
  * the probe and tuner caches (round trip, invalidation by fingerprint and by
  * kernel version, corrupted files ignored and rewritten), validation rejecting
- * a wrong candidate that is the fastest, the margin rule, the budget cut.
+ * a wrong candidate that is the fastest, the margin rule, the budget cut, a
+ * case timed on its own (device) clock; and the cuda backend's tuning logic
+ * that needs no GPU (cuda_tune_key.h: fingerprint, parameter sets and their
+ * mapping) and the tuner's reading of a backend's tune_info.
  * Timing assertions only compare configurations that differ by 10x or more in
  * work, never absolute speed. */
 #include <math.h>
@@ -12,8 +15,10 @@
 #include <unistd.h>
 
 #include "backend/cpu/dot.h"
+#include "backend/cuda/cuda_tune_key.h"
 #include "core/alloc.h"
 #include "test.h"
+#include "tune/apply.h"
 #include "tune/probe.h"
 #include "tune/tune.h"
 
@@ -424,6 +429,149 @@ static void test_cache(void) {
     CHECK(tn_tuner_open("", &o, &t, &err) == HN_ERR_INVALID);
 }
 
+/* a device clock: variant 0 (16 times the host work) reads 10x faster than
+ * variant 1; time_ok 0: the clock fails and the host's times decide */
+static int g_time_calls, g_time_ok;
+static double syn_time(void *ctx, const int *cfg, int reps) {
+    (void)ctx;
+    g_time_calls++;
+    if (!g_time_ok || reps < 1) return 0;
+    return cfg[0] == 0 ? 100.0 : 1000.0;
+}
+
+static void test_device_clock(void) {
+    static syn s;
+    syn_init(&s);
+    tn_case c;
+    hn_err err;
+    tn_tuner *t;
+    tn_result res;
+    tn_opts o = {.budget_s = 20, .n_cases = 2, .margin = -1, .no_cache = true};
+    CHECK(tn_tuner_open("00000000000000ab", &o, &t, &err) == HN_OK);
+    syn_case(&c, &s, "v1", 1); /* the default: the host's fast variant */
+    c.time = syn_time;
+    g_time_ok = 1;
+    g_time_calls = 0;
+    CHECK(tn_tune(t, &c, &res, &err) == HN_OK);
+    CHECKF(res.changed && res.cfg[0] == 0, "device clock: variant %d won", res.cfg[0]);
+    CHECKF(res.tuned_ns == 100.0 && res.default_ns == 1000.0, "device clock: %.1f vs %.1f ns", res.tuned_ns,
+           res.default_ns);
+    CHECK(g_time_calls > 0 && res.n_rejected >= 1 && res.n_skipped >= 1);
+    /* a clock that cannot measure: the host times run(), and the host's fast default stays */
+    g_time_ok = 0;
+    g_time_calls = 0;
+    c.version = "v2"; /* not the entry just recorded */
+    CHECK(tn_tune(t, &c, &res, &err) == HN_OK && !res.cached);
+    CHECKF(res.cfg[0] == 1, "host clock fallback: variant %d won", res.cfg[0]); /* unroll may differ: same work */
+    CHECK(g_time_calls > 0 && res.default_ns > 0 && res.default_ns != 1000.0);
+    tn_tuner_close(t);
+}
+
+/* the cuda tuning logic without a GPU */
+static void test_cuda_key(void) {
+    char a[32], b[32];
+    hct_fingerprint("NVIDIA H200", 9, 0, 13000, "0123456789abcdef", a, sizeof a);
+    CHECKF(strlen(a) == 21 && !strncmp(a, "cuda-", 5), "fingerprint %s", a);
+    for (const char *p = a + 5; *p; p++) CHECK((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'));
+    hct_fingerprint("NVIDIA H200", 9, 0, 13000, "0123456789abcdef", b, sizeof b);
+    CHECK(!strcmp(a, b)); /* a pure function of its inputs */
+    hct_fingerprint("NVIDIA H100", 9, 0, 13000, "0123456789abcdef", b, sizeof b);
+    CHECK(strcmp(a, b) != 0);
+    hct_fingerprint("NVIDIA H200", 10, 0, 13000, "0123456789abcdef", b, sizeof b);
+    CHECK(strcmp(a, b) != 0);
+    hct_fingerprint("NVIDIA H200", 9, 1, 13000, "0123456789abcdef", b, sizeof b);
+    CHECK(strcmp(a, b) != 0);
+    hct_fingerprint("NVIDIA H200", 9, 0, 13010, "0123456789abcdef", b, sizeof b);
+    CHECK(strcmp(a, b) != 0);
+    hct_fingerprint("NVIDIA H200", 9, 0, 13000, "0123456789abcdee", b, sizeof b);
+    CHECK(strcmp(a, b) != 0);
+    hct_fingerprint(NULL, 0, 0, 0, NULL, b, sizeof b);
+    CHECK(strlen(b) == 21);
+    /* the tuner takes it as a fingerprint */
+    tn_tuner *t = NULL;
+    hn_err err;
+    tn_opts o = {.no_cache = true};
+    CHECK(tn_tuner_open(a, &o, &t, &err) == HN_OK);
+    tn_tuner_close(t);
+
+    /* the parameters: 3 x 2 x 3 values, the defaults where asked, every configuration valid and mapped both ways */
+    tn_case c;
+    memset(&c, 0, sizeof c);
+    CHECK(!hct_case_params(&c, (hct_cfg){3, 4, 4}) && c.n_params == 0);
+    CHECK(!hct_case_params(&c, (hct_cfg){2, 0, 4}) && c.n_params == 0);
+    CHECK(hct_case_params(&c, (hct_cfg){2, 4, 4}) && c.n_params == 3);
+    CHECK(!strcmp(c.params[0].name, "rpw") && !strcmp(c.params[1].name, "units") && !strcmp(c.params[2].name, "warps"));
+    CHECK(c.params[0].n == 3 && c.params[1].n == 2 && c.params[2].n == 3);
+    CHECK(c.params[0].values[c.params[0].def] == 2 && c.params[1].values[c.params[1].def] == 4 &&
+          c.params[2].values[c.params[2].def] == 4);
+    memset(&c, 0, sizeof c);
+    CHECK(hct_case_params(&c, (hct_cfg){4, 8, 2}) && c.params[0].values[c.params[0].def] == 4 &&
+          c.params[1].values[c.params[1].def] == 8 && c.params[2].values[c.params[2].def] == 2);
+    c.n_params = TN_MAX_PARAMS - 2;
+    CHECK(!hct_case_params(&c, (hct_cfg){4, 8, 2})); /* no room */
+    memset(&c, 0, sizeof c);
+    CHECK(hct_case_params(&c, (hct_cfg){1, 4, 4}));
+    int n_cfg = 0, seen_default = 0;
+    for (int i = 0; i < c.params[0].n; i++)
+        for (int j = 0; j < c.params[1].n; j++)
+            for (int k = 0; k < c.params[2].n; k++) {
+                int cfg[3] = {c.params[0].values[i], c.params[1].values[j], c.params[2].values[k]};
+                hct_cfg h = hct_cfg_of(cfg, 0);
+                CHECK(hct_cfg_valid(h));
+                be_mm_params mp;
+                hct_to_mm(h, &mp);
+                CHECK(mp.kernel == 0 && mp.pack == 0 && mp.tile == h.rpw && mp.chunks == h.units &&
+                      mp.threads == h.warps);
+                hct_cfg back = hct_of_mm(&mp);
+                CHECK(back.rpw == h.rpw && back.units == h.units && back.warps == h.warps);
+                seen_default += i == c.params[0].def && j == c.params[1].def && k == c.params[2].def;
+                n_cfg++;
+            }
+    CHECK(n_cfg == 18 && n_cfg <= TN_EXHAUSTIVE && seen_default == 1);
+    /* all-zero parameters (an untuned entry) and values out of the sets read as the built-in choice */
+    be_mm_params z = {0};
+    hct_cfg hz = hct_of_mm(&z);
+    CHECK(hz.rpw == 0 && hz.units == 0 && hz.warps == 0 && !hct_cfg_valid(hz));
+    be_mm_params odd = {.tile = 3, .chunks = 16, .threads = 4};
+    hct_cfg ho = hct_of_mm(&odd);
+    CHECK(ho.rpw == 0 && ho.units == 0 && ho.warps == 4);
+    hz = hct_of_mm(NULL);
+    CHECK(hz.rpw == 0 && hz.units == 0 && hz.warps == 0);
+}
+
+/* tn_backend_info: a backend without tune_info (or an older table) gets the
+ * CPU's answer; a malformed answer is mended */
+static int g_info_mode;
+static void fake_info(be_backend *b, be_tune_info *out) {
+    (void)b;
+    memset(out, 0, sizeof *out);
+    snprintf(out->fingerprint, sizeof out->fingerprint, "dev-0001");
+    int rows_ok[] = {1, 2, 4, 8}, rows_bad[] = {2, 4};
+    const int *r = g_info_mode == 0 ? rows_ok : rows_bad;
+    out->n_decode = g_info_mode == 0 ? 4 : 2;
+    for (int i = 0; i < out->n_decode; i++) out->decode_rows[i] = r[i];
+}
+
+static void test_backend_info(void) {
+    be_ops ops;
+    memset(&ops, 0, sizeof ops);
+    ops.version = BE_OPS_VERSION;
+    be_backend b = {.ops = &ops};
+    be_tune_info in;
+    tn_backend_info(&b, &in);
+    CHECK(!in.fingerprint[0] && in.n_decode == 1 && in.decode_rows[0] == 1 && in.prefill);
+    ops.tune_info = fake_info;
+    g_info_mode = 0;
+    tn_backend_info(&b, &in);
+    CHECK(!strcmp(in.fingerprint, "dev-0001") && in.n_decode == 4 && in.decode_rows[3] == 8 && !in.prefill);
+    g_info_mode = 1; /* not starting at 1 row: the CPU's rows */
+    tn_backend_info(&b, &in);
+    CHECK(in.n_decode == 1 && in.decode_rows[0] == 1 && !strcmp(in.fingerprint, "dev-0001"));
+    ops.version = 8; /* an older table: the op is not there */
+    tn_backend_info(&b, &in);
+    CHECK(!in.fingerprint[0] && in.n_decode == 1 && in.prefill);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/hone-test-tune-XXXXXX");
     if (!mkdtemp(g_dir)) {
@@ -434,6 +582,9 @@ int main(void) {
     test_probe();
     test_validate_and_margin();
     test_search();
+    test_device_clock();
+    test_cuda_key();
+    test_backend_info();
     test_cache();
     test_probe_cache();
     char cmd[600];

@@ -43,8 +43,9 @@
  * slot for it (plan->state_snap), which speculation rolls back to. Version
  * 7: mem_info, the device memory a model must fit in. Version 8:
  * scratch_bytes, and reserve may be called again (the scratch follows the
- * load). */
-#define BE_OPS_VERSION 8
+ * load). Version 9: tune_info, what the tuner keys a backend's winners by
+ * and at which call sizes it tunes them (tuning on the device). */
+#define BE_OPS_VERSION 9
 
 /* most weights in one matmul_multi call */
 #define BE_MULTI_MAX 8
@@ -169,6 +170,18 @@ typedef struct be_mm_case {
     size_t rotate_bytes;   /* copies the runs rotate through, so weights stream as in a step */
     bool all_threads;      /* keep the thread count fixed (a busy machine) */
 } be_mm_case;
+
+/* What the tuner asks of a backend (tune_info, version 9). */
+#define BE_TUNE_ROWS 8
+typedef struct be_tune_info {
+    char fingerprint[32]; /* the key its winners are cached under ("": the host's, tune/probe.h) */
+    char device[160];     /* the device, for `hone tune` ("": the host's probe) */
+    /* call sizes the decode family is tuned at, ascending from 1: a call of
+     * r rows takes the entry of the largest decode_rows[i] <= r */
+    int decode_rows[BE_TUNE_ROWS];
+    int n_decode;
+    bool prefill; /* whether the prefill family (tune/apply.h's row counts) applies */
+} be_tune_info;
 
 struct tn_case;
 typedef struct be_backend be_backend;
@@ -317,6 +330,11 @@ typedef struct be_ops {
     /* Bytes of memory the backend's scratch and activation tensors hold now
      * (what reserve sized; weights and the KV pool not counted). */
     size_t (*scratch_bytes)(be_backend *b);
+
+    /* ---- version 9: tuning on the device ---- */
+    /* Fills out (see be_tune_info). NULL, or a table older than 9: the CPU's
+     * answer (the host's fingerprint, decode at 1 row, prefill). */
+    void (*tune_info)(be_backend *b, be_tune_info *out);
 } be_ops;
 
 struct be_backend {

@@ -19,7 +19,7 @@ static const command commands[] = {
     {"template", cmd_template, "render a chat template with a JSON context"},
     {"serve", cmd_serve, "serve OpenAI, Responses and Anthropic APIs over HTTP"},
     {"ps", cmd_ps, "show a running server's sessions, their memory, the KV pool and the model"},
-    {"tune", cmd_tune, "probe this machine and tune the CPU kernels (cached per device)"},
+    {"tune", cmd_tune, "probe this machine and tune the CPU (or --device cuda: GPU) kernels (cached per device)"},
     {"bench", cmd_bench, "prefill/decode speed like llama-bench; `bench agents`: concurrent sessions sharing a prefix"},
 };
 

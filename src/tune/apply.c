@@ -95,36 +95,62 @@ hn_status tn_tune_shapes(const tn_shape *sh, int n_sh, const tn_model_opts *o, t
     return st;
 }
 
+void tn_backend_info(be_backend *b, be_tune_info *out) {
+    memset(out, 0, sizeof *out);
+    if (b && b->ops->version >= 9 && b->ops->tune_info) {
+        b->ops->tune_info(b, out);
+    } else {
+        out->decode_rows[0] = 1;
+        out->n_decode = 1;
+        out->prefill = true;
+    }
+    /* a malformed answer: the CPU's decode rows */
+    bool ok = out->n_decode >= 1 && out->n_decode <= BE_TUNE_ROWS && out->decode_rows[0] == 1;
+    for (int i = 1; ok && i < out->n_decode; i++)
+        ok = out->decode_rows[i] > out->decode_rows[i - 1] && out->decode_rows[i] <= TN_DECODE_MAX_ROWS;
+    if (!ok) {
+        out->decode_rows[0] = 1;
+        out->n_decode = 1;
+    }
+    out->fingerprint[sizeof out->fingerprint - 1] = 0;
+    out->device[sizeof out->device - 1] = 0;
+}
+
 static hn_status tune_on(be_backend *b, const tn_shape *sh, int n_sh, const tn_model_opts *o, tn_model_report *rep,
                          hn_err *err) {
     tn_model_opts opt = *o;
     if (opt.budget_s <= 0) opt.budget_s = TN_DEFAULT_BUDGET_S;
     if (!opt.families) opt.families = TN_FAM_DECODE | TN_FAM_PREFILL;
+    be_tune_info info;
+    tn_backend_info(b, &info);
+    const bool host = !info.fingerprint[0]; /* the CPU: keyed by the host probe, threads tuned */
     tn_probe probe;
     tn_probe_detect(&probe);
-    snprintf(rep->fingerprint, sizeof rep->fingerprint, "%s", probe.fingerprint);
+    snprintf(rep->fingerprint, sizeof rep->fingerprint, "%s", host ? probe.fingerprint : info.fingerprint);
     double la[1];
     rep->load_avg = getloadavg(la, 1) == 1 ? la[0] : -1;
     rep->usable_cpus = probe.usable;
-    rep->busy_start = rep->load_avg >= (double)(probe.usable > 0 ? probe.usable : 1);
-    /* entries: every shape's decode case first (decode speed matters most), then prefill */
-    rep->e = hn_calloc((size_t)(3 * (n_sh > 0 ? n_sh : 1)), sizeof *rep->e);
+    rep->busy_start = host && rep->load_avg >= (double)(probe.usable > 0 ? probe.usable : 1);
+    /* entries: every shape's decode cases first (decode speed matters most), then prefill */
+    rep->e = hn_calloc((size_t)((info.n_decode + 2) * (n_sh > 0 ? n_sh : 1)), sizeof *rep->e);
     if (!rep->e) return hn_errf(err, HN_ERR_NOMEM, "tune: out of memory");
     static const int prows[2] = {TN_PREFILL_ROWS_A, TN_PREFILL_ROWS_B};
     static const int pmin[2] = {TN_DECODE_MAX_ROWS + 1, TN_PREFILL_SWITCH};
-    for (int f = 0; f < 3; f++) {
-        if (f == 0 && !(opt.families & TN_FAM_DECODE)) continue;
-        if (f > 0 && !(opt.families & TN_FAM_PREFILL)) continue;
+    for (int f = 0; f < info.n_decode + 2; f++) {
+        const bool dec = f < info.n_decode;
+        if (dec && !(opt.families & TN_FAM_DECODE)) continue;
+        if (!dec && (!(opt.families & TN_FAM_PREFILL) || !info.prefill)) continue;
         for (int i = 0; i < n_sh; i++) {
-            if (f > 0 && sh[i].is_output) continue; /* prefill runs the logits matrix on the wanted rows only */
+            if (!dec && sh[i].is_output) continue; /* prefill runs the logits matrix on the wanted rows only */
             if (!b->ops->mm_tunable || !b->ops->mm_tunable(b, sh[i].type)) continue;
             tn_model_entry *e = &rep->e[rep->n++];
-            e->kernel = f == 0 ? "gemv" : "prefill";
+            e->kernel = dec ? "gemv" : "prefill"; /* the case's name replaces it */
+            e->family = dec ? TN_FAM_DECODE : TN_FAM_PREFILL;
             e->type = sh[i].type;
             e->k = sh[i].k;
             e->n = sh[i].n;
-            e->rows = f == 0 ? 1 : prows[f - 1];
-            e->min_rows = f == 0 ? 1 : pmin[f - 1];
+            e->rows = dec ? info.decode_rows[f] : prows[f - info.n_decode];
+            e->min_rows = dec ? info.decode_rows[f] : pmin[f - info.n_decode];
             e->n_tensors = sh[i].n_total;
             e->is_output = sh[i].is_output;
             e->bytes = qt_row_size(e->type, e->k) * (size_t)e->n;
@@ -135,7 +161,7 @@ static hn_status tune_on(be_backend *b, const tn_shape *sh, int n_sh, const tn_m
     /* the budget is shared by expected run time: decode streams bytes (~20 GB/s), prefill multiplies (~50 G/s) */
     double total_w = 0;
     for (int i = 0; i < rep->n; i++)
-        total_w += rep->e[i].rows == 1 ? (double)rep->e[i].bytes / 20.0 : rep->e[i].macs / 50.0;
+        total_w += rep->e[i].family == TN_FAM_DECODE ? (double)rep->e[i].bytes / 20.0 : rep->e[i].macs / 50.0;
     size_t llc = probe.l3 ? probe.l3 : probe.l2 ? probe.l2 : ((size_t)8 << 20);
     size_t rotate = 2 * llc < ((size_t)16 << 20) ? ((size_t)16 << 20) : 2 * llc;
     if (rotate > ((size_t)256 << 20)) rotate = (size_t)256 << 20;
@@ -143,7 +169,7 @@ static hn_status tune_on(be_backend *b, const tn_shape *sh, int n_sh, const tn_m
     tn_tuner *tuner = NULL;
     tn_opts to = {.budget_s = opt.budget_s, .n_cases = rep->n, .total_weight = total_w, .margin = -1,
                   .force = opt.force, .progress = opt.progress, .cache_partial = true};
-    hn_status st = tn_tuner_open(probe.fingerprint, &to, &tuner, err);
+    hn_status st = tn_tuner_open(rep->fingerprint, &to, &tuner, err);
     if (st == HN_OK) {
         rep->cache_corrupt = tn_tuner_cache_was_corrupt(tuner);
         snprintf(rep->cache_path, sizeof rep->cache_path, "%s", tn_tuner_cache_path(tuner));
@@ -156,10 +182,16 @@ static hn_status tune_on(be_backend *b, const tn_shape *sh, int n_sh, const tn_m
         double t0 = tuner ? tn_tuner_elapsed(tuner) : 0;
         be_mm_case mc = {.type = e->type, .k = e->k, .n = e->n, .rows = e->rows,
                          .mats = s->n_mats ? s->mats : NULL, .n_mats = s->n_mats,
-                         .rotate_bytes = e->rows == 1 ? rotate : rotate / 4, .all_threads = rep->busy_start};
+                         .rotate_bytes = e->family == TN_FAM_DECODE ? rotate : rotate / 4, .all_threads = rep->busy_start};
         tn_case c;
         st = b->ops->mm_case_new(b, &mc, &c, err);
+        if (st == HN_ERR_UNSUPPORTED) { /* nothing to tune at this shape or call size: the defaults */
+            st = HN_OK;
+            hn_err_clear(err);
+            continue;
+        }
         if (st != HN_OK) break;
+        e->kernel = c.kernel;
         snprintf(e->shape, sizeof e->shape, "%s", c.shape);
         if (opt.cache_only) {
             memset(&e->res, 0, sizeof e->res);

@@ -1,14 +1,19 @@
 /* apply.h: the tuner at model level. tn_tune_model finds every distinct
  * matmul weight shape (type, k, n) of a GGUF model and tunes it, on the
  * backend it is given (its mm_case_* ops make the cases: the candidates and
- * their meaning are the backend's), in both families: decode ("gemv", one activation row) and prefill
- * ("prefill", TN_PREFILL_ROWS_A and TN_PREFILL_ROWS_B rows; not the output
- * matrix, whose prefill calls only carry the rows that want logits), or takes
- * the winners from the device's disk cache (tune.h) without running anything.
- * tn_apply_report hands the winners to the backend per shape and call size
- * (its set_mm_params op): calls of 1..TN_DECODE_MAX_ROWS rows use the
- * decode winner, from TN_DECODE_MAX_ROWS + 1 rows the first prefill winner,
- * from TN_PREFILL_SWITCH rows the second. Searches the budget cuts short are
+ * their meaning are the backend's), in both families: decode (the CPU's
+ * "gemv" at one activation row; a device may ask for several call sizes,
+ * e.g. CUDA's "cuda-gemv" at 1, 2, 4 and 8 rows: tune_info) and prefill
+ * ("prefill", TN_PREFILL_ROWS_A and TN_PREFILL_ROWS_B rows, where the
+ * backend has it; not the output matrix, whose prefill calls only carry the
+ * rows that want logits), or takes the winners from the device's disk cache
+ * (tune.h, keyed by the backend's fingerprint: the host's for the CPU, the
+ * GPU's for CUDA) without running anything. tn_apply_report hands the
+ * winners to the backend per shape and call size (its set_mm_params op):
+ * a decode entry tuned at r rows applies from r rows up to the next decode
+ * entry (the CPU's single one: 1..TN_DECODE_MAX_ROWS), from
+ * TN_DECODE_MAX_ROWS + 1 rows the first prefill winner, from
+ * TN_PREFILL_SWITCH rows the second. Searches the budget cuts short are
  * cached too (the best found within the budget), so a second start never
  * tunes again; `hone tune --force` redoes them.
  *
@@ -50,7 +55,8 @@ typedef struct tn_model_opts {
 } tn_model_opts;
 
 typedef struct tn_model_entry {
-    const char *kernel;        /* "gemv" or "prefill" */
+    const char *kernel;        /* the case's family: "gemv", "prefill", "cuda-gemv" */
+    int family;                /* TN_FAM_DECODE or TN_FAM_PREFILL */
     char shape[96];            /* as cached: "q4_K k1024 n3072 r64 t2" */
     qt_type type;
     int64_t k, n;
@@ -78,7 +84,7 @@ typedef struct tn_model_report {
     double elapsed_s;
     bool cache_corrupt;
     char cache_path[4200];
-    char fingerprint[17];
+    char fingerprint[32];      /* the cache's key: the host's, or the device's (tune_info) */
     double load_avg;   /* the 1-minute load average when tuning started (-1: unknown) */
     int usable_cpus;   /* CPUs this process may use */
     bool busy_start;   /* other work kept the CPUs busy when tuning began (load >= usable CPUs): the
@@ -112,8 +118,11 @@ hn_status tn_tune_model(const gguf_ctx *g, const tn_model_opts *o, tn_model_repo
 /* Frees rep's entries (rep itself is the caller's). */
 void tn_model_report_free(tn_model_report *rep);
 /* Sets every tuned entry of rep whose parameters differ from the defaults on
- * the CPU backend b per shape and call size; returns how many were set. */
+ * the backend b per shape and call size; returns how many were set. */
 int tn_apply_report(be_backend *b, const tn_model_report *rep);
+/* What backend b says of its tuning (backend.h: tune_info), or the CPU's
+ * answer where it says nothing (host fingerprint, decode at 1 row, prefill). */
+void tn_backend_info(be_backend *b, be_tune_info *out);
 
 /* Load-time tuning (see the header comment): applies the cached or newly
  * tuned winners for g's shapes to backend b (a CPU backend on n_threads

@@ -18,7 +18,10 @@
  *      tn_tune fails with HN_ERR_INTERNAL;
  *   3. times survivors: repetitions calibrated so one sample covers at least
  *      TN_MIN_SAMPLE_NS (a validation run that long already means one run per
- *      sample), TN_SCREEN_SAMPLES samples, median;
+ *      sample), TN_SCREEN_SAMPLES samples, median; on the host's clock around
+ *      run(), or, for a case that has time() (a device), on the device's
+ *      own clock (e.g. CUDA events around reps back-to-back runs, after the
+ *      validation run warmed it up);
  *   4. confirms: the TN_CONFIRM_TOP fastest survivors and the default are
  *      re-timed in turn, TN_CONFIRM_SAMPLES samples each, or at least 3 when
  *      the case's share of the budget runs out (a noisy screening sample
@@ -92,6 +95,11 @@ typedef struct tn_case {
     /* Optional: called before every validation run so that run computes what
      * the reference did (e.g. rewinds a rotation over copies of the weights). */
     void (*reset)(void *ctx);
+    /* Optional (a device): runs configuration cfg reps times back to back,
+     * as run does but without returning the output, and returns the
+     * nanoseconds of one run measured on the device's clock; <= 0 when it
+     * cannot (the tuner then times run() on the host's clock). */
+    double (*time)(void *ctx, const int *cfg, int reps);
     /* Share of the budget relative to the other cases (e.g. bytes one run
      * reads); <= 0 means 1. */
     double weight;

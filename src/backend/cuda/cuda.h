@@ -137,29 +137,44 @@ hn_status hc_gemv_scratch_init(hc_gemv_scratch *s, int64_t max_k, hn_err *err);
 hn_status hc_gemv_scratch_init_rows(hc_gemv_scratch *s, int64_t max_k, int max_rows, hn_err *err);
 void hc_gemv_scratch_free(hc_gemv_scratch *s);
 
-/* Kernel parameters (0: the built-in choice). rows_per_warp changes speed
- * only: output rows one warp computes together (1, 2 or 4), so that the
- * activation values a lane loads serve that many weight rows. reuse_x: the
- * scratch already holds this x, quantized by the previous call on the same
- * stream with the same x, na, k and hc_gemv_act (weights sharing an input, as q/k/v or
- * gate/up do, convert it once); ignored for f16/bf16. */
+/* Kernel parameters (0: the built-in choice); they change speed only, never
+ * a bit of the result (every lane sums its units in the same order, and the
+ * warp's butterfly is the same, whatever they are). rows_per_warp: output
+ * rows one warp computes together (1, 2 or 4), so that the activation values
+ * a lane loads serve that many weight rows. units: 32-weight units (8-weight
+ * for f16/bf16) of loads a lane has in flight before it computes, counted
+ * over its rows (4 or 8; built in: 4). warps: warps a block (2, 4 or 8;
+ * built in: 4). reuse_x: the scratch already holds this x, quantized by the
+ * previous call on the same stream with the same x, na, k and hc_gemv_act
+ * (weights sharing an input, as q/k/v or gate/up do, convert it once);
+ * ignored for f16/bf16. */
 typedef struct hc_gemv_params {
     int rows_per_warp;
     int reuse_x;
+    int units;
+    int warps;
 } hc_gemv_params;
 
 /* Queues y = W x (see the top of this file) on `stream` (a cudaStream_t;
  * NULL: the default stream). p may be NULL. Fails on bad arguments (na out of
- * 1..8, k over the scratch) or a launch error. */
+ * 1..8, k over the scratch, parameters out of their sets) or a launch error. */
 hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_scratch *s,
                   const hc_gemv_params *p, void *stream, hn_err *err);
-/* n_w (1..3) weights sharing x in one launch (q/k/v, gate/up): the same
- * kernel and rows per warp as hc_gemv for each, so each y[i] has hc_gemv's
- * bits. hc_gemv_multi_ok: whether they can (one integer type, one row
- * length, the same built-in rows per warp). reuse_x as in hc_gemv_params. */
-int hc_gemv_multi_ok(int n_w, const hc_weight *const *w, int na);
+/* The parameters hc_gemv runs w with for na rows under p (NULL: the
+ * built-in ones): p's non-zero fields, the built-in choice for the others;
+ * reuse_x is p's. */
+hc_gemv_params hc_gemv_resolve(const hc_weight *w, int na, const hc_gemv_params *p);
+/* n_w (1..3) weights sharing x in one launch (q/k/v, gate/up), each with
+ * the parameters p (NULL: the built-in ones, which must then be the same for
+ * all), so each y[i] has hc_gemv's bits. hc_gemv_multi_ok: whether they can
+ * (one integer type, one row length, one resolved set of parameters).
+ * reuse_x is p's. */
+int hc_gemv_multi_ok(int n_w, const hc_weight *const *w, int na, const hc_gemv_params *p);
 hn_status hc_gemv_multi(int n_w, const hc_weight *const *w, const float *x, int na, float *const *y,
-                        hc_gemv_scratch *s, int reuse_x, void *stream, hn_err *err);
+                        hc_gemv_scratch *s, const hc_gemv_params *p, void *stream, hn_err *err);
+/* Copies a weight on the device (dst gets its own allocation, same layout):
+ * the tuner's rotation of copies, so that timed runs stream from memory. */
+hn_status hc_weight_clone(hc_weight *dst, const hc_weight *src, hn_err *err);
 /* The scalar reference: same contract, one thread per output, no scratch. */
 hn_status hc_gemv_ref(const hc_weight *w, const float *x, int na, float *y, void *stream, hn_err *err);
 

@@ -711,46 +711,12 @@ static hn_status op_sync(be_backend *b, hn_err *err) {
 }
 
 
-/* ---- tuning: nothing to tune on the GPU yet ---- */
-
-static bool op_set_mm_params(be_backend *b, qt_type t, int64_t k, int64_t n, int min_rows, const be_mm_params *p) {
-    (void)b;
-    (void)n;
-    (void)p;
-    /* accepted and ignored: the cuda matmuls have no parameters yet */
-    return (unsigned)t < QT_TYPE_COUNT && (k == 0 || min_rows >= 1);
-}
-
-static void op_clear_mm_params(be_backend *b) { (void)b; }
+/* ---- reference mode (the tuning ops are cuda_tune.cu's) ---- */
 
 static void op_set_reference(be_backend *b, bool on) {
     cu_be *cb = cu_of(b);
     rec_flush_direct(cb);
     cb->ref = on;
-}
-
-static bool op_mm_tunable(be_backend *b, qt_type t) {
-    (void)b;
-    (void)t;
-    return false;
-}
-
-static hn_status op_mm_case_new(be_backend *b, const be_mm_case *a, struct tn_case *c, hn_err *err) {
-    (void)b;
-    (void)c;
-    return hn_errf(err, HN_ERR_UNSUPPORTED, "cuda backend: nothing to tune for %s yet", qt_name(a->type));
-}
-
-static void op_mm_case_params(be_backend *b, const struct tn_case *c, const int *cfg, be_mm_params *out) {
-    (void)b;
-    (void)c;
-    (void)cfg;
-    memset(out, 0, sizeof *out);
-}
-
-static void op_mm_case_free(be_backend *b, struct tn_case *c) {
-    (void)b;
-    (void)c;
 }
 
 /* ---- lifecycle ---- */
@@ -885,16 +851,11 @@ static void cuda_ops_init(void) {
     o.fetch = op_fetch;
     o.upload = op_upload;
     o.sync = op_sync;
-    o.set_mm_params = op_set_mm_params;
-    o.clear_mm_params = op_clear_mm_params;
     o.set_reference = op_set_reference;
-    o.mm_tunable = op_mm_tunable;
-    o.mm_case_new = op_mm_case_new;
-    o.mm_case_params = op_mm_case_params;
-    o.mm_case_free = op_mm_case_free;
     o.mem_info = op_mem_info;
     o.scratch_bytes = op_scratch_bytes;
     cu_compute_ops(&o);
+    cu_tune_ops(&o, graphs_drop);
     cuda_ops = o;
 }
 

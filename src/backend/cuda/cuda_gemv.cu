@@ -17,10 +17,15 @@
  * lanes take consecutive units, so a warp instruction reads 512 contiguous
  * bytes of codes. A unit is decoded once (prep: int8 values, scales, min
  * factors) and then serves every activation row. A warp computes RPW rows at
- * once (the x registers serve all of them) and keeps 4 units of loads in
- * flight per lane (UN = 4 / RPW units of RPW rows) before it computes; 4
- * warps a block; the warp's lanes then sum by shuffles. f16/bf16: the same shape with 8 weights a unit and
- * f32 x read directly.
+ * once (the x registers serve all of them) and keeps UNITS units of loads in
+ * flight per lane (UN = UNITS / RPW units of RPW rows) before it computes;
+ * WARPS warps a block; the warp's lanes then sum by shuffles. RPW (1, 2, 4),
+ * UNITS (4, 8) and WARPS (2, 4, 8) are hc_gemv_params, chosen by the tuner
+ * (cuda_tune.cu): they change which loads are in flight together and how
+ * rows map to blocks, never the order in which a lane sums its units nor the
+ * butterfly, so every choice gives the same bits (test_cuda_gemv checks it).
+ * Built in: UNITS 4, WARPS 4, RPW by default_rpw. f16/bf16: the same shape
+ * with 8 weights a unit and f32 x read directly.
  *
  * Prefill (hc_mmq): the same units on the tensor cores, many activation rows
  * a block, every output bit-identical to mmv_q's ("matrix-matrix" below). */
@@ -82,7 +87,8 @@ extern "C" hc_act hc_gemv_act(qt_type t) {
 
 static bool is_float_type(qt_type t) { return t == QT_F16 || t == QT_BF16; }
 
-#define WARPS 4
+#define WARPS 4     /* warps a block, built in */
+#define MAX_WARPS 8 /* the most a block may have (the kernels' launch bounds) */
 
 /* sums acc over the warp and lets lane rr * NA + r write y[r][row0 + rr] */
 template <int NA, int RPW>
@@ -109,24 +115,25 @@ struct mwview {
     int nw;
 };
 
-template <int T, int NA, int RPW>
 #ifndef HC_GEMV_UNITS
-#define HC_GEMV_UNITS 4 /* units of loads a lane has in flight (a build-time experiment; the bits do not change) */
+#define HC_GEMV_UNITS 4 /* units of loads a lane has in flight, built in (4 or 8; the bits do not change) */
 #endif
+static_assert(HC_GEMV_UNITS == 4 || HC_GEMV_UNITS == 8, "hc_gemv has kernels for 4 and 8 units in flight");
 #ifndef HC_GEMV_MINB
 #define HC_GEMV_MINB 1 /* blocks per SM the register budget must allow (a build-time experiment) */
 #endif
-static __global__ void __launch_bounds__(WARPS * 32, HC_GEMV_MINB) mmv_q(mwview mw, xview x) {
+/* UN units of RPW rows in flight per lane; blockDim.x / 32 warps (2..MAX_WARPS) */
+template <int T, int NA, int RPW, int UN>
+static __global__ void __launch_bounds__(MAX_WARPS * 32, HC_GEMV_MINB) mmv_q(mwview mw, xview x) {
     HC_PDL_ENTER();
     typedef TT<T> U;
-    constexpr int UN = HC_GEMV_UNITS / RPW;
     const int lane = threadIdx.x & 31;
     /* this block's weight, by selects (no indexing into the parameters) */
     const int wi = mw.nw > 2 && blockIdx.x >= mw.b0[2] ? 2 : mw.nw > 1 && blockIdx.x >= mw.b0[1] ? 1 : 0;
     const wview w = wi == 2 ? mw.w[2] : wi == 1 ? mw.w[1] : mw.w[0];
     float *__restrict__ y = wi == 2 ? mw.y[2] : wi == 1 ? mw.y[1] : mw.y[0];
     const unsigned blk = blockIdx.x - (wi == 2 ? mw.b0[2] : wi == 1 ? mw.b0[1] : 0u);
-    const int64_t row0 = ((int64_t)blk * WARPS + threadIdx.x / 32) * RPW;
+    const int64_t row0 = ((int64_t)blk * (blockDim.x / 32) + threadIdx.x / 32) * RPW;
     if (row0 >= w.n) return;
     const int units = (int)(w.k / 32);
     int64_t rows[RPW];
@@ -413,13 +420,12 @@ static __device__ __forceinline__ void f8(int4 q, bool bf, float (&f)[8]) {
     }
 }
 
-template <int T, int NA, int RPW>
-static __global__ void __launch_bounds__(WARPS * 32) mmv_f(wview w, const float *__restrict__ x, float *__restrict__ y) {
+template <int T, int NA, int RPW, int UN>
+static __global__ void __launch_bounds__(MAX_WARPS * 32) mmv_f(wview w, const float *__restrict__ x, float *__restrict__ y) {
     HC_PDL_ENTER();
-    constexpr int UN = 4 / RPW;
     constexpr bool BF = T == QT_BF16;
     const int lane = threadIdx.x & 31;
-    const int64_t row0 = ((int64_t)blockIdx.x * WARPS + threadIdx.x / 32) * RPW;
+    const int64_t row0 = ((int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * RPW;
     if (row0 >= w.n) return;
     const int units = (int)(w.k / 8);
     const int4 *rowp[RPW];
@@ -750,50 +756,53 @@ typedef void (*qkern)(mwview, xview);
 typedef void (*fkern)(wview, const float *, float *);
 typedef void (*rkern)(wview, const float *, float *);
 
-template <int T, int RPW>
+template <int T, int RPW, int UN>
 static qkern pick_q_na(int na) {
     switch (na) {
-    case 1: return mmv_q<T, 1, RPW>;
-    case 2: return mmv_q<T, 2, RPW>;
-    case 3: return mmv_q<T, 3, RPW>;
-    case 4: return mmv_q<T, 4, RPW>;
-    case 5: return mmv_q<T, 5, RPW>;
-    case 6: return mmv_q<T, 6, RPW>;
-    case 7: return mmv_q<T, 7, RPW>;
-    default: return mmv_q<T, 8, RPW>;
+    case 1: return mmv_q<T, 1, RPW, UN>;
+    case 2: return mmv_q<T, 2, RPW, UN>;
+    case 3: return mmv_q<T, 3, RPW, UN>;
+    case 4: return mmv_q<T, 4, RPW, UN>;
+    case 5: return mmv_q<T, 5, RPW, UN>;
+    case 6: return mmv_q<T, 6, RPW, UN>;
+    case 7: return mmv_q<T, 7, RPW, UN>;
+    default: return mmv_q<T, 8, RPW, UN>;
     }
 }
-template <int T, int RPW>
+template <int T, int RPW, int UN>
 static fkern pick_f_na(int na) {
     switch (na) {
-    case 1: return mmv_f<T, 1, RPW>;
-    case 2: return mmv_f<T, 2, RPW>;
-    case 3: return mmv_f<T, 3, RPW>;
-    case 4: return mmv_f<T, 4, RPW>;
-    case 5: return mmv_f<T, 5, RPW>;
-    case 6: return mmv_f<T, 6, RPW>;
-    case 7: return mmv_f<T, 7, RPW>;
-    default: return mmv_f<T, 8, RPW>;
+    case 1: return mmv_f<T, 1, RPW, UN>;
+    case 2: return mmv_f<T, 2, RPW, UN>;
+    case 3: return mmv_f<T, 3, RPW, UN>;
+    case 4: return mmv_f<T, 4, RPW, UN>;
+    case 5: return mmv_f<T, 5, RPW, UN>;
+    case 6: return mmv_f<T, 6, RPW, UN>;
+    case 7: return mmv_f<T, 7, RPW, UN>;
+    default: return mmv_f<T, 8, RPW, UN>;
     }
 }
+/* the six (rows per warp, units) variants: 4 units in flight (the built-in) or 8 */
 template <int T>
-static qkern pick_q(int na, int rpw) {
-    return rpw == 1 ? pick_q_na<T, 1>(na) : rpw == 2 ? pick_q_na<T, 2>(na) : pick_q_na<T, 4>(na);
+static qkern pick_q(int na, int rpw, int units) {
+    if (units == 8) return rpw == 1 ? pick_q_na<T, 1, 8>(na) : rpw == 2 ? pick_q_na<T, 2, 4>(na) : pick_q_na<T, 4, 2>(na);
+    return rpw == 1 ? pick_q_na<T, 1, 4>(na) : rpw == 2 ? pick_q_na<T, 2, 2>(na) : pick_q_na<T, 4, 1>(na);
 }
 template <int T>
-static fkern pick_f(int na, int rpw) {
-    return rpw == 1 ? pick_f_na<T, 1>(na) : rpw == 2 ? pick_f_na<T, 2>(na) : pick_f_na<T, 4>(na);
+static fkern pick_f(int na, int rpw, int units) {
+    if (units == 8) return rpw == 1 ? pick_f_na<T, 1, 8>(na) : rpw == 2 ? pick_f_na<T, 2, 4>(na) : pick_f_na<T, 4, 2>(na);
+    return rpw == 1 ? pick_f_na<T, 1, 4>(na) : rpw == 2 ? pick_f_na<T, 2, 2>(na) : pick_f_na<T, 4, 1>(na);
 }
 
-static qkern qkernel(qt_type t, int na, int rpw) {
+static qkern qkernel(qt_type t, int na, int rpw, int units) {
     switch (t) {
-    case QT_Q4_0: return pick_q<QT_Q4_0>(na, rpw);
-    case QT_Q8_0: return pick_q<QT_Q8_0>(na, rpw);
-    case QT_Q4_K: return pick_q<QT_Q4_K>(na, rpw);
-    case QT_Q5_K: return pick_q<QT_Q5_K>(na, rpw);
-    case QT_Q6_K: return pick_q<QT_Q6_K>(na, rpw);
-    case QT_IQ4_XS: return pick_q<QT_IQ4_XS>(na, rpw);
-    case QT_MXFP4: return pick_q<QT_MXFP4>(na, rpw);
+    case QT_Q4_0: return pick_q<QT_Q4_0>(na, rpw, units);
+    case QT_Q8_0: return pick_q<QT_Q8_0>(na, rpw, units);
+    case QT_Q4_K: return pick_q<QT_Q4_K>(na, rpw, units);
+    case QT_Q5_K: return pick_q<QT_Q5_K>(na, rpw, units);
+    case QT_Q6_K: return pick_q<QT_Q6_K>(na, rpw, units);
+    case QT_IQ4_XS: return pick_q<QT_IQ4_XS>(na, rpw, units);
+    case QT_MXFP4: return pick_q<QT_MXFP4>(na, rpw, units);
     default: return NULL;
     }
 }
@@ -900,6 +909,30 @@ hn_status hc_weight_upload(hc_weight *w, qt_type t, int64_t k, int64_t n, const 
     return st;
 }
 
+hn_status hc_weight_clone(hc_weight *dst, const hc_weight *src, hn_err *err) {
+    memset(dst, 0, sizeof *dst);
+    layout L;
+    if (!src || !src->mem || !layout_of(src->type, &L))
+        return hn_errf(err, HN_ERR_INVALID, "cuda: weight clone: no weight to copy");
+    const int64_t nblocks = src->n * (src->k / L.blck);
+    size_t total = 0;
+    for (int p = 0; p < L.nplanes; p++) total += ((size_t)nblocks * (size_t)L.len[p] + 255) & ~(size_t)255;
+    hn_status st = hc_malloc(&dst->mem, total, err);
+    if (st) return st;
+    cudaError_t e = cudaMemcpy(dst->mem, src->mem, total, cudaMemcpyDeviceToDevice);
+    if (e != cudaSuccess) {
+        hc_weight_free(dst);
+        return hc_fail(err, e, "weight clone");
+    }
+    dst->type = src->type;
+    dst->k = src->k;
+    dst->n = src->n;
+    dst->gguf_bytes = src->gguf_bytes;
+    for (int p = 0; p < 4; p++)
+        if (src->plane[p]) dst->plane[p] = (const uint8_t *)dst->mem + (src->plane[p] - (const uint8_t *)src->mem);
+    return HN_OK;
+}
+
 hn_status hc_gemv_scratch_init_rows(hc_gemv_scratch *s, int64_t max_k, int max_rows, hn_err *err) {
     memset(s, 0, sizeof *s);
     if (max_k <= 0 || max_k % 32 || max_k > (1 << 28))
@@ -976,14 +1009,40 @@ hn_status hc_quant_rows(const hc_weight *w, const float *x, int na, hc_gemv_scra
     return quant_rows(w, x, na, s, reuse_x != 0, (cudaStream_t)stream, &xv, err);
 }
 
+hc_gemv_params hc_gemv_resolve(const hc_weight *w, int na, const hc_gemv_params *p) {
+    hc_gemv_params r = {0, 0, HC_GEMV_UNITS, WARPS};
+    r.rows_per_warp = w ? default_rpw(w->type, na, w->n) : 1;
+    if (p) {
+        if (p->rows_per_warp) r.rows_per_warp = p->rows_per_warp;
+        if (p->units) r.units = p->units;
+        if (p->warps) r.warps = p->warps;
+        r.reuse_x = p->reuse_x;
+    }
+    return r;
+}
+
+static hn_status params_check(const hc_gemv_params *r, hn_err *err) {
+    const int rpw = r->rows_per_warp, u = r->units, wp = r->warps;
+    if ((rpw != 1 && rpw != 2 && rpw != 4) || (u != 4 && u != 8) || (wp != 2 && wp != 4 && wp != MAX_WARPS))
+        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv: rows per warp %d (1, 2 or 4), units %d (4 or 8), warps %d (2, 4 or 8)",
+                       rpw, u, wp);
+    return HN_OK;
+}
+
+/* blocks of warps x rpw rows over n rows */
+static unsigned grid_of(int64_t n, const hc_gemv_params *r) {
+    const int64_t per = (int64_t)r->warps * r->rows_per_warp;
+    return (unsigned)((n + per - 1) / per);
+}
+
 hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_scratch *s, const hc_gemv_params *p,
                   void *stream, hn_err *err) {
     hn_status st = check_args(w, x, na, y, err);
     if (st) return st;
     cudaStream_t cs = (cudaStream_t)stream;
-    int rpw = p && p->rows_per_warp ? p->rows_per_warp : default_rpw(w->type, na, w->n);
-    if (rpw != 1 && rpw != 2 && rpw != 4) return hn_errf(err, HN_ERR_INVALID, "cuda: gemv: rows per warp %d (1, 2 or 4)", rpw);
-    const unsigned grid = (unsigned)((w->n + WARPS * rpw - 1) / (WARPS * rpw));
+    const hc_gemv_params r = hc_gemv_resolve(w, na, p);
+    if ((st = params_check(&r, err))) return st;
+    const unsigned grid = grid_of(w->n, &r), block = (unsigned)(32 * r.warps);
     if (is_float_type(w->type)) {
         if (w->k % 8) { /* rows not 16-byte aligned: the scalar path (bf16: on rounded x, as below) */
             if (w->type == QT_F16) return hc_gemv_ref(w, x, na, y, stream, err);
@@ -991,39 +1050,42 @@ hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_
             HC_LAUNCHED(err, "gemv kernel");
             return HN_OK;
         }
-        fkern f = w->type == QT_F16 ? pick_f<QT_F16>(na, rpw) : pick_f<QT_BF16>(na, rpw);
-        hc_launch(f, grid, WARPS * 32, 0, cs, wview_of(w), x, y);
+        fkern f = w->type == QT_F16 ? pick_f<QT_F16>(na, r.rows_per_warp, r.units)
+                                    : pick_f<QT_BF16>(na, r.rows_per_warp, r.units);
+        hc_launch(f, grid, block, 0, cs, wview_of(w), x, y);
         HC_LAUNCHED(err, "gemv kernel");
         return HN_OK;
     }
     if ((st = scratch_check(w, s, err))) return st;
     xview xv;
-    st = quant_rows(w, x, na, s, p && p->reuse_x, cs, &xv, err);
+    st = quant_rows(w, x, na, s, r.reuse_x, cs, &xv, err);
     if (st) return st;
     mwview mw;
     memset(&mw, 0, sizeof mw);
     mw.w[0] = wview_of(w);
     mw.y[0] = y;
     mw.nw = 1;
-    hc_launch(qkernel(w->type, na, rpw), grid, WARPS * 32, 0, cs, mw, xv);
+    hc_launch(qkernel(w->type, na, r.rows_per_warp, r.units), grid, block, 0, cs, mw, xv);
     HC_LAUNCHED(err, "gemv kernel");
     return HN_OK;
 }
 
-int hc_gemv_multi_ok(int n_w, const hc_weight *const *w, int na) {
+int hc_gemv_multi_ok(int n_w, const hc_weight *const *w, int na, const hc_gemv_params *p) {
     if (n_w < 1 || n_w > GEMV_MULTI || na < 1 || na > HC_GEMV_MAX_ROWS) return 0;
+    hc_gemv_params r0 = hc_gemv_resolve(w[0], na, p);
     for (int i = 0; i < n_w; i++) {
         if (!w[i] || !w[i]->mem || is_float_type(w[i]->type) || !hc_gemv_supports(w[i]->type)) return 0;
-        if (w[i]->type != w[0]->type || w[i]->k != w[0]->k ||
-            default_rpw(w[i]->type, na, w[i]->n) != default_rpw(w[0]->type, na, w[0]->n))
+        const hc_gemv_params r = hc_gemv_resolve(w[i], na, p);
+        if (w[i]->type != w[0]->type || w[i]->k != w[0]->k || r.rows_per_warp != r0.rows_per_warp ||
+            r.units != r0.units || r.warps != r0.warps)
             return 0;
     }
     return 1;
 }
 
 hn_status hc_gemv_multi(int n_w, const hc_weight *const *w, const float *x, int na, float *const *y,
-                        hc_gemv_scratch *s, int reuse_x, void *stream, hn_err *err) {
-    if (!hc_gemv_multi_ok(n_w, w, na))
+                        hc_gemv_scratch *s, const hc_gemv_params *p, void *stream, hn_err *err) {
+    if (!hc_gemv_multi_ok(n_w, w, na, p))
         return hn_errf(err, HN_ERR_INVALID, "cuda: gemv_multi: weights that cannot share one launch");
     for (int i = 0; i < n_w; i++) {
         hn_status st = check_args(w[i], x, na, y[i], err);
@@ -1032,9 +1094,10 @@ hn_status hc_gemv_multi(int n_w, const hc_weight *const *w, const float *x, int 
     hn_status st = scratch_check(w[0], s, err);
     if (st) return st;
     cudaStream_t cs = (cudaStream_t)stream;
-    const int rpw = default_rpw(w[0]->type, na, w[0]->n);
+    const hc_gemv_params r = hc_gemv_resolve(w[0], na, p);
+    if ((st = params_check(&r, err))) return st;
     xview xv;
-    st = quant_rows(w[0], x, na, s, reuse_x != 0, cs, &xv, err);
+    st = quant_rows(w[0], x, na, s, r.reuse_x != 0, cs, &xv, err);
     if (st) return st;
     mwview mw;
     memset(&mw, 0, sizeof mw);
@@ -1043,10 +1106,10 @@ hn_status hc_gemv_multi(int n_w, const hc_weight *const *w, const float *x, int 
         mw.w[i] = wview_of(w[i]);
         mw.y[i] = y[i];
         mw.b0[i] = grid;
-        grid += (unsigned)((w[i]->n + WARPS * rpw - 1) / (WARPS * rpw));
+        grid += grid_of(w[i]->n, &r);
     }
     mw.nw = n_w;
-    hc_launch(qkernel(w[0]->type, na, rpw), grid, WARPS * 32, 0, cs, mw, xv);
+    hc_launch(qkernel(w[0]->type, na, r.rows_per_warp, r.units), grid, (unsigned)(32 * r.warps), 0, cs, mw, xv);
     HC_LAUNCHED(err, "gemv kernel");
     return HN_OK;
 }

@@ -153,14 +153,14 @@ static void matmul_exact(cu_be *cb, const be_tensor *w, const float *X, int n, f
         return;
     }
     if (uses_mmq(cb, w, n)) {
-        hc_gemv_params p = {0, reuse_x};
+        hc_gemv_params p = {0, reuse_x, 0, 0};
         hn_status st = hc_mmq(&t->hw, X, n, Y, &cb->gs, &p, cb->stream, &e);
         if (st) cu_hn(cb, st, &e, "matmul");
         return;
     }
     for (int r = 0; r < n; r += HC_GEMV_MAX_ROWS) {
         const int na = n - r < HC_GEMV_MAX_ROWS ? n - r : HC_GEMV_MAX_ROWS;
-        hc_gemv_params p = {0, reuse_x && n <= HC_GEMV_MAX_ROWS};
+        const hc_gemv_params p = cu_mm_params(cb, w, na, reuse_x && n <= HC_GEMV_MAX_ROWS);
         hn_status st = hc_gemv(&t->hw, X + (size_t)r * (size_t)w->ne[0], na, Y + (size_t)r * (size_t)w->ne[1],
                                &cb->gs, &p, cb->stream, &e);
         if (st) {
@@ -194,16 +194,19 @@ static void matmul_multi_q(cu_be *cb, int n_w, const be_tensor *const *ws, const
         pf_any |= mm_prefill(cb, ws[i], n, &kind) != NULL;
     }
     if (!cb->ref && n >= 1 && n <= HC_GEMV_MAX_ROWS && !pf_any) {
-        /* decode: runs of weights of one integer type and row length in one launch each */
+        /* decode: runs of weights of one integer type and row length in one
+         * launch each, with the first weight's parameters (untuned: the
+         * built-in ones, which must then agree) */
         for (int i = 0; i < n_w;) {
             const hc_weight *hw[BE_MULTI_MAX];
             float *yy[BE_MULTI_MAX];
+            const hc_gemv_params p0 = cu_mm_params(cb, ws[i], n, 0);
             int j = i;
             for (; j < n_w && j - i < 3; j++) {
                 if (!gemv_path(cb, ws[j], n) || ws[j]->ne[2] != 1) break;
                 hw[j - i] = &((const cu_tensor *)ws[j])->hw;
                 yy[j - i] = F(ys[j]);
-                if (!hc_gemv_multi_ok(j - i + 1, hw, n)) break;
+                if (!hc_gemv_multi_ok(j - i + 1, hw, n, &p0)) break;
             }
             if (j - i < 2) { /* alone */
                 const be_tensor *w = ws[i];
@@ -219,7 +222,9 @@ static void matmul_multi_q(cu_be *cb, int n_w, const be_tensor *const *ws, const
             }
             const hc_act a = hc_gemv_act(ws[i]->type);
             hn_err e;
-            hn_status st = hc_gemv_multi(j - i, hw, F(x), n, yy, &cb->gs, qk == ws[i]->ne[0] && qa == a, cb->stream, &e);
+            hc_gemv_params p = p0;
+            p.reuse_x = qk == ws[i]->ne[0] && qa == a;
+            hn_status st = hc_gemv_multi(j - i, hw, F(x), n, yy, &cb->gs, &p, cb->stream, &e);
             if (st) {
                 cu_hn(cb, st, &e, "matmul_multi");
                 return;

@@ -46,6 +46,15 @@ typedef struct vmm_api {
 
 #define KV_RANGES 16
 
+/* tuned decode-gemv parameters of one weight shape from min_rows rows on (set_mm_params) */
+#define CU_MM_SHAPES 256
+typedef struct cu_mm_shape {
+    qt_type type;
+    int64_t k, n;
+    int min_rows;
+    hc_gemv_params p; /* 0 fields: the built-in choice */
+} cu_mm_shape;
+
 /* one reserved KV range: its granules' handles (0: not mapped) */
 typedef struct kv_range {
     void *base;
@@ -128,6 +137,10 @@ typedef struct cu_be {
     unsigned long long gtick;
     unsigned char *h_mask; /* pinned staging of the masks recorded this step (mask_cap words) */
     long long graph_hits, graph_builds;
+    /* the tuner's parameters for hc_gemv: per weight type (every shape) and per shape and call size */
+    hc_gemv_params mm_type[QT_TYPE_COUNT];
+    cu_mm_shape mm_shape[CU_MM_SHAPES];
+    int n_mm_shape;
 } cu_be;
 
 /* every op starts here: hc_launch's programmatic-launch switch is this backend's */
@@ -221,5 +234,11 @@ void rec_flush_direct(cu_be *cb);
 void rec_run(cu_be *cb, const cu_rec *r, int n);
 /* sets the compute ops of the backend's table (cuda_ops.cu) */
 void cu_compute_ops(be_ops *o);
+/* the hc_gemv parameters for weight w at na rows (the tuner's, else zeros:
+ * the built-in choice), with reuse_x (cuda_tune.cu) */
+hc_gemv_params cu_mm_params(const cu_be *cb, const be_tensor *w, int na, int reuse_x);
+/* sets the tuning ops of the backend's table (cuda_tune.cu); drop_graphs is
+ * what a change of parameters calls (captured graphs hold the old kernels) */
+void cu_tune_ops(be_ops *o, void (*drop_graphs)(cu_be *cb));
 
 #endif
