@@ -789,8 +789,10 @@ static void test_attention_dec(rig *r, int HD, int G, int window, int L) {
     const long long fd = cuda ? be_cuda_fdec_calls(r->b) - fd0 : 0;
     if (fd) tol = 3e-3;
     if (cuda && !r->ref) {
-        const char *off = getenv("HONE_CUDA_FDEC");
-        const bool want = (HD == 64 || HD == 128) && G <= 16 && !(off && !strcmp(off, "0"));
+        const char *off = getenv("HONE_CUDA_FDEC"), *split = getenv("HONE_CUDA_ATTN_SPLIT");
+        /* (the split form off: the one-block-per-head kernel, never the tensor cores) */
+        const bool want = (HD == 64 || HD == 128) && G <= 16 && !(off && !strcmp(off, "0")) &&
+                          !(split && !strcmp(split, "0"));
         CHECKF(want ? fd > 0 : fd == 0, "cuda: decode attention hd %d G %d: %lld tensor-core calls", HD, G, fd);
     }
 #endif
