@@ -702,6 +702,46 @@ static void test_system_in_place(void) {
     free(r);
 }
 
+/* A run of demoted system messages: each is joined to the user (or tool)
+ * turn before it, in order, and the run costs time linear in its length
+ * (each join used to copy the turn's text so far: 20,000 took seconds). */
+static void test_system_runs(void) {
+    tmpl_entry *q35 = tmpl("Qwen3.5-4B.jinja");
+    if (!q35 || !q35->t) return;
+    /* a user turn given as parts, then a tool turn, each followed by a run */
+    const char *heads[2] = {"[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"U1\"},{\"type\":\"text\",\"text\":\"U2\"}]}]",
+                            "[{\"role\":\"user\",\"content\":\"Q\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
+                            "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":{}}}]},"
+                            "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"R\"}]"};
+    const char *joined[2] = {"U1\nU2", "R"};
+    enum { N = 20000 };
+    for (int k = 0; k < 2; k++) {
+        json_t *m = json_loads(heads[k], 0, NULL);
+        char *want = malloc(64 * (size_t)N + 64), *w = want;
+        w += sprintf(w, "%s", joined[k]);
+        for (int i = 0; i < N; i++) {
+            char text[32];
+            snprintf(text, sizeof text, "S%d", i);
+            json_array_append_new(m, json_pack("{s:s,s:s}", "role", "system", "content", text));
+            w += sprintf(w, "\n\n<system-reminder>\n%s\n</system-reminder>", text);
+        }
+        json_array_append_new(m, json_pack("{s:s,s:s}", "role", "assistant", "content", "A"));
+        chat_options o = {.add_generation_prompt = false, .now = fixed_now()};
+        chat_prompt p = {0};
+        hn_err err = {0};
+        clock_t c0 = clock();
+        hn_status st = chat_render(q35->t, m, NULL, &o, &p, &err);
+        double cpu = (double)(clock() - c0) / CLOCKS_PER_SEC;
+        CHECKF(st == HN_OK, "run %d: %s", k, err.msg);
+        CHECKF(st == HN_OK && p.n_demoted == N && strstr(p.text, want), "run %d: %d demoted, joined text %s", k,
+               p.n_demoted, st == HN_OK && strstr(p.text, want) ? "found" : "not found");
+        CHECKF(cpu < 2.0, "run %d: %d system messages took %.2f s of CPU", k, N, cpu);
+        chat_prompt_free(&p);
+        free(want);
+        json_decref(m);
+    }
+}
+
 static void test_key_order(void) {
     /* arguments as a JSON string in an odd key order with odd spacing */
     static const char conv_args[] =
@@ -946,6 +986,7 @@ int main(void) {
     test_resume();
     test_billing();
     test_system_in_place();
+    test_system_runs();
     test_key_order();
     test_reasoning();
     test_gguf();

@@ -3,10 +3,13 @@
  * (mapped, then rendered by the chat layer with a small template). */
 #include <dirent.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/alloc.h"
 #include "server/creq.h"
+#include "server/creq_int.h"
 #include "template/chat.h"
 #include "test.h"
 
@@ -347,6 +350,138 @@ static void test_result_names(void) {
     }
 }
 
+/* A tiny deterministic generator for the shapes below. */
+static uint32_t g_rng = 12345;
+static uint32_t rnd(uint32_t n) {
+    g_rng = g_rng * 1103515245u + 12345u;
+    return (g_rng >> 16) % n;
+}
+
+/* Tool-result names over random conversations with repeated, empty and
+ * unknown call ids, in every API: each is what creq_call_name finds in the
+ * messages before it (the latest message holding a call with the id, its
+ * first such call). */
+static void test_result_names_random(void) {
+    static const char *const ids[] = {"", "a", "b", "c"};
+    static const char *const names[] = {"f", "g", "", "h"};
+    int bad = 0, results = 0;
+    for (int round = 0; round < 300; round++) {
+        api_kind api = round % 3 == 0 ? API_CHAT : round % 3 == 1 ? API_RESPONSES : API_MESSAGES;
+        json_t *items = json_array();
+        int n = 1 + (int)rnd(12);
+        for (int i = 0; i < n; i++) {
+            uint32_t k = rnd(4);
+            if (api == API_CHAT) {
+                if (k == 0) {
+                    json_t *calls = json_array();
+                    for (uint32_t c = rnd(4); c > 0; c--)
+                        json_array_append_new(calls, json_pack("{s:s,s:{s:s,s:s}}", "id", ids[rnd(4)], "function",
+                                                               "name", names[rnd(4)], "arguments", "{}"));
+                    json_array_append_new(items, json_pack("{s:s,s:o}", "role", "assistant", "tool_calls", calls));
+                } else if (k == 1 || k == 2) {
+                    json_array_append_new(items, rnd(5) ? json_pack("{s:s,s:s}", "role", "tool", "tool_call_id", ids[rnd(4)])
+                                                        : json_pack("{s:s}", "role", "tool"));
+                } else {
+                    json_array_append_new(items, json_pack("{s:s,s:s}", "role", rnd(2) ? "user" : "assistant", "content", "x"));
+                }
+            } else if (api == API_RESPONSES) {
+                if (k == 0)
+                    json_array_append_new(items, json_pack("{s:s,s:s,s:s}", "type", "function_call", "call_id", ids[rnd(4)],
+                                                           "name", names[rnd(4)]));
+                else if (k == 1 || k == 2)
+                    json_array_append_new(items, json_pack("{s:s,s:s}", "type", "function_call_output", "call_id", ids[rnd(4)]));
+                else
+                    json_array_append_new(items, json_pack("{s:s,s:s}", "role", rnd(2) ? "user" : "assistant", "content", "x"));
+            } else {
+                json_t *blocks = json_array();
+                const char *role = k < 2 ? "assistant" : "user";
+                for (uint32_t c = 1 + rnd(3); c > 0; c--)
+                    json_array_append_new(blocks, k < 2 ? json_pack("{s:s,s:s,s:s,s:{}}", "type", "tool_use", "id", ids[rnd(4)],
+                                                                  "name", names[rnd(4)], "input")
+                                                        : json_pack("{s:s,s:s}", "type", "tool_result", "tool_use_id", ids[rnd(4)]));
+                json_array_append_new(items, json_pack("{s:s,s:o}", "role", role, "content", blocks));
+            }
+        }
+        json_t *b = api == API_RESPONSES ? json_pack("{s:o}", "input", items)
+                                         : json_pack("{s:i,s:o}", "max_tokens", 9, "messages", items);
+        creq r;
+        api_error e = {0};
+        bool ok = creq_parse(api, false, b, &r, &e);
+        json_decref(b);
+        if (!ok) {
+            bad++;
+            continue;
+        }
+        json_t *before = json_array();
+        for (size_t i = 0; i < json_array_size(r.messages); i++) {
+            json_t *m = json_array_get(r.messages, i);
+            if (streq(role_at(&r, i), "tool")) {
+                const char *id = json_string_value(json_object_get(m, "tool_call_id"));
+                const char *want = creq_call_name(before, id);
+                const char *got = json_string_value(json_object_get(m, "name"));
+                if (want ? !streq(got, want) : got != NULL) bad++;
+                results++;
+            }
+            json_array_append(before, m);
+        }
+        json_decref(before);
+        creq_free(&r);
+    }
+    CHECKF(bad == 0 && results > 300, "%d of %d tool-result names differ from creq_call_name's", bad, results);
+}
+
+/* CPU seconds of this process. */
+static double cpu_s(void) { return (double)clock() / CLOCKS_PER_SEC; }
+
+/* Long lists map in linear time: tool results (each used to scan every
+ * message before it for its call), Responses assistant texts and reasoning
+ * items merged into one turn (each used to copy what came before): bodies
+ * of 1 to 4 MB, which took 1.5 to 14 s of CPU each when quadratic. */
+static void test_long_lists(void) {
+    enum { N = 30000 };
+    char hundred[100];
+    memset(hundred, 'r', sizeof hundred);
+    json_t *chat = json_array(), *resp = json_array(), *reas = json_array(), *msg = json_array();
+    json_array_append_new(chat, json_pack("{s:s,s:[{s:s,s:{s:s}}]}", "role", "assistant", "tool_calls", "id", "c",
+                                          "function", "name", "f"));
+    for (int i = 0; i < N; i++) {
+        json_array_append_new(chat, json_pack("{s:s,s:s}", "role", "tool", "tool_call_id", i % 2 ? "c" : "x"));
+        json_array_append_new(resp, json_pack("{s:s,s:s}", "role", "assistant", "content", "0123456789"));
+        json_array_append_new(reas, json_pack("{s:s,s:s#}", "type", "reasoning", "summary", hundred, (size_t)100));
+        json_array_append_new(msg, json_pack("{s:s,s:s}", "type", "tool_result", "tool_use_id", "x"));
+    }
+    for (int i = 0; i < N; i++)
+        json_array_append_new(resp, json_pack("{s:s,s:s}", "type", "function_call_output", "call_id", "x"));
+    json_array_append_new(reas, json_pack("{s:s,s:s}", "role", "assistant", "content", "y"));
+    json_t *bodies[4] = {json_pack("{s:o}", "messages", chat), json_pack("{s:o}", "input", resp),
+                         json_pack("{s:o}", "input", reas),
+                         json_pack("{s:i,s:[{s:s,s:o}]}", "max_tokens", 9, "messages", "role", "user", "content", msg)};
+    static const api_kind apis[4] = {API_CHAT, API_RESPONSES, API_RESPONSES, API_MESSAGES};
+    for (int k = 0; k < 4; k++) {
+        creq r;
+        api_error e = {0};
+        double t0 = cpu_s();
+        bool ok = creq_parse(apis[k], false, bodies[k], &r, &e);
+        double t = cpu_s() - t0;
+        CHECKF(ok, "body %d: %s", k, e.message);
+        CHECKF(t < 1.0, "body %d: %.2f s of CPU to map", k, t);
+        if (!ok) continue;
+        size_t n = json_array_size(r.messages);
+        if (k == 0) CHECK(n == N + 1 && streq(json_string_value(json_object_get(json_array_get(r.messages, 2), "name")), "f"));
+        if (k == 1) { /* the texts of one turn joined by "\n" */
+            const char *c = content_at(&r, 0);
+            CHECK(n == N + 1 && c && strlen(c) == 11 * N - 1 && c[10] == '\n' && c[11] == '0');
+        }
+        if (k == 2) {
+            const char *rc = json_string_value(json_object_get(json_array_get(r.messages, 0), "reasoning_content"));
+            CHECK(n == 1 && rc && strlen(rc) == 101 * N - 1 && rc[100] == '\n' && rc[101] == 'r');
+        }
+        if (k == 3) CHECK(n == N);
+        creq_free(&r);
+        json_decref(bodies[k]);
+    }
+}
+
 static void test_errors(void) {
     api_error e;
     sbuf b = {0};
@@ -447,6 +582,8 @@ int main(void) {
     test_responses();
     test_messages();
     test_result_names();
+    test_result_names_random();
+    test_long_lists();
     test_errors();
     test_replay();
     chat_template_free(g_tmpl);

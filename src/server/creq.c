@@ -71,7 +71,19 @@ json_t *creq_parse_args(const char *text) {
 bool creq_msgs_init(creq_msgs *m) {
     memset(m, 0, sizeof *m);
     m->arr = json_array();
-    return m->arr != NULL;
+    m->names = json_object();
+    m->turn_names = json_object();
+    return m->arr && m->names && m->turn_names;
+}
+
+/* Puts the text appended to the last assistant message into its content. */
+static bool flush_text(creq_msgs *m) {
+    if (!m->text_of) return true;
+    json_t *a = m->text_of;
+    m->text_of = NULL;
+    bool ok = !m->text.oom && !json_object_set_new(a, "content", json_stringn(m->text.data ? m->text.data : "", m->text.len));
+    sb_reset(&m->text);
+    return ok;
 }
 
 static bool flush_sys(creq_msgs *m) {
@@ -94,6 +106,10 @@ bool creq_msgs_system(creq_msgs *m, const char *text, size_t len) {
         return !m->sys.oom;
     }
     json_t *s = creq_msg("system", text, len);
+    if (!flush_text(m)) {
+        json_decref(s);
+        return false;
+    }
     return s && json_array_append_new(m->arr, s) == 0;
 }
 
@@ -112,27 +128,61 @@ const char *creq_call_name(const json_t *msgs, const char *id) {
     return NULL;
 }
 
+/* creq_call_name(m->arr, id) from the index of the calls. */
+static const char *indexed_call_name(const creq_msgs *m, const char *id) {
+    if (!id) return NULL;
+    const json_t *nm = json_object_get(m->turn_names, id);
+    if (!nm) nm = json_object_get(m->names, id);
+    return json_string_value(nm);
+}
+
+/* Indexes a call just added to message a: the first of a's calls with its
+ * id, over those of earlier messages. */
+static bool index_call(creq_msgs *m, const json_t *a, const json_t *call) {
+    const char *id = json_string_value(json_object_get(call, "id"));
+    json_t *nm = json_object_get(json_object_get(call, "function"), "name");
+    if (!id || !json_is_string(nm)) return true; /* not a named call: creq_call_name skips it */
+    if (a != m->turn_of) { /* a later message: its calls win over those before */
+        if (json_object_update(m->names, m->turn_names)) return false;
+        json_object_clear(m->turn_names);
+        m->turn_of = a;
+    }
+    if (json_object_get(m->turn_names, id)) return true;
+    return json_object_set_nocheck(m->turn_names, id, nm) == 0;
+}
+
 void creq_tool_result(creq_msgs *m, json_t *tm, const char *id, const char *name) {
     if (!tm) return;
-    if (!name) name = creq_call_name(m->arr, id);
+    if (!name) name = indexed_call_name(m, id);
     if (id) json_object_set_new(tm, "tool_call_id", json_string(id));
     if (name) json_object_set_new(tm, "name", json_string(name));
 }
 
 bool creq_msgs_push(creq_msgs *m, json_t *msg) {
     if (!msg) return false;
-    if (!flush_sys(m)) {
+    if (!flush_sys(m) || !flush_text(m)) {
         json_decref(msg);
         return false;
     }
     /* a pending Responses reasoning item belongs to the next assistant turn */
     const char *role = json_string_value(json_object_get(msg, "role"));
-    if (m->pending_reasoning && role && !strcmp(role, "assistant")) {
-        json_object_set_new(msg, "reasoning_content", json_string(m->pending_reasoning));
-        hn_free(m->pending_reasoning);
-        m->pending_reasoning = NULL;
+    if (m->has_reasoning && role && !strcmp(role, "assistant")) {
+        if (m->reasoning.oom) {
+            json_decref(msg);
+            return false;
+        }
+        json_object_set_new(msg, "reasoning_content", json_string(m->reasoning.data ? m->reasoning.data : ""));
+        sb_free(&m->reasoning);
+        m->has_reasoning = false;
     }
     return json_array_append_new(m->arr, msg) == 0;
+}
+
+bool creq_msgs_reasoning(creq_msgs *m, const char *text, size_t len) {
+    if (m->has_reasoning && len) sb_add(&m->reasoning, "\n", 1);
+    sb_add(&m->reasoning, text, len);
+    m->has_reasoning = true;
+    return !m->reasoning.oom;
 }
 
 json_t *creq_msgs_last(creq_msgs *m, const char *role) {
@@ -167,7 +217,7 @@ bool creq_msgs_call(creq_msgs *m, const char *id, const char *name, const char *
     json_object_set_new(call, "id", json_string(id ? id : ""));
     json_object_set_new(call, "type", json_string("function"));
     json_object_set_new(call, "function", fn);
-    return json_array_append_new(calls, call) == 0;
+    return json_array_append_new(calls, call) == 0 && index_call(m, a, call);
 }
 
 bool creq_msgs_assistant_text(creq_msgs *m, const char *text, size_t len, const char *reasoning) {
@@ -179,26 +229,23 @@ bool creq_msgs_assistant_text(creq_msgs *m, const char *text, size_t len, const 
         a = creq_msgs_last(m, "assistant");
     }
     if (len) {
-        const char *old = json_string_value(json_object_get(a, "content"));
-        size_t ol = json_string_length(json_object_get(a, "content"));
-        sbuf b = {0};
-        sb_add(&b, old ? old : "", old ? ol : 0);
-        if (ol) sb_add(&b, "\n", 1);
-        sb_add(&b, text, len);
-        if (b.oom) {
-            sb_free(&b);
-            return false;
+        if (a != m->text_of) { /* the last message: no text of another waits */
+            const json_t *old = json_object_get(a, "content");
+            sb_reset(&m->text);
+            sb_add(&m->text, json_string_value(old) ? json_string_value(old) : "", json_string_length(old));
+            m->text_of = a;
         }
-        json_object_set_new(a, "content", json_stringn(b.data, b.len));
-        sb_free(&b);
+        if (m->text.len) sb_add(&m->text, "\n", 1);
+        sb_add(&m->text, text, len);
+        if (m->text.oom) return false;
     }
     if (reasoning) json_object_set_new(a, "reasoning_content", json_string(reasoning));
     return true;
 }
 
 bool creq_msgs_finish(creq_msgs *m, creq *r) {
-    bool ok = flush_sys(m);
-    if (ok && m->pending_reasoning) { /* reasoning with nothing after it: its own turn */
+    bool ok = flush_sys(m) && flush_text(m);
+    if (ok && m->has_reasoning) { /* reasoning with nothing after it: its own turn */
         json_t *a = creq_msg("assistant", "", 0);
         ok = creq_msgs_push(m, a);
     }
@@ -213,7 +260,10 @@ bool creq_msgs_finish(creq_msgs *m, creq *r) {
 void creq_msgs_free(creq_msgs *m) {
     json_decref(m->arr);
     sb_free(&m->sys);
-    hn_free(m->pending_reasoning);
+    sb_free(&m->reasoning);
+    sb_free(&m->text);
+    json_decref(m->names);
+    json_decref(m->turn_names);
     memset(m, 0, sizeof *m);
 }
 

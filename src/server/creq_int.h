@@ -12,7 +12,18 @@ typedef struct creq_msgs {
     sbuf sys;        /* leading system text so far */
     bool has_sys;    /* some leading system text was given (maybe empty) */
     bool started;    /* a non-system message was added */
-    char *pending_reasoning; /* Responses: a reasoning item waiting for its assistant turn */
+    sbuf reasoning;  /* Responses: reasoning items waiting for their assistant turn */
+    bool has_reasoning;
+    /* text appended to the last assistant message (text_of), put into its
+     * content when another message follows or at the end: appending many
+     * texts to one turn copies each once */
+    sbuf text;
+    json_t *text_of;
+    /* the call names by id, for tool results: of the calls in the message
+     * turn_of (its first call with an id), and of the earlier messages (the
+     * latest holding the id): creq_call_name without a scan per result */
+    json_t *names, *turn_names;
+    const json_t *turn_of;
 } creq_msgs;
 
 bool creq_msgs_init(creq_msgs *m);
@@ -33,10 +44,15 @@ bool creq_msgs_call(creq_msgs *m, const char *id, const char *name, const char *
 const char *creq_call_name(const json_t *msgs, const char *id);
 /* Marks tool message tm (NULL: nothing happens) as the result of call id (may
  * be NULL): sets "tool_call_id" to id and "name" to name, or when name is
- * NULL to the name of the call it answers (creq_call_name over m so far). */
+ * NULL to the name of the call it answers (what creq_call_name over m's
+ * messages so far returns, looked up in m's index of the calls). */
 void creq_tool_result(creq_msgs *m, json_t *tm, const char *id, const char *name);
-/* Appends text to the last assistant message (creating one). */
+/* Appends text to the last assistant message (creating one), after a "\n"
+ * when it has text; sets its reasoning_content when reasoning is given. */
 bool creq_msgs_assistant_text(creq_msgs *m, const char *text, size_t len, const char *reasoning);
+/* Adds reasoning text (Responses) for the next assistant message, after a
+ * "\n" when it is not empty and some is waiting already. */
+bool creq_msgs_reasoning(creq_msgs *m, const char *text, size_t len);
 /* Finishes the list into r->messages (and frees m's scratch). */
 bool creq_msgs_finish(creq_msgs *m, creq *r);
 void creq_msgs_free(creq_msgs *m);

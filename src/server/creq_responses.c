@@ -32,19 +32,9 @@ static bool add_reasoning(creq_msgs *m, const json_t *it) {
         return false;
     }
     /* a reasoning item is replayed even when empty (encrypted only) */
-    if (m->pending_reasoning) {
-        char *old = m->pending_reasoning;
-        sbuf c = {0};
-        sb_adds(&c, old);
-        if (b.len) sb_add(&c, "\n", 1);
-        sb_add(&c, b.data ? b.data : "", b.len);
-        hn_free(old);
-        m->pending_reasoning = sb_take(&c, NULL);
-    } else {
-        m->pending_reasoning = hn_strdup(b.data ? b.data : "");
-    }
+    bool ok = creq_msgs_reasoning(m, b.data ? b.data : "", b.len);
     sb_free(&b);
-    return m->pending_reasoning != NULL;
+    return ok;
 }
 
 static bool input_item(creq_msgs *m, const json_t *it, size_t idx, api_error *e) {

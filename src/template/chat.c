@@ -255,6 +255,61 @@ static int join_text(json_t *user, const char *text, size_t tlen, bool at_end) {
     return rc;
 }
 
+/* Text appended (joined by "\n\n") to the content of a message of the list
+ * being built, kept here until another message follows: a run of demoted
+ * system messages copies each text once instead of the content each time. */
+typedef struct tail_text {
+    json_t *of; /* the message, or NULL */
+    char *d;
+    size_t n, cap;
+} tail_text;
+
+static int tail_put(tail_text *t, const char *s, size_t n) {
+    if (t->n + n + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap : 256;
+        while (cap < t->n + n + 1) cap *= 2;
+        char *d = hn_realloc(t->d, cap);
+        if (!d) return -1;
+        t->d = d;
+        t->cap = cap;
+    }
+    memcpy(t->d + t->n, s, n);
+    t->n += n;
+    return 0;
+}
+
+/* Sets the message's content to the text so far. */
+static int tail_flush(tail_text *t) {
+    if (!t->of) return 0;
+    int rc = json_object_set_new(t->of, "content", json_stringn(t->d ? t->d : "", t->n)) ? -1 : 0;
+    t->of = NULL;
+    t->n = 0;
+    return rc;
+}
+
+/* join_text(msg, text, tlen, true), msg being the last message of the list. */
+static int tail_join(tail_text *t, json_t *msg, const char *text, size_t tlen) {
+    if (t->of != msg) {
+        if (tail_flush(t)) return -1;
+        json_t *cur = content_as_string(json_object_get(msg, "content"));
+        int rc = cur ? tail_put(t, json_string_value(cur), json_string_length(cur)) : -1;
+        json_decref(cur);
+        if (rc) return -1;
+        t->of = msg;
+    }
+    if (t->n && tail_put(t, "\n\n", 2)) return -1;
+    return tail_put(t, text, tlen);
+}
+
+/* Appends m to the list (stealing it), the text joined to the last one set first. */
+static int list_append(json_t *res, tail_text *t, json_t *m) {
+    if (tail_flush(t)) {
+        json_decref(m);
+        return -1;
+    }
+    return json_array_append_new(res, m) ? -1 : 0;
+}
+
 /* "<system-reminder>\nTEXT\n</system-reminder>" for a system message's content. */
 static char *reminder_text(const json_t *msg, size_t *len) {
     json_t *s = content_as_string(json_object_get(msg, "content"));
@@ -310,6 +365,7 @@ hn_status chat_normalize(const chat_template *t, const json_t *messages, bool de
     json_t *res = json_array();
     char *lead = NULL, *pending = NULL; /* a refused leading system text; a reminder for the next user */
     size_t lead_len = 0, pending_len = 0;
+    tail_text tail = {0};
     int demoted = 0;
     hn_status st = HN_OK;
     size_t n = json_array_size(messages);
@@ -355,7 +411,7 @@ hn_status chat_normalize(const chat_template *t, const json_t *messages, bool de
             const json_t *next = i + 1 < n ? json_array_get(messages, i + 1) : NULL;
             int rc = 0;
             if (prev && (is_role(prev, "user") || is_role(prev, "tool")) && !pending) {
-                rc = join_text(prev, text, tl, true);
+                rc = tail_join(&tail, prev, text, tl);
             } else if (next && is_role(next, "user")) {
                 char *np = hn_realloc(pending, pending_len + tl + 3);
                 if (!np) rc = -1;
@@ -368,7 +424,7 @@ hn_status chat_normalize(const chat_template *t, const json_t *messages, bool de
                 }
             } else {
                 json_t *u = json_pack("{s:s,s:s%}", "role", "user", "content", text, tl);
-                rc = !u || json_array_append_new(res, u) ? -1 : 0;
+                rc = !u || list_append(res, &tail, u) ? -1 : 0;
             }
             hn_free(text);
             if (rc) goto nomem;
@@ -386,13 +442,15 @@ hn_status chat_normalize(const chat_template *t, const json_t *messages, bool de
                 goto nomem;
             }
         }
-        if (json_array_append_new(res, m)) goto nomem;
+        if (list_append(res, &tail, m)) goto nomem;
     }
     if (lead || pending) { /* nothing to merge into: the text stands as a user message */
         json_t *u = json_pack("{s:s,s:s%}", "role", "user", "content", lead ? lead : pending,
                               lead ? lead_len : pending_len);
-        if (!u || json_array_append_new(res, u)) goto nomem;
+        if (!u || list_append(res, &tail, u)) goto nomem;
     }
+    if (tail_flush(&tail)) goto nomem;
+    hn_free(tail.d);
     hn_free(lead);
     hn_free(pending);
     *out = res;
@@ -401,6 +459,7 @@ hn_status chat_normalize(const chat_template *t, const json_t *messages, bool de
 nomem:
     st = hn_errf(err, HN_ERR_NOMEM, "out of memory normalising messages");
 fail:
+    hn_free(tail.d);
     hn_free(lead);
     hn_free(pending);
     json_decref(res);
