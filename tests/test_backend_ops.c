@@ -418,6 +418,25 @@ static void test_attention(rig *r, int window, qt_type kt, qt_type vt) {
  * rows run again alone (the same K/V re-stored). Checked: the last step
  * against double precision, and sequence 1's rows bit for bit the same in
  * both steps (a token's result does not depend on its batch). */
+/* n positions of random K and V rows (nkv values each; kh, vh) and queries (nq values each; qv),
+ * and the K/V values as a kt / vt cache stores them (kr, vr) */
+static void attn_rows_rand(int n, int nkv, int nq, qt_type kt, qt_type vt, float *kh, float *vh, float *kr, float *vr,
+                           float *qv) {
+    unsigned char *tmp = malloc((size_t)nkv * 4);
+    for (int i = 0; i < n * nkv; i++) {
+        kh[i] = frand() * 3;
+        vh[i] = frand();
+    }
+    for (int i = 0; i < n * nq; i++) qv[i] = frand() * 2;
+    for (int t = 0; t < n; t++) {
+        qt_traits(kt)->from_float(kh + (size_t)t * nkv, tmp, nkv);
+        qt_traits(kt)->to_float(tmp, kr + (size_t)t * nkv, nkv);
+        qt_traits(vt)->from_float(vh + (size_t)t * nkv, tmp, nkv);
+        qt_traits(vt)->to_float(tmp, vr + (size_t)t * nkv, nkv);
+    }
+    free(tmp);
+}
+
 static void test_attention_long(rig *r, qt_type kt, qt_type vt) {
     hn_err e;
     const int HKV = 2, G = 4, H = HKV * G, HD = 64, BS = 16, NKV = HKV * HD, L0 = 300, L1 = 40;
@@ -432,18 +451,7 @@ static void test_attention_long(rig *r, qt_type kt, qt_type vt) {
     float *kh = malloc(sizeof(float) * (size_t)(L0 + L1) * NKV), *vh = malloc(sizeof(float) * (size_t)(L0 + L1) * NKV);
     float *kr = malloc(sizeof(float) * (size_t)(L0 + L1) * NKV), *vr = malloc(sizeof(float) * (size_t)(L0 + L1) * NKV);
     float *qv = malloc(sizeof(float) * (size_t)(L0 + L1) * H * HD);
-    unsigned char tmp[4 * NKV * 4];
-    for (int i = 0; i < (L0 + L1) * NKV; i++) {
-        kh[i] = frand() * 3;
-        vh[i] = frand();
-    }
-    for (int i = 0; i < (L0 + L1) * H * HD; i++) qv[i] = frand() * 2;
-    for (int t = 0; t < L0 + L1; t++) {
-        qt_traits(kt)->from_float(kh + (size_t)t * NKV, tmp, NKV);
-        qt_traits(kt)->to_float(tmp, kr + (size_t)t * NKV, NKV);
-        qt_traits(vt)->from_float(vh + (size_t)t * NKV, tmp, NKV);
-        qt_traits(vt)->to_float(tmp, vr + (size_t)t * NKV, NKV);
-    }
+    attn_rows_rand(L0 + L1, NKV, H * HD, kt, vt, kh, vh, kr, vr, qv);
     /* host row of (sequence q, position p) */
     #define ROW(q, p) ((q) ? L0 + (p) : (p))
     float *first = malloc(sizeof(float) * (size_t)L1 * H * HD);
@@ -562,18 +570,7 @@ static void test_attention_pf(rig *r, int HD, int G, int window, int PRE) {
     float *qv = malloc(sizeof(float) * (size_t)N * H * HD), *first = malloc(sizeof(float) * (size_t)NC * H * HD);
     float *kb = malloc(sizeof(float) * NMAX * NKV), *vb = malloc(sizeof(float) * NMAX * NKV);
     float *qb = malloc(sizeof(float) * (size_t)NMAX * H * HD);
-    unsigned char *tmp = malloc((size_t)NKV * 4);
-    for (int i = 0; i < N * NKV; i++) {
-        kh[i] = frand() * 3;
-        vh[i] = frand();
-    }
-    for (int i = 0; i < N * H * HD; i++) qv[i] = frand() * 2;
-    for (int t = 0; t < N; t++) {
-        qt_traits(QT_F16)->from_float(kh + (size_t)t * NKV, tmp, NKV);
-        qt_traits(QT_F16)->to_float(tmp, kr + (size_t)t * NKV, NKV);
-        qt_traits(QT_F16)->from_float(vh + (size_t)t * NKV, tmp, NKV);
-        qt_traits(QT_F16)->to_float(tmp, vr + (size_t)t * NKV, NKV);
-    }
+    attn_rows_rand(N, NKV, H * HD, QT_F16, QT_F16, kh, vh, kr, vr, qv);
 #ifdef HN_HAVE_CUDA
     const bool cuda = !strcmp(r->name, "cuda");
 #endif
@@ -662,7 +659,6 @@ static void test_attention_pf(rig *r, int HD, int G, int window, int PRE) {
                HD, fa_used, want);
     }
 #endif
-    free(tmp);
     free(first);
     free(kb);
     free(vb);
@@ -697,18 +693,7 @@ static void test_attention_dec(rig *r, int HD, int G, int window, int L) {
     float *qv = malloc(sizeof(float) * (size_t)N * H * HD), *o0 = malloc(sizeof(float) * (size_t)H * HD);
     float *kb = malloc(sizeof(float) * NMAX * NKV), *vb = malloc(sizeof(float) * NMAX * NKV);
     float *qb = malloc(sizeof(float) * (size_t)NMAX * H * HD);
-    unsigned char *tmp = malloc((size_t)NKV * 4);
-    for (int i = 0; i < N * NKV; i++) {
-        kh[i] = frand() * 3;
-        vh[i] = frand();
-    }
-    for (int i = 0; i < N * H * HD; i++) qv[i] = frand() * 2;
-    for (int t = 0; t < N; t++) {
-        qt_traits(QT_F16)->from_float(kh + (size_t)t * NKV, tmp, NKV);
-        qt_traits(QT_F16)->to_float(tmp, kr + (size_t)t * NKV, NKV);
-        qt_traits(QT_F16)->from_float(vh + (size_t)t * NKV, tmp, NKV);
-        qt_traits(QT_F16)->to_float(tmp, vr + (size_t)t * NKV, NKV);
-    }
+    attn_rows_rand(N, NKV, H * HD, QT_F16, QT_F16, kh, vh, kr, vr, qv);
 #ifdef HN_HAVE_CUDA
     const bool cuda = !strcmp(r->name, "cuda");
     const long long fd0 = cuda ? be_cuda_fdec_calls(r->b) : 0;
@@ -800,7 +785,6 @@ static void test_attention_dec(rig *r, int HD, int G, int window, int L) {
            r->ref ? " ref" : "", HD, G, window, L, err);
     CHECKF(same, "%s%s: decode attention hd %d G %d: a row's result depends on its batch", r->name, r->ref ? " ref" : "",
            HD, G);
-    free(tmp);
     free(o0);
     free(kb);
     free(vb);
