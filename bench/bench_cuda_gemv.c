@@ -9,7 +9,8 @@
  * times, so the bytes come from HBM; the median of SAMPLES samples.
  * Weights are random f32 rows quantized with the type's reference quantizer
  * (a band of rows, repeated to fill the matrix), x random.
- * usage: bench_cuda_gemv [type ...]   (default: every supported type)
+ * usage: bench_cuda_gemv [type ...]   (default: every supported type;
+ * BENCH_GEMV_SHAPE=TEXT runs only the shapes whose name holds TEXT)
  *
  * bench_cuda_gemv mmq [type ...] times the prefill kernel hc_mmq instead
  * (default types q4_0 q8_0 q4_K q5_K q6_K) at 16 to 2048 rows on the
@@ -236,6 +237,9 @@ int main(int argc, char **argv) {
         const qt_type t = types[ti];
         const qt_type_traits *tr = qt_traits(t);
         for (int si = 0; si < NSH; si++) {
+            /* BENCH_GEMV_SHAPE=TEXT: only the shapes whose name holds TEXT (for a profiler) */
+            const char *only = getenv("BENCH_GEMV_SHAPE");
+            if (only && *only && !strstr(shapes[si].what, only)) continue;
             const int64_t k = shapes[si].k, n = shapes[si].n, band = 64;
             const size_t rb = qt_row_size(t, k), bytes = rb * (size_t)n;
             /* a band of quantized random rows, repeated */

@@ -164,7 +164,7 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32, HC_GEMV_MINB) mmv_q(mwv
 #pragma unroll
             for (int r = 0; r < NA; r++) {
                 XU xu;
-                xload<U::SUMS, U::ONE_BLOCK>(x, r, pa, pb, xu);
+                xload<U::SUMS, U::ONE_BLOCK, U::PAIR>(x, r, pa, pb, xu);
 #pragma unroll
                 for (int rr = 0; rr < RPW; rr++) acc[rr][r] = __fadd_rn(acc[rr][r], pdot<U::SUMS, U::ONE_BLOCK>(pw[rr], xu));
             }

@@ -84,11 +84,18 @@ static __device__ __forceinline__ void kscale_i(const int4 &h, int j, int &sc, i
         m = (int)((kbyte(h, j + 4) >> 4) | ((kbyte(h, j) >> 6) << 4));
     }
 }
-static __device__ __forceinline__ void kscale(const int4 &h, int j, float *sc, float *m) {
-    int si, mi;
-    kscale_i(h, j, si, mi);
-    *sc = (float)si;
-    *m = (float)mi;
+/* the same for the pair of sub-blocks 2p, 2p + 1 (p = 0..3) at once, as the
+ * bytes [sc(2p), sc(2p + 1), m(2p), m(2p + 1)]: two byte permutes and a
+ * select instead of kscale_i's per-byte choices (a lane's p is the same for
+ * every unit it takes, so nothing diverges) */
+static __device__ __forceinline__ unsigned kscale_pair(const int4 &h, int p) {
+    const unsigned jl = (unsigned)(2 * p) & 3u;
+    /* low p: bytes jl, jl + 1 (scales) and 4 + jl, 5 + jl (mins); high p: the same bytes carry the top two bits */
+    const unsigned a = __byte_perm((unsigned)h.y, (unsigned)h.z, jl | (jl + 1) << 4 | (jl + 4) << 8 | (jl + 5) << 12);
+    /* high p: bytes 8 + jl, 9 + jl hold the low four bits of the scales (low nibbles) and mins (high nibbles) */
+    const unsigned b = __byte_perm((unsigned)h.w, 0u, jl | (jl + 1) << 4);
+    const unsigned hi = (b & 0x0f0fu) | ((b << 12) & 0x0f0f0000u) | ((a >> 2) & 0x30303030u);
+    return p < 2 ? a & 0x3f3f3f3fu : hi;
 }
 
 /* one unit's activations for one row: the runs A and B (16 codes each) and
@@ -99,15 +106,29 @@ struct XU {
     float da, db, sa, sb;
 };
 
-template <bool SUMS, bool ONE_BLOCK>
+/* PAIR: A and B lie in consecutive blocks, the first of them even (the
+ * K-quants' units), so each pair of factors is one 8-byte load (the
+ * scratch's factor rows start 8-byte aligned and hold a multiple of 8) */
+template <bool SUMS, bool ONE_BLOCK, bool PAIR = false>
 static __device__ __forceinline__ void xload(const xview &x, int r, int pa, int pb, XU &o) {
     const int8_t *q = x.q + r * x.ld;
     o.a = __ldg((const int4 *)(q + pa));
     o.b = __ldg((const int4 *)(q + pb));
     const float *d = x.d + r * x.ldb;
+    o.sa = o.sb = 0;
+    if (PAIR) {
+        const float2 dd = __ldg((const float2 *)(d + pa / 32));
+        o.da = dd.x;
+        o.db = dd.y;
+        if (SUMS) {
+            const float2 ss = __ldg((const float2 *)(x.s + r * x.ldb + pa / 32));
+            o.sa = ss.x;
+            o.sb = ss.y;
+        }
+        return;
+    }
     o.da = __ldg(d + pa / 32);
     o.db = ONE_BLOCK ? o.da : __ldg(d + pb / 32);
-    o.sa = o.sb = 0;
     if (SUMS) {
         const float *s = x.s + r * x.ldb;
         o.sa = __ldg(s + pa / 32);
@@ -153,7 +174,7 @@ static __device__ __forceinline__ float pdot(const PU &w, const XU &x) {
 template <int T> struct TT;
 
 template <> struct TT<QT_Q4_0> {
-    static constexpr bool SUMS = true, ONE_BLOCK = true;
+    static constexpr bool SUMS = true, ONE_BLOCK = true, PAIR = false;
     struct W { int4 q; unsigned short d; };
     static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
         const int64_t b = row * (w.k / 32) + u;
@@ -170,7 +191,7 @@ template <> struct TT<QT_Q4_0> {
 };
 
 template <> struct TT<QT_Q8_0> {
-    static constexpr bool SUMS = false, ONE_BLOCK = true;
+    static constexpr bool SUMS = false, ONE_BLOCK = true, PAIR = false;
     struct W { int4 q0, q1; unsigned short d; };
     static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
         const int64_t b = row * (w.k / 32) + u;
@@ -199,15 +220,15 @@ static __device__ __forceinline__ void kpos(int u, int &pa, int &pb) {
 
 static __device__ __forceinline__ PU kprep(const int4 &h, int c, int4 a, int4 b) {
     const float d = h2f((unsigned short)(h.x & 0xffff)), dmin = h2f((unsigned short)((unsigned)h.x >> 16));
-    float sca, ma, scb, mb;
-    kscale(h, 2 * (c >> 1), &sca, &ma);
-    kscale(h, 2 * (c >> 1) + 1, &scb, &mb);
+    const unsigned sm = kscale_pair(h, c >> 1);
+    const float sca = (float)(sm & 0xffu), scb = (float)((sm >> 8) & 0xffu), ma = (float)((sm >> 16) & 0xffu),
+                mb = (float)(sm >> 24);
     const float odd = (c & 1) ? 0.0f : dmin;
     return PU{a, b, d * sca, d * scb, odd * ma, odd * mb};
 }
 
 template <> struct TT<QT_Q4_K> {
-    static constexpr bool SUMS = true, ONE_BLOCK = false;
+    static constexpr bool SUMS = true, ONE_BLOCK = false, PAIR = true;
     struct W { int4 q, h; };
     static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
         const uint8_t *blk = w.p[0] + (row * (w.k / 256) + (u >> 3)) * 144;
@@ -221,7 +242,7 @@ template <> struct TT<QT_Q4_K> {
 };
 
 template <> struct TT<QT_Q5_K> {
-    static constexpr bool SUMS = true, ONE_BLOCK = false;
+    static constexpr bool SUMS = true, ONE_BLOCK = false, PAIR = true;
     struct W { int4 q, qh, h; };
     static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
         const uint8_t *blk = w.p[0] + (row * (w.k / 256) + (u >> 3)) * 176;
@@ -257,7 +278,7 @@ static __device__ __forceinline__ int q6v(unsigned ql, unsigned qh, int sh) {
 }
 
 template <> struct TT<QT_Q6_K> {
-    static constexpr bool SUMS = false, ONE_BLOCK = false;
+    static constexpr bool SUMS = false, ONE_BLOCK = false, PAIR = false;
     struct W { int4 ql, qh; uint2 sc; unsigned short d; };
     static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
         const int64_t b = row * (w.k / 256) + (u >> 3);
@@ -292,7 +313,7 @@ static __device__ __forceinline__ int iq4xs_scale(const uint2 &h, int ib) {
 /* iq4_xs unit u = 8 * block + ib: sub-block ib, 16 code bytes (low nibbles
  * values 0..15, high 16..31), scale from the block's 8-byte header */
 template <> struct TT<QT_IQ4_XS> {
-    static constexpr bool SUMS = false, ONE_BLOCK = true;
+    static constexpr bool SUMS = false, ONE_BLOCK = true, PAIR = false;
     struct W { int4 q; uint2 h; };
     static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
         const int64_t b = row * (w.k / 256) + (u >> 3);
@@ -310,7 +331,7 @@ template <> struct TT<QT_IQ4_XS> {
 };
 
 template <> struct TT<QT_MXFP4> {
-    static constexpr bool SUMS = false, ONE_BLOCK = true;
+    static constexpr bool SUMS = false, ONE_BLOCK = true, PAIR = false;
     struct W { int4 q; unsigned char e; };
     static __device__ __forceinline__ W load(const wview &w, int64_t row, int u) {
         const int64_t b = row * (w.k / 32) + u;
