@@ -218,6 +218,53 @@ static void test_model_cache(void) {
     setenv("HONE_CACHE_DIR", g_dir, 1);
 }
 
+/* a cache that cannot be written: no directory (it cannot be made) or a
+ * directory where no file can be created (a read-only or full disk): the
+ * search still runs and its results stand (tn_tune_model says not_saved and
+ * why, and returns the cache's error for `hone tune`); tn_load_tune applies
+ * them and succeeds, where it used to drop them and keep the defaults */
+static void test_unwritable_cache(void) {
+    char path[512];
+    hn_err err;
+    gguf_ctx *g = NULL;
+    if (gguf_open(test_data_path(path, sizeof path, "data/models/qwen3-2k-q4_k_m.gguf"), &g, &err) != HN_OK) {
+        CHECKF(0, "cannot open %s: %s", path, err.msg);
+        return;
+    }
+    static const char *dirs[2] = {"/proc/hone-cannot-exist/x", "/proc/self"};
+    for (int d = 0; d < 2; d++) {
+        setenv("HONE_CACHE_DIR", dirs[d], 1);
+        tn_model_opts o = {.n_threads = 2, .budget_s = 300, .families = TN_FAM_DECODE};
+        tn_model_report r;
+        hn_status st = tn_tune_model(g, &o, &r, &err);
+        int n_tuned = 0;
+        for (int i = 0; i < r.n; i++) n_tuned += r.e[i].tuned && !r.e[i].res.cached;
+        CHECKF(st == HN_ERR_IO && r.not_saved && r.save_msg[0] && r.n > 0 && n_tuned == r.n && r.n_tuned == r.n,
+               "%s: status %d, not_saved %d, %d of %d tuned (%s)", dirs[d], (int)st, r.not_saved, n_tuned, r.n,
+               r.save_msg);
+        tn_model_report_free(&r);
+        pool *p = NULL;
+        be_backend *b = NULL;
+        CHECK(pool_create(2, &p, &err) == HN_OK && be_cpu_create(p, &b, &err) == HN_OK);
+        if (b) {
+            const char *nt = getenv("HONE_NO_TUNE");
+            char keep[16] = "";
+            if (nt) snprintf(keep, sizeof keep, "%s", nt);
+            setenv("HONE_NO_TUNE", "0", 1);
+            setenv("HONE_TUNE_BUDGET", "300", 1);
+            st = tn_load_tune(b, g, 2, "test_tune_apply", &err);
+            CHECKF(st == HN_OK, "%s: tn_load_tune with an unwritable cache: %s", dirs[d], err.msg);
+            unsetenv("HONE_TUNE_BUDGET");
+            if (nt) setenv("HONE_NO_TUNE", keep, 1);
+            else unsetenv("HONE_NO_TUNE");
+            be_free(b);
+        }
+        pool_free(p);
+    }
+    gguf_close(g);
+    setenv("HONE_CACHE_DIR", g_dir, 1);
+}
+
 static int run_cmd(const char *cmd, char *out, size_t cap) {
     FILE *f = popen(cmd, "r");
     if (!f) return -1;
@@ -289,6 +336,7 @@ int main(void) {
         pool_free(p);
     }
     test_model_cache();
+    test_unwritable_cache();
     test_cli_load();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);

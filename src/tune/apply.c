@@ -170,6 +170,15 @@ static hn_status tune_on(be_backend *b, const tn_shape *sh, int n_sh, const tn_m
     tn_opts to = {.budget_s = opt.budget_s, .n_cases = rep->n, .total_weight = total_w, .margin = -1,
                   .force = opt.force, .progress = opt.progress, .cache_partial = true};
     hn_status st = tn_tuner_open(rep->fingerprint, &to, &tuner, err);
+    hn_status cache_st = HN_OK; /* the cache's own failure: tuning goes on without it */
+    if ((st == HN_ERR_IO || st == HN_ERR_NOT_FOUND || st == HN_ERR_RANGE) && !opt.cache_only) {
+        /* no cache directory (none can be made, none is set): tune anyway, keep nothing */
+        cache_st = st;
+        snprintf(rep->save_msg, sizeof rep->save_msg, "%s", err->msg);
+        hn_err_clear(err);
+        to.no_cache = true;
+        st = tn_tuner_open(rep->fingerprint, &to, &tuner, err);
+    }
     if (st == HN_OK) {
         rep->cache_corrupt = tn_tuner_cache_was_corrupt(tuner);
         snprintf(rep->cache_path, sizeof rep->cache_path, "%s", tn_tuner_cache_path(tuner));
@@ -224,9 +233,19 @@ static hn_status tune_on(be_backend *b, const tn_shape *sh, int n_sh, const tn_m
     rep->busy = rep->n_tuned > 0 && rep->busy_start;
     if (tuner) {
         rep->elapsed_s = tn_tuner_elapsed(tuner);
-        if (st == HN_OK && rep->n_tuned > 0) st = tn_tuner_save(tuner, err);
+        if (st == HN_OK && rep->n_tuned > 0 && !to.no_cache) {
+            hn_status sv = tn_tuner_save(tuner, err);
+            if (sv != HN_OK) {
+                cache_st = sv;
+                snprintf(rep->save_msg, sizeof rep->save_msg, "%s", err->msg);
+            }
+        }
     }
     tn_tuner_close(tuner);
+    if (st == HN_OK && cache_st != HN_OK) { /* the results stand (tn_load_tune applies them); the error is the cache's */
+        rep->not_saved = true;
+        st = hn_errf(err, cache_st, "%s", rep->save_msg);
+    }
     return st;
 }
 
@@ -258,6 +277,13 @@ hn_status tn_load_tune(be_backend *b, const gguf_ctx *g, int n_threads, const ch
     }
     tn_model_report rep;
     hn_status st = tn_tune_model(g, &o, &rep, err);
+    if (st != HN_OK && rep.not_saved) {
+        /* a cache that cannot be written costs the next start a new search, not this run its results */
+        fprintf(stderr, "%s: the tuning cache could not be written (%s): the tuned parameters apply to this run only\n",
+                who, rep.save_msg);
+        hn_err_clear(err);
+        st = HN_OK;
+    }
     if (st == HN_OK) {
         int set = tn_apply_report(b, &rep);
         if (rep.n_tuned == 0 && rep.n_not_reached == 0)
@@ -266,9 +292,10 @@ hn_status tn_load_tune(be_backend *b, const gguf_ctx *g, int n_threads, const ch
         else
             fprintf(stderr,
                     "%s: tuned %d kernel shapes for this machine in %.1f s (%d from the cache, %d differ from the "
-                    "defaults%s); the next start reuses them (HONE_NO_TUNE=1 skips tuning)\n",
+                    "defaults%s)%s\n",
                     who, rep.n_tuned, rep.elapsed_s, rep.n_cached, set,
-                    rep.n_partial ? ", some cut short by the budget" : "");
+                    rep.n_partial ? ", some cut short by the budget" : "",
+                    rep.not_saved ? "" : "; the next start reuses them (HONE_NO_TUNE=1 skips tuning)");
         if (rep.n_not_reached)
             fprintf(stderr, "%s: %d shapes were not reached within the budget: defaults now, tuned on a later start\n",
                     who, rep.n_not_reached);

@@ -23,7 +23,9 @@
  * progress bar on stderr when stderr is a terminal and one summary line
  * either way (when the machine is busy, thread counts are not tuned); nothing at all when HONE_NO_TUNE is set to anything but "0" or
  * "" (the backend keeps its built-in defaults). HONE_TUNE_BUDGET=SECONDS
- * changes the budget. */
+ * changes the budget. A cache that cannot be written (no directory, a full
+ * or read-only disk) costs only the next start a new search: the results
+ * apply to this run, with a warning. */
 #ifndef HN_TN_APPLY_H
 #define HN_TN_APPLY_H
 
@@ -91,6 +93,9 @@ typedef struct tn_model_report {
                         * threads parameter stays at all threads (fewer-thread winners measured under
                         * contention made whole-model decode slower) */
     bool busy;         /* busy_start and something was tuned: the winners may not hold on an idle machine */
+    bool not_saved;    /* the results stand but the cache could not be written (no cache directory, a full or
+                        * read-only disk): the call returned that error; save_msg says why */
+    char save_msg[520];
 } tn_model_report;
 
 #define TN_SHAPE_MATS 64
