@@ -531,6 +531,8 @@ restart:;
             }
             e->b_seqs[n_seqs] = &q->seq;
             e->b_rowwise[n_seqs] = q->n_draft > 0;
+            /* prompt rows are computed alike however the prompt is cut (its cuts follow the others' load) */
+            e->b_prompt[n_seqs] = q->n_draft == 0 && q->seq.n_tokens < q->n_prompt;
             q->chunk = chunk;
             e->b_req[n_seqs++] = q;
             n += chunk;
@@ -676,7 +678,7 @@ static void step(eng_engine *e) {
                 e->b_req[s]->st.t_queued_ms = t - e->b_req[s]->t_submit;
             }
         step_batch b = {.n_tokens = n, .token = e->b_tok, .pos = e->b_pos, .seq_id = e->b_sid,
-                        .want_logits = e->b_want, .rowwise = e->b_rowwise, .state_snap = e->hybrid ? e->b_snap : NULL,
+                        .want_logits = e->b_want, .rowwise = e->b_rowwise, .prompt = e->b_prompt, .state_snap = e->hybrid ? e->b_snap : NULL,
                         .seqs = e->b_seqs, .n_seqs = n_seqs};
         hn_err err;
         /* constraints: each wanted row's allowed-token bitmask, applied on the backend */
@@ -1175,6 +1177,7 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     e->b_want = hn_malloc(sizeof(bool) * (size_t)B);
     e->b_seqs = hn_malloc(sizeof(kv_seq *) * (size_t)R);
     e->b_rowwise = hn_calloc((size_t)R, sizeof(bool));
+    e->b_prompt = hn_calloc((size_t)R, sizeof(bool));
     e->b_req = hn_malloc(sizeof(ereq *) * (size_t)R);
     e->b_hash = hn_malloc(sizeof(uint64_t) * (size_t)R);
     e->b_hash_req = hn_malloc(sizeof(ereq *) * (size_t)R);
@@ -1184,7 +1187,7 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     e->ck_dst = hn_malloc(sizeof(int32_t) * (size_t)R);
     e->spare = hn_malloc(sizeof(int32_t) * (size_t)(e->spare_cap > 0 ? e->spare_cap : 1));
     e->b_snap = hn_malloc(sizeof(int32_t) * (size_t)B);
-    if (!e->spare || !e->b_snap || !e->b_rowwise || !e->ck_src || !e->ck_dst || !e->b_hash_req || !e->running || !e->b_tok || !e->b_pos || !e->b_sid || !e->b_want || !e->b_seqs || !e->b_req || !e->b_hash ||
+    if (!e->spare || !e->b_snap || !e->b_rowwise || !e->b_prompt || !e->ck_src || !e->ck_dst || !e->b_hash_req || !e->running || !e->b_tok || !e->b_pos || !e->b_sid || !e->b_want || !e->b_seqs || !e->b_req || !e->b_hash ||
         !e->chk || !e->masks) {
         st = hn_errf(err, HN_ERR_NOMEM, "engine: out of memory");
         goto fail;
@@ -1251,6 +1254,7 @@ void eng_free(eng_engine *e) {
     hn_free(e->b_want);
     hn_free(e->b_seqs);
     hn_free(e->b_rowwise);
+    hn_free(e->b_prompt);
     hn_free(e->b_req);
     hn_free(e->b_hash);
     hn_free(e->b_hash_req);

@@ -122,6 +122,7 @@ struct eng_engine {
     int32_t *b_tok, *b_pos, *b_sid;
     bool *b_want;
     bool *b_rowwise;         /* per batch sequence: a drafted block (its rows computed as decode rows) */
+    bool *b_prompt;          /* per batch sequence: prompt rows (the prefill form, even one alone: step_batch.prompt) */
     kv_seq **b_seqs;
     ereq **b_req;            /* request of each batch sequence slot */
     const uint32_t **masks;  /* this step's allowed-token bitmask of each logits row (NULL: none) */

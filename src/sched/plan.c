@@ -28,8 +28,9 @@ hn_status plan_init(step_plan *p, int32_t max_tokens, int32_t max_seqs, int32_t 
     p->seqs = hn_malloc(sizeof(kv_seq *) * S);
     p->state_slot = hn_malloc(sizeof(int32_t) * S);
     p->rowwise = hn_malloc(S);
+    p->prompt = hn_malloc(S);
     p->state_snap = hn_malloc(sizeof(int32_t) * T);
-    if (!p->state_snap || !p->rowwise || !p->state_slot || !p->token || !p->pos || !p->seq || !p->slot || !p->out_rows || !p->seq_len || !p->block_table || !p->seqs) {
+    if (!p->state_snap || !p->rowwise || !p->prompt || !p->state_slot || !p->token || !p->pos || !p->seq || !p->slot || !p->out_rows || !p->seq_len || !p->block_table || !p->seqs) {
         plan_free(p);
         return hn_errf(err, HN_ERR_NOMEM, "plan: out of memory");
     }
@@ -50,6 +51,7 @@ void plan_free(step_plan *p) {
     hn_free(p->seqs);
     hn_free(p->state_slot);
     hn_free(p->rowwise);
+    hn_free(p->prompt);
     hn_free(p->state_snap);
     memset(p, 0, sizeof *p);
 }
@@ -113,6 +115,7 @@ hn_status plan_build(step_plan *p, kv_cache *kv, const step_batch *b, int32_t n_
         p->seqs[s] = b->seqs[s];
         p->state_slot[s] = q ? q->state : -1;
         p->rowwise[s] = b->rowwise && b->rowwise[s];
+        p->prompt[s] = b->prompt && b->prompt[s] && !p->rowwise[s];
     }
     n_out = 0;
     for (int32_t i = 0; i < b->n_tokens; i++) {

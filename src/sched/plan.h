@@ -44,6 +44,11 @@ typedef struct step_batch {
      * drafted block, each to be computed exactly (bit for bit) as a one-token
      * decode step at its position would compute it */
     const bool *rowwise;
+    /* prompt[s] (NULL: none): sequence s's tokens are prompt rows, computed in
+     * the prefill form however many of them the step holds (one included),
+     * so that a prompt row's bits do not depend on where the prompt was cut
+     * into chunks; without it a token alone in its sequence is a decode row */
+    const bool *prompt;
     /* state_snap[i] (NULL: none; hybrid models): a state slot that receives the
      * recurrent state of token i's sequence right after token i, or -1
      * (speculation keeps the state after each verified row, to roll back to) */
@@ -68,6 +73,7 @@ typedef struct step_plan {
     int32_t *out_rows;     /* [n_out] token indices, ascending */
     int32_t *state_slot;   /* [n_seqs] recurrent-state slot of each sequence (kv_seq.state; -1: none) */
     uint8_t *rowwise;      /* [n_seqs] 1: its tokens are independent decode rows (step_batch.rowwise) */
+    uint8_t *prompt;       /* [n_seqs] 1: its tokens are prompt rows (step_batch.prompt) */
     int32_t *state_snap;   /* [n_pad] state slot that also receives the sequence's recurrent state after
                             * this token (step_batch.state_snap), -1: none (padding rows: -1) */
     kv_seq **seqs;         /* [n_seqs] the sequences (for plan_finish; backends do not read them) */

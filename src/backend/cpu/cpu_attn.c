@@ -281,12 +281,29 @@ typedef struct attn_tile {
     int32_t t0, nt;       /* tokens t0 .. t0+nt-1 */
     int32_t lo, hi;       /* positions any of them sees */
     int32_t item0, nitems;
+    bool dec;             /* a decode row (decode_row): split over positions as a lone decode token is;
+                           * otherwise a prefill tile, split over kv heads only */
 } attn_tile;
 
 typedef struct attn_item {
     int32_t tile, p0, p1; /* positions p0..p1 of the tile's range */
+    int32_t kh0, kh1;     /* its kv heads */
     int64_t part;         /* float offset of its slot in attn_part, -1: writes the output */
 } attn_item;
+
+/* Token e of the call is a decode row (a one-token tile computed as a lone
+ * decode token is, whatever else is in the step): a rowwise token, or one
+ * alone in its sequence in the call that is not a prompt row. Every other
+ * token is a prefill row, whose bits do not depend on the call either: its
+ * tile is never split over positions (only over kv heads, which compute
+ * independently), so a prompt row has the same bits however the prompt was
+ * cut into chunks (tests/test_prompt_cut.c). */
+static inline bool decode_row(const cpu_attn_args *a, int e) {
+    const int s = a->seq[e];
+    if (a->rowwise && a->rowwise[s]) return true;
+    if (a->prompt && a->prompt[s]) return false;
+    return (e == 0 || a->seq[e - 1] != s) && (e + 1 == a->n_tokens || a->seq[e + 1] != s);
+}
 
 typedef struct attn_work {
     attn_tile *tiles;
@@ -414,13 +431,17 @@ static void run_heads(const attn_call *c, const attn_item *it, int kh0, int kh1,
             l[tt * mstride + h - moff] = 0.0f;
         }
     const int nbl = CPU_ATTN_SCORE_CAP / bs > 0 ? CPU_ATTN_SCORE_CAP / bs : 1;
-    const bool tile = nt > 1 && ks->scores_tile[0] && nt * group <= CPU_ATTN_TILE_ROWS;
+    /* a prefill tile takes the tile kernels however many rows it has (one
+     * included), so that its rows' bits do not depend on the tile */
+    const bool tile = (nt > 1 || !tl->dec) && ks->scores_tile[0] && nt * group <= CPU_ATTN_TILE_ROWS;
     const bool all = k_in && v_in && kh0 == 0 && kh1 == a->n_head_kv && moff == 0 &&
                      (size_t)H <= ((const attn_work *)c->cb->attn_work)->s_rows;
     const unsigned char *kb[CPU_ATTN_SCORE_CAP + 1], *vb[CPU_ATTN_SCORE_CAP + 1];
     const unsigned char *kbh[CPU_ATTN_SCORE_CAP + 1], *vbh[CPU_ATTN_SCORE_CAP + 1];
     for (int32_t c0 = it->p0; c0 <= it->p1;) {
-        int32_t c1 = (c0 / bs + nbl) * bs - 1;
+        /* chunks of nbl blocks at fixed positions (multiples of nbl blocks), so
+         * that a row's online softmax takes the same steps whatever its tile */
+        int32_t c1 = (c0 / bs / nbl + 1) * nbl * bs - 1;
         if (c1 > it->p1) c1 = it->p1;
         if (c1 - c0 + 1 > CPU_ATTN_SCORE_CAP) c1 = c0 + CPU_ATTN_SCORE_CAP - 1;
         const int32_t b0 = c0 / bs, nb = c1 / bs - b0 + 1;
@@ -591,8 +612,8 @@ static void run_item(const attn_call *c, const attn_item *it, float *scr) {
      * sum fit the scratch (always, for a sane model), else a few at a time */
     int per = (int)(w->ml_cap / ((size_t)nt * (size_t)group));
     if (per < 1) per = 1;
-    for (int kh0 = 0; kh0 < a->n_head_kv; kh0 += per) {
-        int kh1 = kh0 + per < a->n_head_kv ? kh0 + per : a->n_head_kv;
+    for (int kh0 = it->kh0; kh0 < it->kh1; kh0 += per) {
+        int kh1 = kh0 + per < it->kh1 ? kh0 + per : it->kh1;
         run_heads(c, it, kh0, kh1, a->out + (size_t)tl->t0 * ts, ts, scr, scr + w->ml_cap, (kh1 - kh0) * group,
                   kh0 * group, true, rest);
     }
@@ -653,6 +674,7 @@ static void attn_range(cpu_be *cb, const cpu_attn_args *a, int t0, int n) {
         tl->nt = e - t;
         tl->lo = lo_of(a, a->pos[t]);
         tl->hi = a->pos[e - 1];
+        tl->dec = tl->nt == 1 && decode_row(a, t);
         t = e;
     }
     /* split tiles into segments when there are too few to keep the threads busy */
@@ -661,8 +683,31 @@ static void attn_range(cpu_be *cb, const cpu_attn_args *a, int t0, int n) {
     int want = cb->nth > 1 ? 4 * cb->nth : 1;
     int per_tile = n_tiles >= want ? 1 : (want + n_tiles - 1) / n_tiles;
     int n_items = 0;
+    const int HKV = a->n_head_kv;
+    const cpu_attn_kernels *ks = pick(cb, a->head_dim);
+    const bool ks_tiles = ks->scores_tile[0] != NULL;
     for (int i = 0; i < n_tiles; i++) {
         attn_tile *tl = &w->tiles[i];
+        if (!tl->dec) {
+            /* a prefill tile: all its positions in one pass (from a block
+             * boundary), split over kv heads when tiles are few; only with the
+             * tile kernels (without them every head of a token goes at once) */
+            int nkh = ks_tiles && per_tile < HKV ? per_tile : ks_tiles ? HKV : 1;
+            if (nkh > w->item_cap - n_items - (n_tiles - i - 1)) nkh = w->item_cap - n_items - (n_tiles - i - 1);
+            if (nkh < 1) nkh = 1;
+            tl->item0 = n_items;
+            tl->nitems = nkh;
+            for (int k = 0; k < nkh; k++) {
+                attn_item *it = &w->items[n_items++];
+                it->tile = i;
+                it->p0 = tl->lo / bs * bs;
+                it->p1 = tl->hi;
+                it->kh0 = HKV * k / nkh;
+                it->kh1 = HKV * (k + 1) / nkh;
+                it->part = -1;
+            }
+            continue;
+        }
         int32_t b0 = tl->lo / bs, b1 = tl->hi / bs, nblk = b1 - b0 + 1;
         /* a one-token tile (a decode row) is split as a lone decode token is,
          * whatever else is in the step, so its result does not depend on the
@@ -681,6 +726,8 @@ static void attn_range(cpu_be *cb, const cpu_attn_args *a, int t0, int n) {
             it->tile = i;
             it->p0 = sb * bs > tl->lo ? sb * bs : tl->lo;
             it->p1 = eb * bs - 1 < tl->hi ? eb * bs - 1 : tl->hi;
+            it->kh0 = 0;
+            it->kh1 = HKV;
             it->part = -1;
             if (nseg > 1) {
                 it->part = (int64_t)part_used;
@@ -688,12 +735,12 @@ static void attn_range(cpu_be *cb, const cpu_attn_args *a, int t0, int n) {
             }
         }
     }
-    attn_call c = {.cb = cb, .a = a, .ks = pick(cb, a->head_dim), .tiles = w->tiles, .items = w->items, .n_items = n_items};
+    attn_call c = {.cb = cb, .a = a, .ks = ks, .tiles = w->tiles, .items = w->items, .n_items = n_items};
     atomic_store(&c.next, 0);
     if (cb->nth == 1 || n_items == 1) attn_worker(&c, 0, 1);
     else pool_run_shared(cb->pool, attn_worker, &c);
     for (int i = 0; i < n_tiles; i++)
-        if (w->tiles[i].nitems > 1) merge_tile(cb, a, &w->tiles[i], &w->items[w->tiles[i].item0]);
+        if (w->tiles[i].dec && w->tiles[i].nitems > 1) merge_tile(cb, a, &w->tiles[i], &w->items[w->tiles[i].item0]);
 }
 
 /* The most one-token tiles (decode rows) a range may hold so that each can
@@ -721,9 +768,7 @@ void cpu_attention(cpu_be *cb, const cpu_attn_args *a) {
     for (int t = 0; t < a->n_tokens;) {
         int e = t, nd = 0;
         while (e < a->n_tokens && e - t < cap) {
-            int s = a->seq[e];
-            bool one = (a->rowwise && a->rowwise[s]) || ((e == 0 || a->seq[e - 1] != s) &&
-                                                        (e + 1 == a->n_tokens || a->seq[e + 1] != s));
+            bool one = decode_row(a, e);
             if (one && nd == dr) break;
             nd += one;
             e++;
@@ -741,7 +786,7 @@ void cpu_op_attention(be_backend *b, const be_attn_args *ba) {
         .q = ba->q->data, .out = ba->out->data, .n_tokens = ba->n_tokens, .n_head = ba->n_head,
         .n_head_kv = ba->n_head_kv, .head_dim = ba->head_dim, .scale = ba->scale, .window = ba->window,
         .kv = ba->kv, .layer = ba->layer, .pos = p->pos, .seq = p->seq, .bt = p->block_table,
-        .bt_stride = p->bt_stride, .rowwise = p->rowwise,
+        .bt_stride = p->bt_stride, .rowwise = p->rowwise, .prompt = p->prompt,
     };
     cpu_attention(cb, &a);
 }

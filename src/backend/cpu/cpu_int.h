@@ -132,6 +132,7 @@ typedef struct cpu_attn_args {
     const int32_t *pos, *seq, *bt;
     int32_t bt_stride;
     const uint8_t *rowwise; /* [sequence] 1: its tokens are one-token tiles (decode rows); NULL: none */
+    const uint8_t *prompt;  /* [sequence] 1: its tokens are prompt rows (prefill tiles, even one alone); NULL: none */
 } cpu_attn_args;
 
 /* parameters for one weight shape from min_rows activation rows on (be_cpu_set_mm_params_shape) */
