@@ -9,6 +9,9 @@
  *   - /metrics counts the requests, the cached tokens and the TTFT
  *     histogram, and the running request's KV bytes equal the pool's used
  *     blocks;
+ *   - a dense model shows no recurrent-state metrics; a hybrid one
+ *     (qwen35-tiny) shows its state memory, the slot size, the checkpoints
+ *     and each live request's state bytes (/metrics and /v1/hone/status);
  *   - the dashboard in headless Chromium (Debian's `chromium`) shows the live
  *     session and the pool; the screenshot is kept in
  *     $BUILD/artifacts/dashboard.png (skipped, with a note, when chromium is
@@ -87,6 +90,71 @@ static double metric(const char *text, const char *name) {
     for (const char *p = text; (p = strstr(p, name)); p += l)
         if ((p == text || p[-1] == '\n') && p[l] == ' ') return atof(p + l + 1);
     return -1;
+}
+
+/* hone serve on model with the key; the child's pid (-1: it did not come up) */
+static pid_t start_server(const char *hone, const char *model) {
+    port = free_port();
+    char sport[16];
+    snprintf(sport, sizeof sport, "%d", port);
+    pid_t srv = fork();
+    if (srv == 0) {
+        setenv("HONE_NO_TUNE", "1", 1);
+        const char *argv[] = {hone, "serve", "-m", model, "--port", sport, "--api-key", KEY, "--ctx", "8192", NULL};
+        execv(hone, (char **)argv);
+        _exit(127);
+    }
+    static char b[4096];
+    int st = -1;
+    for (int i = 0; i < 600 && st != 200; i++) {
+        st = http("GET", "/health", false, NULL, b, sizeof b);
+        if (st != 200) usleep(50000);
+    }
+    if (st != 200) {
+        kill(srv, SIGKILL);
+        waitpid(srv, NULL, 0);
+        return -1;
+    }
+    return srv;
+}
+
+/* a hybrid model's recurrent state, in /metrics and the status object, while a request decodes */
+static void test_hybrid_state(const char *hone) {
+    char model[512];
+    test_data_path(model, sizeof model, "data/models/qwen35-tiny-q8_0.gguf");
+    pid_t srv = start_server(hone, model);
+    CHECKF(srv > 0, "hone serve on %s", model);
+    if (srv <= 0) return;
+    static char buf[1 << 20], body[4096];
+    snprintf(body, sizeof body, "{\"prompt\": \"The agent reads the file and edits it.\", \"max_tokens\": 6000, "
+                                "\"temperature\": 0, \"stream\": true}");
+    int lfd = dial();
+    send_req(lfd, "POST", "/v1/completions", true, body);
+    CHECK(read(lfd, buf, 4096) > 0);
+    bool decoding = false;
+    for (int i = 0; i < 600 && !decoding; i++) {
+        decoding = http("GET", "/v1/hone/status", true, NULL, buf, sizeof buf) == 200 &&
+                   strstr(buf, "\"state\":\"decode\"") && strstr(buf, "\"n_generated\":0,") == NULL;
+        if (!decoding) usleep(50000);
+    }
+    CHECKF(decoding, "the hybrid model's request decodes");
+    const char *sb = strstr(buf, "\"state_slot_bytes\":"), *ss = strstr(buf, "\"sessions\":");
+    const long slot = sb ? atol(sb + strlen("\"state_slot_bytes\":")) : 0;
+    const char *sess_state = ss ? strstr(ss, "\"state_bytes\":") : NULL;
+    CHECKF(slot > 0 && sess_state && atol(sess_state + strlen("\"state_bytes\":")) == slot,
+           "status: the state slot (%ld bytes) and the decoding session's state bytes", slot);
+    CHECK(http("GET", "/metrics", true, NULL, buf, sizeof buf) == 200);
+    const double slotm = metric(buf, "hone_state_slot_bytes"), state = metric(buf, "hone_state_bytes");
+    CHECKF(slotm == (double)slot && state >= slotm && metric(buf, "hone_state_peak_bytes") >= state &&
+               metric(buf, "hone_state_checkpoints") >= 0 && metric(buf, "hone_state_checkpoints_max") > 0 &&
+               metric(buf, "hone_state_checkpoint_hits_total") >= 0,
+           "metrics: state %g bytes, slot %g, checkpoints %g of %g", state, slotm, metric(buf, "hone_state_checkpoints"),
+           metric(buf, "hone_state_checkpoints_max"));
+    const char *ps = strstr(buf, "hone_session_state_bytes{id=\"1\"} ");
+    CHECKF(ps && atof(strchr(ps, '}') + 2) == slotm, "metrics: the decoding request's state bytes");
+    close(lfd);
+    kill(srv, SIGTERM);
+    waitpid(srv, NULL, 0);
 }
 
 static int run_capture(const char *cmd, char *out, size_t cap) {
@@ -257,6 +325,9 @@ int main(void) {
     CHECKF(own && shr && atof(strchr(own, '}') + 2) + atof(strchr(shr, '}') + 2) == used * bb,
            "the running request's KV bytes are the pool's used blocks");
 
+    /* a dense model has no recurrent state to show */
+    CHECK(metric(buf, "hone_state_bytes") == -1 && !strstr(buf, "hone_session_state_bytes"));
+
     test_dashboard(build);
 
     close(lfd); /* cancels the long generation */
@@ -264,5 +335,6 @@ int main(void) {
     int ws;
     waitpid(srv, &ws, 0);
     CHECKF(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "hone serve stops cleanly on SIGTERM");
+    test_hybrid_state(hone);
     TEST_DONE();
 }

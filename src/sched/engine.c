@@ -768,6 +768,7 @@ static void snap_request(eng_engine *e, ereq *q, bool running, double now) {
         }
     }
     v->bytes_own = (size_t)v->blocks_own * bb;
+    v->state_bytes = q->seq.state >= 0 ? e->kv->state_slot_bytes : 0;
     double since = q->sampled ? now - q->st.t_first_ms - q->t_submit : 0;
     v->tok_per_s = since > 0 && q->n_gen > 1 ? (q->n_gen - 1) * 1000.0 / since : 0;
     v->age_ms = now - q->t_submit;
@@ -816,6 +817,7 @@ static void publish_stats(eng_engine *e) {
     memcpy(s->check_error, e->check_error, sizeof s->check_error);
     s->state_bytes = ks.state_bytes;
     s->state_peak_bytes = ks.state_peak_bytes;
+    s->state_slot_bytes = e->kv->state_slot_bytes;
     s->ckpts = ks.ckpts;
     s->ckpt_max = ks.ckpt_max;
     s->ckpt_hits = ks.ckpt_hits;

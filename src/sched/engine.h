@@ -235,6 +235,7 @@ typedef struct eng_stats {
     double ttft_sum_ms, itl_sum_ms;
     /* hybrid models: recurrent-state memory (live slots + checkpoints, beside kv_bytes) */
     size_t state_bytes, state_peak_bytes;
+    size_t state_slot_bytes;   /* one sequence's state (a slot); 0: the model has no recurrent layers */
     int32_t ckpts, ckpt_max;   /* state checkpoints held, and their budget */
     uint64_t ckpt_hits;        /* prefixes resumed from a checkpoint */
     /* speculative decoding: tokens drafted, accepted (= decode steps saved),
@@ -281,6 +282,8 @@ typedef struct eng_session {
     int32_t blocks_shared;     /* blocks it shares with other requests (refcount > 1) */
     size_t bytes_own;          /* blocks_own * block_bytes */
     double bytes_shared;       /* its share of the shared blocks: block_bytes / refcount each */
+    size_t state_bytes;        /* hybrid models: its live recurrent state (one slot while it holds one);
+                                * checkpoints belong to the prefix cache, not to a session */
     double tok_per_s;          /* generated tokens per second since its first token (0 before) */
     double age_ms;             /* since submit */
 } eng_session;

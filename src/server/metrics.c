@@ -129,6 +129,17 @@ void srv_metrics_text(srv_server *s, sbuf *o) {
         metric(o, "hone_dflash_proposed_tokens_total", "counter", "Tokens the DFlash drafter proposed.",
                (double)st.dflash_drafted);
     }
+    if (st.state_slot_bytes) { /* hybrid models: recurrent state beside the KV pool */
+        metric(o, "hone_state_bytes", "gauge",
+               "Recurrent-state memory now (hybrid models): live sequences' slots and checkpoints, beside hone_kv_bytes.",
+               (double)st.state_bytes);
+        metric(o, "hone_state_peak_bytes", "gauge", "The most hone_state_bytes has been.", (double)st.state_peak_bytes);
+        metric(o, "hone_state_slot_bytes", "gauge", "Bytes of one sequence's recurrent state.", (double)st.state_slot_bytes);
+        metric(o, "hone_state_checkpoints", "gauge", "State checkpoints the prefix cache holds.", st.ckpts);
+        metric(o, "hone_state_checkpoints_max", "gauge", "The checkpoints' budget.", st.ckpt_max);
+        metric(o, "hone_state_checkpoint_hits_total", "counter", "Prefixes resumed from a state checkpoint.",
+               (double)st.ckpt_hits);
+    }
     metric(o, "hone_engine_bytes", "gauge", "The engine's fixed cost: everything but the KV pool.",
            (double)st.engine_bytes);
     metric(o, "hone_model_bytes", "gauge", "Of it, what loading the model allocated (repacked weights, activations).",
@@ -149,6 +160,12 @@ void srv_metrics_text(srv_server *s, sbuf *o) {
                 ss[i].bytes_own);
         sb_addf(o, "hone_session_kv_bytes{id=\"%llu\",kind=\"shared\"} %.1f\n", (unsigned long long)ss[i].id,
                 ss[i].bytes_shared);
+    }
+    if (st.state_slot_bytes) {
+        sb_adds(o, "# HELP hone_session_state_bytes Recurrent-state bytes of each live request (its live slot).\n"
+                   "# TYPE hone_session_state_bytes gauge\n");
+        for (int i = 0; i < n; i++)
+            sb_addf(o, "hone_session_state_bytes{id=\"%llu\"} %zu\n", (unsigned long long)ss[i].id, ss[i].state_bytes);
     }
     hn_free(ss);
 }
@@ -199,6 +216,12 @@ json_t *srv_status_json(srv_server *s) {
     JSET(pool, "blocks_free", JI(st.blocks_free));
     JSET(pool, "kv_bytes", JI(st.kv_bytes));
     JSET(pool, "kv_peak_bytes", JI(st.kv_peak_bytes));
+    JSET(pool, "state_bytes", JI(st.state_bytes));
+    JSET(pool, "state_peak_bytes", JI(st.state_peak_bytes));
+    JSET(pool, "state_slot_bytes", JI(st.state_slot_bytes));
+    JSET(pool, "checkpoints", JI(st.ckpts));
+    JSET(pool, "checkpoints_max", JI(st.ckpt_max));
+    JSET(pool, "checkpoint_hits", JI(st.ckpt_hits));
     JSET(pool, "evictions", JI(st.evictions));
     JSET(pool, "preemptions", JI(st.preemptions));
     JSET(o, "pool", pool);
@@ -233,6 +256,7 @@ json_t *srv_status_json(srv_server *s) {
         JSET(j, "blocks_shared", JI(v->blocks_shared));
         JSET(j, "bytes_own", JI(v->bytes_own));
         JSET(j, "bytes_shared", json_real(v->bytes_shared));
+        JSET(j, "state_bytes", JI(v->state_bytes));
         JSET(j, "tok_per_s", json_real(v->tok_per_s));
         JSET(j, "age_ms", json_real(v->age_ms));
         json_array_append_new(arr, j);
