@@ -12,11 +12,14 @@
  *   - a dense model shows no recurrent-state metrics; a hybrid one
  *     (qwen35-tiny) shows its state memory, the slot size, the checkpoints
  *     and each live request's state bytes (/metrics and /v1/hone/status);
+ *   - `hone serve --host 0.0.0.0` (the scripted engine) without a key warns that anyone who can
+ *     reach the port can use the model, and does not with one;
  *   - the dashboard in headless Chromium (Debian's `chromium`) shows the live
  *     session and the pool; the screenshot is kept in
  *     $BUILD/artifacts/dashboard.png (skipped, with a note, when chromium is
  *     not installed). */
 #include <arpa/inet.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -155,6 +158,58 @@ static void test_hybrid_state(const char *hone) {
     close(lfd);
     kill(srv, SIGTERM);
     waitpid(srv, NULL, 0);
+}
+
+/* the startup lines of `hone serve --test-engine --host HOST [--api-key K]` (stopped after they are out) */
+static void serve_banner(const char *hone, const char *model, const char *host, const char *key, char *out, size_t cap) {
+    int fds[2];
+    out[0] = 0;
+    if (pipe(fds)) return;
+    char sport[16];
+    snprintf(sport, sizeof sport, "%d", free_port());
+    pid_t p = fork();
+    if (p == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        const char *argv[] = {hone, "serve", "-m", model, "--test-engine", "--host", host, "--port", sport,
+                              key ? "--api-key" : NULL, key, NULL};
+        setenv("HONE_API_KEY", "", 1);
+        execv(hone, (char **)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t n = 0;
+    /* until the listening line is out, then what follows it within half a second (the warning) */
+    for (int waited_ms = 0; waited_ms < 60000 && n + 1 < cap;) {
+        const char *on = strstr(out, " on http://");
+        const bool listening = on && strchr(on, '\n');
+        struct pollfd pf = {.fd = fds[0], .events = POLLIN};
+        const int r = poll(&pf, 1, listening ? 500 : 100);
+        if (r == 0) {
+            if (listening) break;
+            waited_ms += 100;
+            continue;
+        }
+        ssize_t k = r > 0 ? read(fds[0], out + n, cap - 1 - n) : -1;
+        if (k <= 0) break;
+        n += (size_t)k;
+        out[n] = 0;
+    }
+    kill(p, SIGTERM);
+    waitpid(p, NULL, 0);
+    close(fds[0]);
+}
+
+static void test_keyless_warning(const char *hone) {
+    char out[4096], model[512];
+    test_data_path(model, sizeof model, "data/models/qwen3-real-q8_0.gguf");
+    serve_banner(hone, model, "0.0.0.0", NULL, out, sizeof out);
+    CHECKF(strstr(out, " on http://0.0.0.0:") && strstr(out, "WARNING: listening on 0.0.0.0 without an API key"),
+           "hone serve --host 0.0.0.0 without a key warns: %s", out);
+    serve_banner(hone, model, "0.0.0.0", "k", out, sizeof out);
+    CHECKF(strstr(out, " on http://0.0.0.0:") && !strstr(out, "WARNING"), "with a key it does not: %s", out);
+    serve_banner(hone, model, "127.0.0.1", NULL, out, sizeof out);
+    CHECKF(strstr(out, " on http://127.0.0.1:") && !strstr(out, "WARNING"), "nor on loopback: %s", out);
 }
 
 static int run_capture(const char *cmd, char *out, size_t cap) {
@@ -336,5 +391,6 @@ int main(void) {
     waitpid(srv, &ws, 0);
     CHECKF(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "hone serve stops cleanly on SIGTERM");
     test_hybrid_state(hone);
+    test_keyless_warning(hone);
     TEST_DONE();
 }
