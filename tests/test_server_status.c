@@ -14,12 +14,15 @@
  *     and each live request's state bytes (/metrics and /v1/hone/status);
  *   - `hone serve --host 0.0.0.0` (the scripted engine) without a key warns that anyone who can
  *     reach the port can use the model, and does not with one;
+ *   - a KV pool far smaller than six concurrent sessions: every request
+ *     completes, with preemptions counted and no block left in use;
  *   - the dashboard in headless Chromium (Debian's `chromium`) shows the live
  *     session and the pool; the screenshot is kept in
  *     $BUILD/artifacts/dashboard.png (skipped, with a note, when chromium is
  *     not installed). */
 #include <arpa/inet.h>
 #include <poll.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -95,15 +98,15 @@ static double metric(const char *text, const char *name) {
     return -1;
 }
 
-/* hone serve on model with the key; the child's pid (-1: it did not come up) */
-static pid_t start_server(const char *hone, const char *model) {
+/* hone serve on model with the key (and up to 4 more arguments); the child's pid (-1: it did not come up) */
+static pid_t start_server_args(const char *hone, const char *model, const char *a1, const char *a2) {
     port = free_port();
     char sport[16];
     snprintf(sport, sizeof sport, "%d", port);
     pid_t srv = fork();
     if (srv == 0) {
         setenv("HONE_NO_TUNE", "1", 1);
-        const char *argv[] = {hone, "serve", "-m", model, "--port", sport, "--api-key", KEY, "--ctx", "8192", NULL};
+        const char *argv[] = {hone, "serve", "-m", model, "--port", sport, "--api-key", KEY, "--ctx", "8192", a1, a2, NULL};
         execv(hone, (char **)argv);
         _exit(127);
     }
@@ -119,6 +122,57 @@ static pid_t start_server(const char *hone, const char *model) {
         return -1;
     }
     return srv;
+}
+
+static pid_t start_server(const char *hone, const char *model) { return start_server_args(hone, model, NULL, NULL); }
+
+typedef struct {
+    int k, status, tokens;
+} pressure_req;
+
+static void *pressure_one(void *arg) {
+    pressure_req *q = arg;
+    char body[8192], *buf = malloc(1 << 16);
+    int n = snprintf(body, sizeof body, "{\"prompt\": \"Session %d. ", q->k);
+    for (int i = 0; i < 30 && n < 6000; i++) n += snprintf(body + n, sizeof body - (size_t)n, "The agent %d reads the file and edits line %d. ", q->k, i);
+    snprintf(body + n, sizeof body - (size_t)n, "\", \"max_tokens\": 200, \"temperature\": 0}");
+    q->status = buf ? http("POST", "/v1/completions", true, body, buf, 1 << 16) : -1;
+    const char *ct = buf ? strstr(buf, "\"completion_tokens\":") : NULL;
+    q->tokens = ct ? atoi(ct + strlen("\"completion_tokens\":")) : -1;
+    free(buf);
+    return NULL;
+}
+
+/* a KV pool far smaller than the load (6 sessions of ~500 positions, room for about 1.5):
+ * every request still completes (the engine preempts and recomputes), the
+ * preemptions are counted, and afterwards no block is in use */
+static void test_pool_pressure(const char *hone) {
+    char model[512];
+    test_data_path(model, sizeof model, "data/models/qwen3-real-q8_0.gguf");
+    pid_t srv = start_server_args(hone, model, "--kv-bytes", "768K");
+    CHECKF(srv > 0, "hone serve --kv-bytes 768K");
+    if (srv <= 0) return;
+    pressure_req q[6];
+    pthread_t th[6];
+    for (int i = 0; i < 6; i++) {
+        q[i] = (pressure_req){.k = i, .status = -1, .tokens = -1};
+        pthread_create(&th[i], NULL, pressure_one, &q[i]);
+    }
+    int ok = 0;
+    for (int i = 0; i < 6; i++) {
+        pthread_join(th[i], NULL);
+        ok += q[i].status == 200 && q[i].tokens > 0 && q[i].tokens <= 200;
+    }
+    CHECKF(ok == 6, "under a small KV pool %d of 6 requests completed", ok);
+    static char buf[1 << 18];
+    CHECK(http("GET", "/metrics", true, NULL, buf, sizeof buf) == 200);
+    const double pre = metric(buf, "hone_preemptions_total"), used = metric(buf, "hone_kv_blocks{state=\"used\"}"),
+                 mx = metric(buf, "hone_kv_blocks_max");
+    CHECKF(pre > 0 && used == 0 && mx > 0 && mx < 6 * 500 / 16, "preemptions %g, blocks used after %g, pool %g blocks",
+           pre, used, mx);
+    CHECK(http("GET", "/health", false, NULL, buf, sizeof buf) == 200);
+    kill(srv, SIGTERM);
+    waitpid(srv, NULL, 0);
 }
 
 /* a hybrid model's recurrent state, in /metrics and the status object, while a request decodes */
@@ -392,5 +446,6 @@ int main(void) {
     CHECKF(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "hone serve stops cleanly on SIGTERM");
     test_hybrid_state(hone);
     test_keyless_warning(hone);
+    test_pool_pressure(hone);
     TEST_DONE();
 }
