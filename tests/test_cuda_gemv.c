@@ -373,6 +373,101 @@ done:
  * parameters and with tuned ones, each y[i] with hc_gemv's bits for the
  * same parameters (k = 1280 and 2048); built-in choices that differ cannot share a
  * launch, given parameters can */
+/* hc_gemv_slots: an expert stack of 3 matrices; slot s (ids on the device,
+ * one out of range) equals a one-row hc_gemv of its matrix uploaded alone,
+ * bit for bit, with shared (ks 2) and per-slot x, in one chunk (a scratch of
+ * 16 rows) and chunked (the 8 of hc_gemv_scratch_init) */
+static void test_slots(qt_type t, int64_t k, int64_t nr) {
+    enum { MATS = 3, NS = 13 };
+    hn_err err;
+    const size_t rb = qt_row_size(t, k);
+    float *wf = malloc(sizeof(float) * (size_t)(MATS * nr * k)), *x = malloc(sizeof(float) * (size_t)(NS * k));
+    float *y = malloc(sizeof(float) * (size_t)(NS * nr)), *want = malloc(sizeof(float) * (size_t)(NS * nr));
+    uint8_t *wq = malloc(rb * (size_t)(MATS * nr));
+    hc_weight ws, w1[MATS];
+    memset(&ws, 0, sizeof ws);
+    memset(w1, 0, sizeof w1);
+    hc_gemv_scratch s, s3;
+    memset(&s, 0, sizeof s);
+    memset(&s3, 0, sizeof s3);
+    float *dx = NULL, *dy = NULL;
+    int32_t *dids = NULL;
+    const int32_t ids[NS] = {2, 0, 1, 1, 7, 0, 2, 2, 0, 1, -1, 0, 2};
+    hn_status st = wf && x && y && want && wq ? HN_OK : HN_ERR_NOMEM;
+    for (int64_t i = 0; !st && i < MATS * nr * k; i++) wf[i] = 0.05f * test_gauss();
+    for (int64_t i = 0; !st && i < NS * k; i++) x[i] = (1.0f + (float)(i / k % 5)) * test_gauss();
+    if (!st) qt_traits(t)->from_float(wf, wq, MATS * nr * k);
+    if (!st) st = hc_weight_upload(&ws, t, k, MATS * nr, wq, &err);
+    for (int m = 0; m < MATS && !st; m++) st = hc_weight_upload(&w1[m], t, k, nr, wq + rb * (size_t)(m * nr), &err);
+    if (!st) st = hc_malloc((void **)&dx, sizeof(float) * (size_t)(NS * k), &err);
+    if (!st) st = hc_malloc((void **)&dy, sizeof(float) * (size_t)(NS * nr), &err);
+    if (!st) st = hc_malloc((void **)&dids, sizeof ids, &err);
+    if (!st) st = hc_upload(dx, x, sizeof(float) * (size_t)(NS * k), &err);
+    if (!st) st = hc_upload(dids, ids, sizeof ids, &err);
+    if (!st) st = hc_gemv_scratch_init(&s, k, &err);
+    if (!st) st = hc_gemv_scratch_init_rows(&s3, k, 16, &err);
+    if (st) {
+        CHECKF(0, "slots %s: set-up: %s", qt_name(t), err.msg);
+        goto done;
+    }
+    for (int ks = 0; ks <= 2; ks += 2)
+        for (int sc = 0; sc < 2; sc++) {
+            /* the reference: each slot a one-row gemv of its matrix alone */
+            for (int q = 0; q < NS && !st; q++) {
+                const int xr = ks ? q / ks : q;
+                if (ids[q] < 0 || ids[q] >= MATS) {
+                    for (int64_t j = 0; j < nr; j++) want[q * nr + j] = 0.0f;
+                    continue;
+                }
+                st = hc_gemv(&w1[ids[q]], dx + (size_t)xr * (size_t)k, 1, dy, &s, NULL, NULL, &err);
+                if (!st) st = hc_download(want + (size_t)q * (size_t)nr, dy, sizeof(float) * (size_t)nr, &err);
+            }
+            if (!st) st = hc_gemv_slots(&ws, nr, MATS, dx, NS, ks, dids, 0, dy, sc ? &s : &s3, 0, NULL, &err);
+            if (!st) st = hc_download(y, dy, sizeof(float) * (size_t)(NS * nr), &err);
+            if (st) {
+                CHECKF(0, "slots %s: %s", qt_name(t), err.msg);
+                goto done;
+            }
+            char what[96];
+            snprintf(what, sizeof what, "slots %s %lldx%lld ks %d scratch %s", qt_name(t), (long long)nr, (long long)k, ks,
+                     sc ? "8 rows" : "16 rows");
+            CHECK(compare_bits(what, y, want, NS, nr) == 0);
+        }
+    /* reuse_x: the scratch quantized by the call before (ks 2, one chunk) gives the same bits; chunks refused */
+    st = hc_gemv_slots(&ws, nr, MATS, dx, NS, 2, dids, 0, dy, &s3, 0, NULL, &err);
+    if (!st) st = hc_download(want, dy, sizeof(float) * (size_t)(NS * nr), &err);
+    if (!st) st = hc_upload(dx, x + k, sizeof(float) * (size_t)k, &err); /* x changed: reuse must not read it */
+    if (!st) st = hc_gemv_slots(&ws, nr, MATS, dx, NS, 2, dids, 0, dy, &s3, 1, NULL, &err);
+    if (!st) st = hc_download(y, dy, sizeof(float) * (size_t)(NS * nr), &err);
+    CHECKF(!st && compare_bits("slots, reuse_x", y, want, NS, nr) == 0, "slots %s: reuse_x", qt_name(t));
+    CHECK(hc_gemv_slots(&ws, nr, MATS, dx, NS, 0, dids, 0, dy, &s, 1, NULL, &err) == HN_ERR_INVALID);
+    if (!st) st = hc_upload(dx, x, sizeof(float) * (size_t)(NS * k), &err);
+    /* a fixed matrix (ids NULL): rows as slots of matrix 1 */
+    st = hc_gemv_slots(&ws, nr, MATS, dx, 5, 0, NULL, 1, dy, &s, 0, NULL, &err);
+    for (int q = 0; q < 5 && !st; q++) {
+        st = hc_gemv(&w1[1], dx + (size_t)q * (size_t)k, 1, dy + (size_t)(5 + q) * (size_t)nr, &s, NULL, NULL, &err);
+    }
+    if (!st) st = hc_download(y, dy, sizeof(float) * (size_t)(10 * nr), &err);
+    CHECKF(!st && compare_bits("slots, a fixed matrix", y, y + 5 * nr, 5, nr) == 0, "slots %s: a fixed matrix",
+           qt_name(t));
+    /* bad arguments */
+    CHECK(hc_gemv_slots(&ws, nr + 1, MATS, dx, NS, 0, dids, 0, dy, &s, 0, NULL, &err) == HN_ERR_INVALID);
+    CHECK(hc_gemv_slots(&ws, nr, MATS, dx, NS, 0, NULL, MATS, dy, &s, 0, NULL, &err) == HN_ERR_INVALID);
+done:
+    hc_weight_free(&ws);
+    for (int m = 0; m < MATS; m++) hc_weight_free(&w1[m]);
+    hc_gemv_scratch_free(&s);
+    hc_gemv_scratch_free(&s3);
+    hc_free(dx);
+    hc_free(dy);
+    hc_free(dids);
+    free(wf);
+    free(x);
+    free(y);
+    free(want);
+    free(wq);
+}
+
 static void test_multi(int64_t k) {
     hn_err err;
     const int64_t ns[3] = {300, 64, 96};
@@ -685,6 +780,17 @@ int main(void) {
     }
     test_multi(1280);
     test_multi(2048);
+    {
+        static const qt_type st[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_XS, QT_MXFP4};
+        const int before = test_failed_;
+        for (size_t i = 0; i < sizeof st / sizeof *st; i++) {
+            CHECK(hc_gemv_slots_supports(st[i]));
+            test_slots(st[i], 2048, 96);
+            test_slots(st[i], 768, 70);
+        }
+        CHECK(!hc_gemv_slots_supports(QT_F16));
+        printf("slots   = one-row gemv bit for bit: %s\n", test_failed_ == before ? "ok" : "FAILED");
+    }
     test_mmq_errors();
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         const qt_type t = types[i];

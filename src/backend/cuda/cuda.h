@@ -194,6 +194,22 @@ hn_status hc_norm_quant(float *x, const float *r, const float *w, int n, int dim
 hn_status hc_swiglu_quant(const float *g, const float *u, int n, int64_t k, float *y, hc_act act,
                           hc_gemv_scratch *s, void *stream, hn_err *err);
 
+/* Expert stacks: w holds mats matrices of nr rows each (w->n = mats * nr).
+ * Slot s (0 <= s < slots) computes y[s][0..nr) = W_e x_r with e = ids[s]
+ * (device memory, read there: a recorded step needs no host round trip), or
+ * e = mat when ids is NULL; an e outside [0, mats) gives zeros; r = s / ks
+ * (ks > 0: the k slots of a token share its row, as moe_matmul's shared x)
+ * or r = s (ks 0). x (f32 rows) is quantized here, in chunks of the
+ * scratch's rows; reuse_x: the scratch already holds them, quantized for
+ * w's activation type and row length by the call before (one chunk only:
+ * HN_ERR_INVALID otherwise). Every slot has the bits of a one-row hc_gemv of
+ * matrix e, whatever the slots around it. Integer types
+ * (hc_gemv_slots_supports). */
+bool hc_gemv_slots_supports(qt_type t);
+hn_status hc_gemv_slots(const hc_weight *w, int64_t nr, int mats, const float *x, int slots, int ks,
+                        const int32_t *ids, int mat, float *y, hc_gemv_scratch *s, int reuse_x, void *stream,
+                        hn_err *err);
+
 /* ---- matrix-matrix products (prefill) ----
  *
  * hc_mmq: y = W x for na rows (1..s->max_rows), the integer types only

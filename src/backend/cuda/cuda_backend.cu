@@ -902,6 +902,8 @@ hn_status be_cuda_create(int device, be_backend **out, hn_err *err) {
     cb->att_split = !(av && !strcmp(av, "0"));
     const char *mv = getenv("HONE_CUDA_MMF");
     cb->mmf = !(mv && !strcmp(mv, "0"));
+    const char *sv = getenv("HONE_CUDA_SLOTS");
+    cb->slots = !(sv && !strcmp(sv, "0"));
     const char *tv = getenv("HONE_CUDA_FATTN");
     cb->fattn = !(tv && !strcmp(tv, "0"));
     const char *fv = getenv("HONE_CUDA_FUSE");

@@ -123,22 +123,17 @@ static_assert(HC_GEMV_UNITS == 4 || HC_GEMV_UNITS == 8, "hc_gemv has kernels for
 #define HC_GEMV_MINB 1 /* blocks per SM the register budget must allow (a build-time experiment) */
 #endif
 /* UN units of RPW rows in flight per lane; blockDim.x / 32 warps (2..MAX_WARPS) */
+/* a warp's RPW rows row0.. of the nr rows at row base of w (w.n counts
+ * them all: an expert stack's base is e * nr), the result to y[r * nr + ..] */
 template <int T, int NA, int RPW, int UN>
-static __global__ void __launch_bounds__(MAX_WARPS * 32, HC_GEMV_MINB) mmv_q(mwview mw, xview x) {
-    HC_PDL_ENTER();
+static __device__ __forceinline__ void mmv_rows(const wview &w, int64_t base, int64_t row0, int64_t nr, const xview &x,
+                                                float *__restrict__ y) {
     typedef TT<T> U;
     const int lane = threadIdx.x & 31;
-    /* this block's weight, by selects (no indexing into the parameters) */
-    const int wi = mw.nw > 2 && blockIdx.x >= mw.b0[2] ? 2 : mw.nw > 1 && blockIdx.x >= mw.b0[1] ? 1 : 0;
-    const wview w = wi == 2 ? mw.w[2] : wi == 1 ? mw.w[1] : mw.w[0];
-    float *__restrict__ y = wi == 2 ? mw.y[2] : wi == 1 ? mw.y[1] : mw.y[0];
-    const unsigned blk = blockIdx.x - (wi == 2 ? mw.b0[2] : wi == 1 ? mw.b0[1] : 0u);
-    const int64_t row0 = ((int64_t)blk * (blockDim.x / 32) + threadIdx.x / 32) * RPW;
-    if (row0 >= w.n) return;
     const int units = (int)(w.k / 32);
     int64_t rows[RPW];
 #pragma unroll
-    for (int rr = 0; rr < RPW; rr++) rows[rr] = row0 + rr < w.n ? row0 + rr : w.n - 1;
+    for (int rr = 0; rr < RPW; rr++) rows[rr] = base + (row0 + rr < nr ? row0 + rr : nr - 1);
     float acc[RPW][NA];
 #pragma unroll
     for (int rr = 0; rr < RPW; rr++)
@@ -170,7 +165,48 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32, HC_GEMV_MINB) mmv_q(mwv
             }
         }
     }
-    warp_store<NA, RPW>(acc, row0, w.n, y);
+    warp_store<NA, RPW>(acc, row0, nr, y);
+}
+
+template <int T, int NA, int RPW, int UN>
+static __global__ void __launch_bounds__(MAX_WARPS * 32, HC_GEMV_MINB) mmv_q(mwview mw, xview x) {
+    HC_PDL_ENTER();
+    /* this block's weight, by selects (no indexing into the parameters) */
+    const int wi = mw.nw > 2 && blockIdx.x >= mw.b0[2] ? 2 : mw.nw > 1 && blockIdx.x >= mw.b0[1] ? 1 : 0;
+    const wview w = wi == 2 ? mw.w[2] : wi == 1 ? mw.w[1] : mw.w[0];
+    float *__restrict__ y = wi == 2 ? mw.y[2] : wi == 1 ? mw.y[1] : mw.y[0];
+    const unsigned blk = blockIdx.x - (wi == 2 ? mw.b0[2] : wi == 1 ? mw.b0[1] : 0u);
+    const int64_t row0 = ((int64_t)blk * (blockDim.x / 32) + threadIdx.x / 32) * RPW;
+    if (row0 >= w.n) return;
+    mmv_rows<T, NA, RPW, UN>(w, 0, row0, w.n, x, y);
+}
+
+/* expert slots: block (bx, s) computes rows of slot s's matrix e = ids[s]
+ * (or mat when ids is NULL) of nr rows each, on activation row s / ks (ks
+ * 0: row s, relative to the chunk's first slot s0), into y[s][..]; e out of
+ * [0, mats) gives zeros. One activation row a slot: every slot has the bits
+ * of a one-row mmv_q of its matrix. */
+template <int T, int RPW, int UN>
+static __global__ void __launch_bounds__(MAX_WARPS * 32, HC_GEMV_MINB)
+    mmv_e(wview w, int64_t nr, int mats, xview x, const int32_t *__restrict__ ids, int mat, int s0, int ks,
+          float *__restrict__ y) {
+    HC_PDL_ENTER();
+    const int s = s0 + (int)blockIdx.y;
+    const int64_t row0 = ((int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * RPW;
+    if (row0 >= nr) return;
+    const int e = ids ? __ldg(ids + s) : mat;
+    float *ys = y + (int64_t)s * nr;
+    if (e < 0 || e >= mats) {
+        const int lane = threadIdx.x & 31;
+        if (lane < RPW && row0 + lane < nr) ys[row0 + lane] = 0.0f;
+        return;
+    }
+    const int xr = (ks ? s / ks : s) - (ks ? s0 / ks : s0);
+    xview xv = x;
+    xv.q += (int64_t)xr * x.ld;
+    xv.d += (int64_t)xr * x.ldb;
+    xv.s += (int64_t)xr * x.ldb;
+    mmv_rows<T, 1, RPW, UN>(w, (int64_t)e * nr, row0, nr, xv, ys);
 }
 
 /* ---- the matrix-matrix kernel (prefill): mmq ----
@@ -794,6 +830,25 @@ static fkern pick_f(int na, int rpw, int units) {
     return rpw == 1 ? pick_f_na<T, 1, 4>(na) : rpw == 2 ? pick_f_na<T, 2, 2>(na) : pick_f_na<T, 4, 1>(na);
 }
 
+/* the expert-slot kernels, 4 units in flight */
+typedef void (*ekern)(wview, int64_t, int, xview, const int32_t *, int, int, int, float *);
+template <int T>
+static ekern pick_e(int rpw) {
+    return rpw == 1 ? mmv_e<T, 1, 4> : rpw == 2 ? mmv_e<T, 2, 2> : mmv_e<T, 4, 1>;
+}
+static ekern ekernel(qt_type t, int rpw) {
+    switch (t) {
+    case QT_Q4_0: return pick_e<QT_Q4_0>(rpw);
+    case QT_Q8_0: return pick_e<QT_Q8_0>(rpw);
+    case QT_Q4_K: return pick_e<QT_Q4_K>(rpw);
+    case QT_Q5_K: return pick_e<QT_Q5_K>(rpw);
+    case QT_Q6_K: return pick_e<QT_Q6_K>(rpw);
+    case QT_IQ4_XS: return pick_e<QT_IQ4_XS>(rpw);
+    case QT_MXFP4: return pick_e<QT_MXFP4>(rpw);
+    default: return NULL;
+    }
+}
+
 static qkern qkernel(qt_type t, int na, int rpw, int units) {
     switch (t) {
     case QT_Q4_0: return pick_q<QT_Q4_0>(na, rpw, units);
@@ -1067,6 +1122,46 @@ hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_
     mw.nw = 1;
     hc_launch(qkernel(w->type, na, r.rows_per_warp, r.units), grid, block, 0, cs, mw, xv);
     HC_LAUNCHED(err, "gemv kernel");
+    return HN_OK;
+}
+
+bool hc_gemv_slots_supports(qt_type t) { return ekernel(t, 1) != NULL; }
+
+hn_status hc_gemv_slots(const hc_weight *w, int64_t nr, int mats, const float *x, int slots, int ks,
+                        const int32_t *ids, int mat, float *y, hc_gemv_scratch *s, int reuse_x, void *stream,
+                        hn_err *err) {
+    if (!w || !w->mem || !x || !y || (!ids && (mat < 0 || mat >= mats)))
+        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv slots: missing weight, input, output or matrix");
+    if (!hc_gemv_slots_supports(w->type))
+        return hn_errf(err, HN_ERR_UNSUPPORTED, "cuda: gemv slots: unsupported type %d", (int)w->type);
+    if (nr < 1 || mats < 1 || nr * mats != w->n || slots < 0 || ks < 0)
+        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv slots: %d matrices of %lld rows in %lld", mats, (long long)nr,
+                       (long long)w->n);
+    hn_status st = scratch_check(w, s, err);
+    if (st) return st;
+    if (slots == 0) return HN_OK;
+    cudaStream_t cs = (cudaStream_t)stream;
+    hc_gemv_params r = hc_gemv_resolve(w, 1, NULL);
+    r.rows_per_warp = default_rpw(w->type, 1, nr);
+    const unsigned grid = grid_of(nr, &r), block = (unsigned)(32 * r.warps);
+    const ekern kf = ekernel(w->type, r.rows_per_warp);
+    /* chunks of whole activation rows that the scratch holds */
+    const int per = ks ? ks : 1;
+    int rows_max = s->max_rows < 65535 / per ? s->max_rows : 65535 / per;
+    if (rows_max < 1) rows_max = 1;
+    const int nx = ks ? (slots + ks - 1) / ks : slots;
+    if (reuse_x && nx > rows_max)
+        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv slots: %d activation rows to reuse over the scratch's %d", nx,
+                       rows_max);
+    for (int r0 = 0; r0 < nx; r0 += rows_max) {
+        const int nrow = nx - r0 < rows_max ? nx - r0 : rows_max;
+        const int s0 = r0 * per, s1 = (r0 + nrow) * per < slots ? (r0 + nrow) * per : slots;
+        xview xv;
+        st = quant_rows(w, x + (int64_t)r0 * w->k, nrow, s, reuse_x != 0, cs, &xv, err);
+        if (st) return st;
+        hc_launch(kf, dim3(grid, (unsigned)(s1 - s0)), block, 0, cs, wview_of(w), nr, mats, xv, ids, mat, s0, ks, y);
+        HC_LAUNCHED(err, "gemv slots kernel");
+    }
     return HN_OK;
 }
 

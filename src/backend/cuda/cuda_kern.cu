@@ -182,37 +182,57 @@ cudaError_t ck_swiglu(cudaStream_t s, const float *g, const float *u, float *y, 
 
 /* ---- MoE: routing (one thread a row, the CPU's loop) and the weighted combine ---- */
 
+/* one warp a row: the max, the exponentials, the scaling and each of the k
+ * selections in parallel (a selection is the largest probability not yet
+ * taken, the lowest expert on ties: the CPU loop's strict >), the two sums in
+ * the CPU's order on lane 0 (the exponentials' in double, the weights' in
+ * float), so the ids and weights are the CPU loop's */
 static __global__ void k_moe_route(const float *logits, int n_expert, int k, int32_t *ids, float *weights) {
     HC_PDL_ENTER();
     extern __shared__ float p[];
-    if (threadIdx.x) return;
+    const int lane = threadIdx.x;
     const int r = blockIdx.x;
     const float *l = logits + (int64_t)r * n_expert;
     float mx = -INFINITY;
-    for (int e = 0; e < n_expert; e++) {
-        p[e] = l[e];
-        if (p[e] > mx) mx = p[e];
+    for (int e = lane; e < n_expert; e += 32) mx = fmaxf(mx, l[e]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    for (int e = lane; e < n_expert; e += 32) p[e] = expf(__fsub_rn(l[e], mx));
+    __syncwarp();
+    float inv = 0.0f;
+    if (lane == 0) {
+        double sum = 0.0;
+        for (int e = 0; e < n_expert; e++) sum += p[e];
+        inv = (float)(1.0 / sum);
     }
-    double sum = 0.0;
-    for (int e = 0; e < n_expert; e++) {
-        p[e] = expf(__fsub_rn(p[e], mx));
-        sum += p[e];
-    }
-    const float inv = (float)(1.0 / sum);
-    for (int e = 0; e < n_expert; e++) p[e] = __fmul_rn(p[e], inv);
+    inv = __shfl_sync(0xffffffffu, inv, 0);
+    __syncwarp();
+    for (int e = lane; e < n_expert; e += 32) p[e] = __fmul_rn(p[e], inv);
+    __syncwarp();
     float wsum = 0.0f;
     for (int s = 0; s < k; s++) {
         int best = -1;
-        for (int e = 0; e < n_expert; e++)
-            if (p[e] >= 0.0f && (best < 0 || p[e] > p[best])) best = e;
-        ids[r * k + s] = best;
-        weights[r * k + s] = best >= 0 ? p[best] : 0.0f;
-        if (best >= 0) {
-            wsum = __fadd_rn(wsum, p[best]);
-            p[best] = -1.0f; /* taken */
+        float bv = 0.0f;
+        for (int e = lane; e < n_expert; e += 32)
+            if (p[e] >= 0.0f && (best < 0 || p[e] > bv)) best = e, bv = p[e];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) best = ob, bv = ov;
         }
+        if (lane == 0) {
+            ids[r * k + s] = best;
+            weights[r * k + s] = best >= 0 ? bv : 0.0f;
+            if (best >= 0) {
+                wsum = __fadd_rn(wsum, bv);
+                p[best] = -1.0f; /* taken */
+            }
+        }
+        __syncwarp();
     }
-    for (int s = 0; s < k; s++) weights[r * k + s] = __fdiv_rn(weights[r * k + s], wsum);
+    if (lane == 0)
+        for (int s = 0; s < k; s++) weights[r * k + s] = __fdiv_rn(weights[r * k + s], wsum);
 }
 
 cudaError_t ck_moe_route(cudaStream_t s, const float *logits, int n, int n_expert, int k, int32_t *ids, float *w) {
@@ -224,7 +244,7 @@ cudaError_t ck_moe_route(cudaStream_t s, const float *logits, int n, int n_exper
 static __global__ void k_moe_combine(const float *y, const float *w, int k, int dim, float *out) {
     HC_PDL_ENTER();
     const int r = blockIdx.x;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < dim; i += gridDim.y * blockDim.x) {
         float o = 0.0f;
         for (int s = 0; s < k; s++)
             o = __fadd_rn(o, __fmul_rn(w[r * k + s], y[((int64_t)r * k + s) * dim + i]));
@@ -234,7 +254,8 @@ static __global__ void k_moe_combine(const float *y, const float *w, int k, int 
 
 cudaError_t ck_moe_combine(cudaStream_t s, const float *y, const float *w, int n, int k, int dim, float *out) {
     if (n <= 0) return cudaSuccess;
-    hc_launch(k_moe_combine, (unsigned)n, 256, 0, s, y, w, k, dim, out);
+    /* blocks across the row too: one block a row left a decode step's combine latency-bound */
+    hc_launch(k_moe_combine, dim3((unsigned)n, (unsigned)((dim + 255) / 256)), 256, 0, s, y, w, k, dim, out);
     return cudaGetLastError();
 }
 

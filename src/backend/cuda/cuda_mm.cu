@@ -184,6 +184,26 @@ static __global__ void __launch_bounds__(MM_WARPS * 32)
     }
 }
 
+/* a few activation rows (decode: a MoE router's f32 matrix): one warp an
+ * output, the tile kernel's order of operations (lane l sums i = l, l + 32,
+ * ... in turn, then warp_sum), so the same bits, without the shared-memory
+ * pass and its barriers that leave most of the tile kernel's warps idle */
+#define MM_WW 8 /* warps (outputs) a block */
+template <int T, bool PL>
+static __global__ void __launch_bounds__(MM_WW * 32)
+    k_mm_warp(wsrc w, int64_t row0, int64_t K, int64_t N, const float *__restrict__ x, int n, float *__restrict__ y) {
+    HC_PDL_ENTER();
+    const int64_t j = (int64_t)blockIdx.x * MM_WW + threadIdx.x / 32;
+    const int r = blockIdx.y, lane = threadIdx.x & 31;
+    if (j >= N || r >= n) return;
+    const float *xr = x + (int64_t)r * K;
+    float a = 0;
+    for (int64_t i = lane; i < K; i += 32) a = facc(wget<T, PL>(w, row0 + j, i), xr[i], a);
+    const float v = warp_sum(a);
+    if (lane == 0) y[(int64_t)r * N + j] = v;
+}
+#define MM_WARP_MAX_ROWS 4 /* up to this many rows take k_mm_warp */
+
 template <int T, bool PL, typename A>
 static __global__ void __launch_bounds__(MM_WARPS * 32)
     k_mm_slots(wsrc w, int64_t K, int64_t N, int mats, const float *__restrict__ x, bool shared, int k,
@@ -213,12 +233,13 @@ typedef void (*slots_fn)(wsrc, int64_t, int64_t, int, const float *, bool, int, 
 struct kset {
     rows_fn rows;
     tile_fn tile[2];
+    tile_fn warp;
     slots_fn slots[2];
 };
 
 template <int T, bool PL>
 static kset kset_of() {
-    return kset{k_get_rows<T, PL>, {k_mm_tile<T, PL, float>, k_mm_tile<T, PL, double>},
+    return kset{k_get_rows<T, PL>, {k_mm_tile<T, PL, float>, k_mm_tile<T, PL, double>}, k_mm_warp<T, PL>,
                 {k_mm_slots<T, PL, float>, k_mm_slots<T, PL, double>}};
 }
 
@@ -285,6 +306,11 @@ cudaError_t cm_matmul_tile(cudaStream_t s, const cm_w *w, int mat, const float *
     kset k;
     if (!pick(w->type, w->planes, &k)) return cudaErrorNotSupported;
     if (n <= 0 || w->n <= 0) return cudaSuccess;
+    if (!dbl && n <= MM_WARP_MAX_ROWS) {
+        dim3 grid((unsigned)((w->n + MM_WW - 1) / MM_WW), (unsigned)n);
+        hc_launch(k.warp, grid, MM_WW * 32, 0, s, src_of(w), (int64_t)mat * w->n, w->k, w->n, x, n, y);
+        return cudaGetLastError();
+    }
     dim3 grid((unsigned)w->n, (unsigned)((n + MM_RB - 1) / MM_RB));
     hc_launch(k.tile[dbl], grid, MM_WARPS * 32, 0, s, src_of(w), (int64_t)mat * w->n, w->k, w->n, x, n, y);
     return cudaGetLastError();

@@ -60,6 +60,14 @@ static bool gemv_path(const cu_be *cb, const be_tensor *w, int n) {
     return w->type == QT_F16 || w->type == QT_BF16 || w->ne[0] <= cb->gs.max_k;
 }
 
+/* whether an expert stack's products take hc_gemv_slots (every slot, and
+ * every row of a matmul of one of its matrices, a one-row gemv's bits) */
+static bool slots_path(const cu_be *cb, const be_tensor *w) {
+    const cu_tensor *t = (const cu_tensor *)w;
+    return !cb->ref && cb->slots && t->has_hw && w->ne[2] > 1 && hc_gemv_slots_supports(w->type) &&
+           w->ne[0] <= cb->gs.max_k;
+}
+
 /* whether a gemv-path matmul of n rows takes hc_mmq (all n rows in one call) */
 static bool uses_mmq(const cu_be *cb, const be_tensor *w, int n) {
     return !cb->ref && n >= HC_MMQ_MIN_ROWS && n <= cb->gs.max_rows && hc_mmq_supports(w->type);
@@ -121,6 +129,14 @@ static void matmul1(cu_be *cb, const be_tensor *w, int mat, const be_tensor *x, 
     int kind;
     if (const uint8_t *pf = mm_prefill(cb, w, n, &kind)) {
         matmul_pf(cb, w, F(x), n, F(y), pf, reuse_x);
+        return;
+    }
+    if (slots_path(cb, w)) { /* a matrix of an expert stack: each row a slot of moe_matmul's kernel */
+        const cu_tensor *t = (const cu_tensor *)w;
+        hn_err e;
+        hn_status st = hc_gemv_slots(&t->hw, w->ne[1], (int)w->ne[2], F(x), n, 0, NULL, mat, F(y), &cb->gs, 0,
+                                     cb->stream, &e);
+        if (st) cu_hn(cb, st, &e, "matmul");
         return;
     }
     if (gemv_path(cb, w, n)) {
@@ -391,11 +407,26 @@ static void op_moe_route(be_backend *b, const be_tensor *logits, int n, int n_ex
     cu_cuda(cb, ck_moe_route(cb->stream, F(logits), n, n_expert, k, (int32_t *)ids->data, F(weights)), "moe_route");
 }
 
+/* moe_matmul on hc_gemv_slots; reuse_x: the records' look-ahead found the
+ * call before quantizing the same x (rec_fuse) */
+static void moe_slots(cu_be *cb, const be_tensor *w, const be_tensor *x, bool x_shared, int n, int k,
+                      const be_tensor *ids, be_tensor *y, int reuse_x) {
+    const cu_tensor *t = (const cu_tensor *)w;
+    hn_err e;
+    hn_status st = hc_gemv_slots(&t->hw, w->ne[1], (int)w->ne[2], F(x), n * k, x_shared ? k : 0,
+                                 (const int32_t *)ids->data, 0, F(y), &cb->gs, reuse_x, cb->stream, &e);
+    if (st) cu_hn(cb, st, &e, "moe_matmul");
+}
+
 static void op_moe_matmul(be_backend *b, const be_tensor *w, const be_tensor *x, bool x_shared, int n, int k,
                           const be_tensor *ids, be_tensor *y) {
     cu_be *cb = cu_of(b);
     if (cu_rec *r = rec_push(cb, R_MOE_MATMUL)) {
         r->u.g.w = w, r->u.g.x = x, r->u.g.i0 = x_shared, r->u.g.i1 = n, r->u.g.i2 = k, r->u.g.w2 = ids, r->u.g.y = y;
+        return;
+    }
+    if (slots_path(cb, w)) {
+        moe_slots(cb, w, x, x_shared, n, k, ids, y, 0);
         return;
     }
     cm_w c = cm_of(w, false);
@@ -781,6 +812,20 @@ static int rec_fuse(cu_be *cb, const cu_rec *r, int left) {
                 cb->fused++;
                 return j + 3;
             }
+        }
+    }
+    /* moe_matmul, moe_matmul of the same x (a MoE's gate and up): x quantized once */
+    if (left >= 2 && r[0].kind == R_MOE_MATMUL && r[1].kind == R_MOE_MATMUL) {
+        const auto &a = r[0].u.g, &b2 = r[1].u.g;
+        const int rows = a.i0 ? a.i1 : a.i1 * a.i2;
+        if (b2.x == a.x && b2.i0 == a.i0 && b2.i1 == a.i1 && b2.i2 == a.i2 && b2.w2 == a.w2 && b2.x != a.y &&
+            slots_path(cb, a.w) && slots_path(cb, b2.w) && a.w->ne[0] == b2.w->ne[0] &&
+            hc_gemv_act(a.w->type) == hc_gemv_act(b2.w->type) && rows >= 1 && rows <= cb->gs.max_rows &&
+            (a.i0 ? a.i2 : 1) * rows <= 65535) {
+            moe_slots(cb, a.w, a.x, a.i0 != 0, a.i1, a.i2, a.w2, (be_tensor *)a.y, 0);
+            moe_slots(cb, b2.w, b2.x, b2.i0 != 0, b2.i1, b2.i2, b2.w2, (be_tensor *)b2.y, 1);
+            cb->fused++;
+            return 2;
         }
     }
     /* swiglu, matmul */

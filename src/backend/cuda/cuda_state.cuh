@@ -82,6 +82,7 @@ typedef struct cu_be {
      * per logits row whether it is a prefill row (pf_of), and of each set
      * whether none (0), all (1) or some (2) are */
     bool mmf;
+    bool slots; /* expert stacks' products on hc_gemv_slots (HONE_CUDA_SLOTS=0: the f32 tile kernels) */
     bool pdl; /* programmatic dependent launch (hc_launch), HONE_CUDA_PDL */
     uint8_t *pf_row, *pf_out;
     int32_t *pf_cnt;
