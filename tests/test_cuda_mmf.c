@@ -208,6 +208,84 @@ static void test_errors(void) {
     free(q);
 }
 
+/* hc_mmf_slots: an expert stack of MATS matrices, NS slots routed unevenly
+ * (one expert past a 128-slot tile, one with none, two ids out of range),
+ * shared (ks 4) and per-slot x: each written slot equals hc_mmf of its row
+ * alone times its matrix uploaded alone, bit for bit; out-of-range slots are
+ * left as they were */
+static void test_slots(qt_type t, int64_t k, int64_t nr) {
+    enum { MATS = 5, NS = 300 };
+    const size_t rb = qt_row_size(t, k);
+    float *wf = malloc(sizeof(float) * (size_t)(MATS * nr * k)), *x = malloc(sizeof(float) * (size_t)(NS * k));
+    float *y = malloc(sizeof(float) * (size_t)(NS * nr)), *y1 = malloc(sizeof(float) * (size_t)nr);
+    uint8_t *wq = malloc(rb * (size_t)(MATS * nr));
+    int32_t ids[NS];
+    hc_weight ws, w1[MATS];
+    memset(&ws, 0, sizeof ws);
+    memset(w1, 0, sizeof w1);
+    hc_gemv_scratch s;
+    memset(&s, 0, sizeof s);
+    float *dx = NULL, *dy = NULL, *d1 = NULL;
+    int32_t *dids = NULL;
+    void *work = NULL;
+    const size_t wb = hc_mmf_slots_work(NS, MATS);
+    hn_err err;
+    hn_status st = wf && x && y && y1 && wq ? HN_OK : HN_ERR_NOMEM;
+    for (int q = 0; q < NS; q++) ids[q] = q < 150 ? 1 : (q * 7 + q / 5) % 4 == 3 ? 4 : (q * 7 + q / 5) % 4; /* no 3 */
+    ids[17] = -1;
+    ids[200] = MATS;
+    for (int64_t i = 0; !st && i < MATS * nr * k; i++) wf[i] = 0.05f * test_gauss();
+    for (int64_t i = 0; !st && i < NS * k; i++) x[i] = (1.0f + (float)(i / k % 5)) * test_gauss();
+    if (!st) qt_traits(t)->from_float(wf, wq, MATS * nr * k);
+    if (!st) st = hc_weight_upload(&ws, t, k, MATS * nr, wq, &err);
+    for (int m = 0; m < MATS && !st; m++) st = hc_weight_upload(&w1[m], t, k, nr, wq + rb * (size_t)(m * nr), &err);
+    if (!st) st = hc_gemv_scratch_init_rows(&s, k, NS, &err);
+    if (!st) st = hc_malloc((void **)&dx, sizeof(float) * (size_t)(NS * k), &err);
+    if (!st) st = hc_malloc((void **)&dy, sizeof(float) * (size_t)(NS * nr), &err);
+    if (!st) st = hc_malloc((void **)&d1, sizeof(float) * (size_t)nr, &err);
+    if (!st) st = hc_malloc((void **)&dids, sizeof ids, &err);
+    if (!st) st = hc_malloc(&work, wb, &err);
+    if (!st) st = hc_upload(dx, x, sizeof(float) * (size_t)(NS * k), &err);
+    if (!st) st = hc_upload(dids, ids, sizeof ids, &err);
+    CHECKF(!st && hc_mmf_slots_takes(&ws, nr, MATS), "slots %s: set-up: %s", qt_name(t), st ? err.msg : "not taken");
+    for (int ks = 0; !st && ks <= 4; ks += 4) {
+        st = hc_fill_f32(dy, (size_t)(NS * nr), 7.0f, &err);
+        if (!st) st = hc_mmf_slots(&ws, nr, MATS, dx, NS, ks, dids, dy, &s, work, wb, NULL, &err);
+        if (!st) st = hc_download(y, dy, sizeof(float) * (size_t)(NS * nr), &err);
+        int bad = 0;
+        for (int q = 0; q < NS && !st; q++) {
+            const int r = ks ? q / ks : q;
+            if (ids[q] < 0 || ids[q] >= MATS) {
+                for (int64_t j = 0; j < nr; j++) bad += y[(size_t)q * (size_t)nr + (size_t)j] != 7.0f;
+                continue;
+            }
+            st = hc_mmf(&w1[ids[q]], dx + (size_t)r * (size_t)k, 1, d1, &s, 0, NULL, &err);
+            if (!st) st = hc_download(y1, d1, sizeof(float) * (size_t)nr, &err);
+            if (!st) bad += memcmp(y1, y + (size_t)q * (size_t)nr, sizeof(float) * (size_t)nr) != 0;
+        }
+        CHECKF(!st && bad == 0, "slots %s %lldx%lld ks %d: %d slots differ from hc_mmf alone%s%s", qt_name(t),
+               (long long)nr, (long long)k, ks, bad, st ? ": " : "", st ? err.msg : "");
+    }
+    /* refused: a small workspace, too many rows for the scratch, a shape that is not the stack's */
+    CHECK(hc_mmf_slots(&ws, nr, MATS, dx, NS, 0, dids, dy, &s, work, wb - 4, NULL, &err) == HN_ERR_INVALID);
+    CHECK(hc_mmf_slots(&ws, nr + 1, MATS, dx, NS, 0, dids, dy, &s, work, wb, NULL, &err) == HN_ERR_UNSUPPORTED);
+    CHECK(hc_mmf_slots(&ws, nr, MATS, dx, NS + 1, 0, dids, dy, &s, work, hc_mmf_slots_work(NS + 1, MATS), NULL,
+                       &err) == HN_ERR_INVALID);
+    hc_weight_free(&ws);
+    for (int m = 0; m < MATS; m++) hc_weight_free(&w1[m]);
+    hc_gemv_scratch_free(&s);
+    hc_free(dx);
+    hc_free(dy);
+    hc_free(d1);
+    hc_free(dids);
+    hc_free(work);
+    free(wf);
+    free(x);
+    free(y);
+    free(y1);
+    free(wq);
+}
+
 int main(void) {
     hn_err err;
     if (hc_device_count() == 0) {
@@ -230,6 +308,14 @@ int main(void) {
         for (size_t j = 0; j < 3; j++) test_type(t, &sh[j], 1.0f);
         if (t != QT_F16) test_type(t, &sh[1], 1e-3f); /* small weights */
         printf("%-7s mmf: %s\n", tr->name, test_failed_ == before ? "ok" : "FAILED");
+        if (t == QT_F16) {
+            CHECK(!hc_mmf_slots_work(5, 0));
+            continue;
+        }
+        const int b2 = test_failed_;
+        test_slots(t, kq ? 2048 : 1088, 192);
+        test_slots(t, kq ? 768 : 64, 70);
+        printf("%-7s mmf slots = mmf of each row alone: %s\n", tr->name, test_failed_ == b2 ? "ok" : "FAILED");
     }
     TEST_DONE();
 }

@@ -203,11 +203,16 @@ static hn_status kvs_map(void *ctx, void *base, size_t off, size_t len, hn_err *
     return HN_OK;
 }
 
+static void graphs_drop(cu_be *cb);
+
 static void kvs_release(void *ctx, void *base, size_t bytes) {
     (void)bytes;
     cu_be *cb = (cu_be *)ctx;
     kv_range *r = range_of(cb, base);
     if (!r) return;
+    /* captured graphs hold this range's addresses, and a cache made later at
+     * the same host address would match their records: forget them */
+    graphs_drop(cb);
     if (cb->use_vmm) {
         kvs_unmap(ctx, base, 0, r->bytes);
         cb->vmm.addr_free((CUdeviceptr)base, r->bytes);
@@ -485,7 +490,9 @@ static void graphs_free(cu_be *cb) {
             free(cb->gcache[i].rec);
         }
     free(cb->gcache);
+    cb->gcache = NULL;
     free(cb->rec);
+    cb->rec = NULL;
     if (cb->h_mask) cudaFreeHost(cb->h_mask);
 }
 

@@ -379,11 +379,34 @@ struct XF {
     (2 * MF_BM * MI_LD + MI_ST * MI_BN * MI_LD + 2 * MF_BM * (int)sizeof(WF) + MI_ST * MI_BN * (int)sizeof(XF) + \
      MI_ST * MF_THREADS * MI_RAW)
 
-template <int T>
+/* G (hc_mmf_slots): blockIdx.y is a tile of the sorted slots (gp: the
+ * count of tiles, then (expert, first, count) per tile, the sorted slots at
+ * gp + so), the weight rows those of matrix e (nr rows each), activation row
+ * of slot q: q / ks (ks > 0) or q, output row q (nr wide) */
+struct MG {
+    const int32_t *gp;
+    int so, ks;
+    int64_t nr;
+};
+
+template <int T, bool G>
 static __global__ void __launch_bounds__(MF_THREADS, MI_MINB)
     mmi(wview w, const int8_t *__restrict__ xq, const float *__restrict__ xd, const float *__restrict__ xs, int na,
-        float *__restrict__ y) {
+        float *__restrict__ y, MG mg) {
     HC_PDL_ENTER();
+    /* the block's rows: weight rows wb .. wb + wn_ of w, activation rows by xr_of, outputs by the column */
+    int64_t wb = 0, wn_ = w.n;
+    int tcnt = 0, tfirst = 0;
+    const int32_t *sorted = NULL;
+    if (G) {
+        if ((int)blockIdx.y >= mg.gp[0]) return;
+        const int32_t *t = mg.gp + 1 + 3 * blockIdx.y;
+        wb = (int64_t)t[0] * mg.nr;
+        wn_ = mg.nr;
+        tfirst = t[1];
+        tcnt = t[2];
+        sorted = mg.gp + mg.so;
+    }
     constexpr int CL = IT<T>::CL;
     extern __shared__ uint4 mf_smem[];
     typedef typename RW<T>::R RR;
@@ -397,17 +420,23 @@ static __global__ void __launch_bounds__(MF_THREADS, MI_MINB)
     const int wm = (warp % MI_WMW) * 16 * MI_MT, wn = (warp / MI_WMW) * 32;
     const int gid = lane >> 2, tig = lane & 3;
     const int64_t j0 = (int64_t)blockIdx.x * MF_BM;
-    const int r0 = (int)blockIdx.y * MI_BN;
+    const int r0 = G ? 0 : (int)blockIdx.y * MI_BN;
     const int64_t K = w.k, nb32 = K / 32;
     const int nsteps = (int)(K / MF_BK);
 
     const int ar = tid & (MF_BM - 1), au = tid >> 7; /* weight loads: row ar, unit au of the step */
-    const int64_t arow = j0 + ar < w.n ? j0 + ar : w.n - 1;
+    const int64_t arow = wb + (j0 + ar < wn_ ? j0 + ar : wn_ - 1);
     /* activation loads: row br, unit bh (TPR 4: run brun of it only) */
     constexpr int TPR = MF_THREADS / MI_BN;
     static_assert(TPR == 2 || TPR == 4, "two or four threads an activation row");
     const int br = tid / TPR, bh = (tid % TPR) / (TPR / 2), brun = TPR == 4 ? (tid & 1) : 0;
-    const int bxr = r0 + br < na ? r0 + br : na - 1;
+    int bxr;
+    if (G) {
+        const int q = sorted[tfirst + (br < tcnt ? br : tcnt - 1)];
+        bxr = mg.ks ? q / mg.ks : q;
+    } else {
+        bxr = r0 + br < na ? r0 + br : na - 1;
+    }
     const int8_t *xrow = xq + (int64_t)bxr * K;
 
     /* the loads of step s into stage b: the activations (codes, scales,
@@ -657,14 +686,14 @@ static __global__ void __launch_bounds__(MF_THREADS, MI_MINB)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int C = r0 + wn + 8 * ni + 2 * tig + h;
-            if (C >= na) continue;
-            float *yr = y + (int64_t)C * w.n;
+            if (C >= (G ? tcnt : na)) continue;
+            float *yr = G ? y + (int64_t)sorted[tfirst + C] * wn_ : y + (int64_t)C * w.n;
 #pragma unroll
             for (int mi = 0; mi < MI_MT; mi++)
 #pragma unroll
                 for (int g = 0; g < 2; g++) {
                     const int64_t R = j0 + wm + 16 * mi + gid + 8 * g;
-                    if (R < w.n) yr[R] = acc[mi][ni][2 * g + h];
+                    if (R < wn_) yr[R] = acc[mi][ni][2 * g + h];
                 }
         }
 }
@@ -709,20 +738,63 @@ static __global__ void k_xh_f(const float *__restrict__ x, int64_t k, __half *__
     for (int64_t i = threadIdx.x; i < k; i += blockDim.x) o[i] = __float2half_rn(xr[i] * p);
 }
 
-typedef void (*mikern)(wview, const int8_t *, const float *, const float *, int, float *);
+typedef void (*mikern)(wview, const int8_t *, const float *, const float *, int, float *, MG);
 
-static mikern mi_kernel(qt_type t) {
+static mikern mi_kernel(qt_type t, bool g = false) {
     switch (t) {
-    case QT_Q4_0: return mmi<QT_Q4_0>;
-    case QT_Q8_0: return mmi<QT_Q8_0>;
-    case QT_Q4_K: return mmi<QT_Q4_K>;
-    case QT_Q5_K: return mmi<QT_Q5_K>;
-    case QT_Q6_K: return mmi<QT_Q6_K>;
-    case QT_IQ4_XS: return mmi<QT_IQ4_XS>;
-    case QT_MXFP4: return mmi<QT_MXFP4>;
+    case QT_Q4_0: return g ? mmi<QT_Q4_0, true> : mmi<QT_Q4_0, false>;
+    case QT_Q8_0: return g ? mmi<QT_Q8_0, true> : mmi<QT_Q8_0, false>;
+    case QT_Q4_K: return g ? mmi<QT_Q4_K, true> : mmi<QT_Q4_K, false>;
+    case QT_Q5_K: return g ? mmi<QT_Q5_K, true> : mmi<QT_Q5_K, false>;
+    case QT_Q6_K: return g ? mmi<QT_Q6_K, true> : mmi<QT_Q6_K, false>;
+    case QT_IQ4_XS: return g ? mmi<QT_IQ4_XS, true> : mmi<QT_IQ4_XS, false>;
+    case QT_MXFP4: return g ? mmi<QT_MXFP4, true> : mmi<QT_MXFP4, false>;
     default: return NULL;
     }
 }
+
+/* the slots sorted by expert (one block): counts, then per expert its tiles
+ * of up to MI_BN slots (serially on thread 0: a few hundred experts), then
+ * each slot's place (atomics: the order within an expert is not fixed, and
+ * does not matter: a slot's result depends only on its row and expert).
+ * gp: [0] the tile count, [1 + 3 t ..] tile t's (expert, first, count),
+ * [so ..] the sorted slots. Slots with an expert outside [0, mats) are left
+ * out (their outputs are not written). */
+static __global__ void k_slot_sort(const int32_t *__restrict__ ids, int slots, int mats, int32_t *__restrict__ gp,
+                                   int so) {
+    HC_PDL_ENTER();
+    extern __shared__ int32_t sc[]; /* [mats] counts, then [mats] fill positions */
+    int32_t *cnt = sc, *pos = sc + mats;
+    for (int e = threadIdx.x; e < mats; e += blockDim.x) cnt[e] = 0;
+    __syncthreads();
+    for (int q = threadIdx.x; q < slots; q += blockDim.x) {
+        const int e = ids[q];
+        if (e >= 0 && e < mats) atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int off = 0, nt = 0;
+        for (int e = 0; e < mats; e++) {
+            pos[e] = off;
+            for (int f = 0; f < cnt[e]; f += MI_BN) {
+                gp[1 + 3 * nt] = e;
+                gp[2 + 3 * nt] = off + f;
+                gp[3 + 3 * nt] = cnt[e] - f < MI_BN ? cnt[e] - f : MI_BN;
+                nt++;
+            }
+            off += cnt[e];
+        }
+        gp[0] = nt;
+    }
+    __syncthreads();
+    for (int q = threadIdx.x; q < slots; q += blockDim.x) {
+        const int e = ids[q];
+        if (e >= 0 && e < mats) gp[so + atomicAdd(&pos[e], 1)] = q;
+    }
+}
+
+/* tiles of a sort: at most one partial tile an expert */
+static int slot_tiles_max(int slots, int mats) { return (slots + MI_BN - 1) / MI_BN + mats; }
 
 /* the kernels' dynamic shared memory, once per process (one device: hc_init) */
 static hn_status mf_attrs(hn_err *err) {
@@ -730,8 +802,9 @@ static hn_status mf_attrs(hn_err *err) {
     if (done) return HN_OK;
     static const qt_type ts[7] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_XS, QT_MXFP4};
     for (int t = 0; t < 7; t++)
-        HC_TRY(cudaFuncSetAttribute(mi_kernel(ts[t]), cudaFuncAttributeMaxDynamicSharedMemorySize, MI_SMEM), err,
-               "mmf kernel attributes");
+        for (int g = 0; g < 2; g++)
+            HC_TRY(cudaFuncSetAttribute(mi_kernel(ts[t], g), cudaFuncAttributeMaxDynamicSharedMemorySize, MI_SMEM), err,
+                   "mmf kernel attributes");
     HC_TRY(cudaFuncSetAttribute(mmf, cudaFuncAttributeMaxDynamicSharedMemorySize, MF_SMEM), err, "mmf kernel attributes");
     done = true;
     return HN_OK;
@@ -764,9 +837,53 @@ hn_status hc_mmf(const hc_weight *w, const float *x, int na, float *y, hc_gemv_s
         st = hc_quant_rows(w, x, na, s, reuse_x, stream, err);
         if (st) return st;
         const dim3 gi((unsigned)((w->n + MF_BM - 1) / MF_BM), (unsigned)((na + MI_BN - 1) / MI_BN));
-        hc_launch(mi_kernel(w->type), gi, MF_THREADS, MI_SMEM, cs, wview_of(w), s->xq, s->xd, s->xs, na, y);
+        hc_launch(mi_kernel(w->type), gi, MF_THREADS, MI_SMEM, cs, wview_of(w), s->xq, s->xd, s->xs, na, y, MG{});
     }
     HC_LAUNCHED(err, "mmf kernel");
+    return HN_OK;
+}
+
+size_t hc_mmf_slots_work(int slots, int mats) {
+    if (slots < 0 || mats < 1) return 0;
+    return sizeof(int32_t) * (size_t)(1 + 3 * slot_tiles_max(slots, mats) + slots);
+}
+
+bool hc_mmf_slots_takes(const hc_weight *w, int64_t nr, int mats) {
+    return w && w->mem && mi_kernel(w->type) && w->k % MF_BK == 0 && nr >= 1 && mats >= 1 && nr * mats == w->n;
+}
+
+hn_status hc_mmf_slots(const hc_weight *w, int64_t nr, int mats, const float *x, int slots, int ks, const int32_t *ids,
+                       float *y, hc_gemv_scratch *s, void *work, size_t work_bytes, void *stream, hn_err *err) {
+    if (!w || !w->mem || !x || !y || !ids || !work)
+        return hn_errf(err, HN_ERR_INVALID, "cuda: mmf slots: missing weight, input, output, ids or workspace");
+    if (!hc_mmf_slots_takes(w, nr, mats))
+        return hn_errf(err, HN_ERR_UNSUPPORTED, "cuda: mmf slots: type %d, %d matrices of %lld rows of %lld", (int)w->type,
+                       mats, (long long)nr, (long long)w->k);
+    if (slots < 1 || ks < 0 || mats > 4096) return hn_errf(err, HN_ERR_INVALID, "cuda: mmf slots: %d slots of %d experts", slots, mats);
+    const int rows = ks ? (slots + ks - 1) / ks : slots;
+    if (!s || !s->xq || w->k > s->max_k || rows > s->max_rows)
+        return hn_errf(err, HN_ERR_INVALID, "cuda: mmf slots: %d activation rows of %lld over the scratch's %d of %lld", rows,
+                       (long long)w->k, s ? s->max_rows : 0, (long long)(s ? s->max_k : 0));
+    if (work_bytes < hc_mmf_slots_work(slots, mats))
+        return hn_errf(err, HN_ERR_INVALID, "cuda: mmf slots: a workspace of %zu bytes, %zu needed", work_bytes,
+                       hc_mmf_slots_work(slots, mats));
+    hn_status st = mf_attrs(err);
+    if (st) return st;
+    cudaStream_t cs = (cudaStream_t)stream;
+    st = hc_quant_rows(w, x, rows, s, 0, stream, err);
+    if (st) return st;
+    const int tmax = slot_tiles_max(slots, mats), so = 1 + 3 * tmax;
+    int32_t *gp = (int32_t *)work;
+    hc_launch(k_slot_sort, 1, 1024, sizeof(int32_t) * (size_t)(2 * mats), cs, ids, slots, mats, gp, so);
+    HC_LAUNCHED(err, "mmf slots sort kernel");
+    MG mg;
+    mg.gp = gp;
+    mg.so = so;
+    mg.ks = ks;
+    mg.nr = nr;
+    const dim3 gi((unsigned)((nr + MF_BM - 1) / MF_BM), (unsigned)tmax);
+    hc_launch(mi_kernel(w->type, true), gi, MF_THREADS, MI_SMEM, cs, wview_of(w), s->xq, s->xd, s->xs, rows, y, mg);
+    HC_LAUNCHED(err, "mmf slots kernel");
     return HN_OK;
 }
 
