@@ -237,6 +237,11 @@ hn_status hc_mmq(const hc_weight *w, const float *x, int na, float *y, hc_gemv_s
  * hc_gemv's bits (another float summation order). For prefill rows; decode
  * rows and rows that must equal a decode step take hc_gemv / hc_mmq. How:
  * cuda_mmf.cu. */
+bool hc_mmf_supports(qt_type t);
+bool hc_mmf_takes(const hc_weight *w);
+hn_status hc_mmf(const hc_weight *w, const float *x, int na, float *y, hc_gemv_scratch *s, int reuse_x, void *stream,
+                 hn_err *err);
+
 /* hc_mmf_slots: a MoE layer's prefill product on the tensor cores, in one
  * launch: w an expert stack (mats matrices of nr rows, w->n = mats * nr), slot q
  * (0 <= q < slots) gets y[q][0..nr) = W_e x_r with e = ids[q] (device memory)
@@ -251,10 +256,6 @@ size_t hc_mmf_slots_work(int slots, int mats);
 bool hc_mmf_slots_takes(const hc_weight *w, int64_t nr, int mats);
 hn_status hc_mmf_slots(const hc_weight *w, int64_t nr, int mats, const float *x, int slots, int ks, const int32_t *ids,
                        float *y, hc_gemv_scratch *s, void *work, size_t work_bytes, void *stream, hn_err *err);
-bool hc_mmf_supports(qt_type t);
-bool hc_mmf_takes(const hc_weight *w);
-hn_status hc_mmf(const hc_weight *w, const float *x, int na, float *y, hc_gemv_scratch *s, int reuse_x, void *stream,
-                 hn_err *err);
 
 #ifdef __cplusplus
 }

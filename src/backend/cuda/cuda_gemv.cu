@@ -122,7 +122,6 @@ static_assert(HC_GEMV_UNITS == 4 || HC_GEMV_UNITS == 8, "hc_gemv has kernels for
 #ifndef HC_GEMV_MINB
 #define HC_GEMV_MINB 1 /* blocks per SM the register budget must allow (a build-time experiment) */
 #endif
-/* UN units of RPW rows in flight per lane; blockDim.x / 32 warps (2..MAX_WARPS) */
 /* a warp's RPW rows row0.. of the nr rows at row base of w (w.n counts
  * them all: an expert stack's base is e * nr), the result to y[r * nr + ..] */
 template <int T, int NA, int RPW, int UN>
@@ -168,6 +167,7 @@ static __device__ __forceinline__ void mmv_rows(const wview &w, int64_t base, in
     warp_store<NA, RPW>(acc, row0, nr, y);
 }
 
+/* UN units of RPW rows in flight per lane; blockDim.x / 32 warps (2..MAX_WARPS) */
 template <int T, int NA, int RPW, int UN>
 static __global__ void __launch_bounds__(MAX_WARPS * 32, HC_GEMV_MINB) mmv_q(mwview mw, xview x) {
     HC_PDL_ENTER();

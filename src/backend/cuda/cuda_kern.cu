@@ -180,7 +180,7 @@ cudaError_t ck_swiglu(cudaStream_t s, const float *g, const float *u, float *y, 
     return cudaGetLastError();
 }
 
-/* ---- MoE: routing (one thread a row, the CPU's loop) and the weighted combine ---- */
+/* ---- MoE: routing (a warp a row, the CPU loop's results) and the weighted combine ---- */
 
 /* one warp a row: the max, the exponentials, the scaling and each of the k
  * selections in parallel (a selection is the largest probability not yet

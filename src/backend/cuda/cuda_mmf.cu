@@ -394,7 +394,7 @@ static __global__ void __launch_bounds__(MF_THREADS, MI_MINB)
     mmi(wview w, const int8_t *__restrict__ xq, const float *__restrict__ xd, const float *__restrict__ xs, int na,
         float *__restrict__ y, MG mg) {
     HC_PDL_ENTER();
-    /* the block's rows: weight rows wb .. wb + wn_ of w, activation rows by xr_of, outputs by the column */
+    /* the block's weight rows: wb .. wb + wn_ of w (G: its tile's expert) */
     int64_t wb = 0, wn_ = w.n;
     int tcnt = 0, tfirst = 0;
     const int32_t *sorted = NULL;
@@ -793,6 +793,7 @@ static __global__ void k_slot_sort(const int32_t *__restrict__ ids, int slots, i
     }
 }
 
+#define MI_SORT_MATS 4096 /* experts k_slot_sort counts in shared memory */
 /* tiles of a sort: at most one partial tile an expert */
 static int slot_tiles_max(int slots, int mats) { return (slots + MI_BN - 1) / MI_BN + mats; }
 
@@ -859,14 +860,14 @@ hn_status hc_mmf_slots(const hc_weight *w, int64_t nr, int mats, const float *x,
     if (!hc_mmf_slots_takes(w, nr, mats))
         return hn_errf(err, HN_ERR_UNSUPPORTED, "cuda: mmf slots: type %d, %d matrices of %lld rows of %lld", (int)w->type,
                        mats, (long long)nr, (long long)w->k);
-    if (slots < 1 || ks < 0 || mats > 4096) return hn_errf(err, HN_ERR_INVALID, "cuda: mmf slots: %d slots of %d experts", slots, mats);
+    if (slots < 1 || ks < 0 || mats > MI_SORT_MATS) return hn_errf(err, HN_ERR_INVALID, "cuda: mmf slots: %d slots of %d experts", slots, mats);
     const int rows = ks ? (slots + ks - 1) / ks : slots;
     if (!s || !s->xq || w->k > s->max_k || rows > s->max_rows)
         return hn_errf(err, HN_ERR_INVALID, "cuda: mmf slots: %d activation rows of %lld over the scratch's %d of %lld", rows,
                        (long long)w->k, s ? s->max_rows : 0, (long long)(s ? s->max_k : 0));
-    if (work_bytes < hc_mmf_slots_work(slots, mats))
-        return hn_errf(err, HN_ERR_INVALID, "cuda: mmf slots: a workspace of %zu bytes, %zu needed", work_bytes,
-                       hc_mmf_slots_work(slots, mats));
+    const size_t need = hc_mmf_slots_work(slots, mats);
+    if (work_bytes < need)
+        return hn_errf(err, HN_ERR_INVALID, "cuda: mmf slots: a workspace of %zu bytes, %zu needed", work_bytes, need);
     hn_status st = mf_attrs(err);
     if (st) return st;
     cudaStream_t cs = (cudaStream_t)stream;

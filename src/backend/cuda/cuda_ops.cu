@@ -68,6 +68,16 @@ static bool slots_path(const cu_be *cb, const be_tensor *w) {
            w->ne[0] <= cb->gs.max_k;
 }
 
+/* an expert stack's slots on hc_gemv_slots (its contract: cuda.h) */
+static void gemv_slots(cu_be *cb, const be_tensor *w, const be_tensor *x, int slots, int ks, const int32_t *ids,
+                       int mat, be_tensor *y, int reuse_x, const char *op) {
+    const cu_tensor *t = (const cu_tensor *)w;
+    hn_err e;
+    hn_status st = hc_gemv_slots(&t->hw, w->ne[1], (int)w->ne[2], F(x), slots, ks, ids, mat, F(y), &cb->gs, reuse_x,
+                                 cb->stream, &e);
+    if (st) cu_hn(cb, st, &e, op);
+}
+
 /* whether a gemv-path matmul of n rows takes hc_mmq (all n rows in one call) */
 static bool uses_mmq(const cu_be *cb, const be_tensor *w, int n) {
     return !cb->ref && n >= HC_MMQ_MIN_ROWS && n <= cb->gs.max_rows && hc_mmq_supports(w->type);
@@ -132,11 +142,7 @@ static void matmul1(cu_be *cb, const be_tensor *w, int mat, const be_tensor *x, 
         return;
     }
     if (slots_path(cb, w)) { /* a matrix of an expert stack: each row a slot of moe_matmul's kernel */
-        const cu_tensor *t = (const cu_tensor *)w;
-        hn_err e;
-        hn_status st = hc_gemv_slots(&t->hw, w->ne[1], (int)w->ne[2], F(x), n, 0, NULL, mat, F(y), &cb->gs, 0,
-                                     cb->stream, &e);
-        if (st) cu_hn(cb, st, &e, "matmul");
+        gemv_slots(cb, w, x, n, 0, NULL, mat, y, 0, "matmul");
         return;
     }
     if (gemv_path(cb, w, n)) {
@@ -411,11 +417,7 @@ static void op_moe_route(be_backend *b, const be_tensor *logits, int n, int n_ex
  * call before quantizing the same x (rec_fuse) */
 static void moe_slots(cu_be *cb, const be_tensor *w, const be_tensor *x, bool x_shared, int n, int k,
                       const be_tensor *ids, be_tensor *y, int reuse_x) {
-    const cu_tensor *t = (const cu_tensor *)w;
-    hn_err e;
-    hn_status st = hc_gemv_slots(&t->hw, w->ne[1], (int)w->ne[2], F(x), n * k, x_shared ? k : 0,
-                                 (const int32_t *)ids->data, 0, F(y), &cb->gs, reuse_x, cb->stream, &e);
-    if (st) cu_hn(cb, st, &e, "moe_matmul");
+    gemv_slots(cb, w, x, n * k, x_shared ? k : 0, (const int32_t *)ids->data, 0, y, reuse_x, "moe_matmul");
 }
 
 static void op_moe_matmul(be_backend *b, const be_tensor *w, const be_tensor *x, bool x_shared, int n, int k,
