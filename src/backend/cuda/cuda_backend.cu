@@ -738,6 +738,7 @@ static void op_free(be_backend *b) {
     graphs_free(cb);
     hc_free(cb->xr);
     hc_free(cb->att_part);
+    hc_free(cb->slot_work);
     cudaFree(cb->d_plan);
     if (cb->h_plan) cudaFreeHost(cb->h_plan);
     free(cb->pf_row);
@@ -764,7 +765,7 @@ static size_t op_scratch_bytes(be_backend *b) {
     const hc_gemv_scratch *g = &cb->gs;
     /* codes, block scales and sums, hc_mmf's f16 rows and their factors */
     size_t gs = g->xq ? (size_t)g->max_rows * ((size_t)g->max_k * (1 + 2 * sizeof(float) / 32 + 2) + sizeof(float)) : 0;
-    return cb->arena_cap + gs + (cb->xr_cap + cb->att_part_cap) * sizeof(float) + cb->fetch_cap;
+    return cb->arena_cap + gs + (cb->xr_cap + cb->att_part_cap) * sizeof(float) + cb->slot_work_cap + cb->fetch_cap;
 }
 
 /* Called again with other limits (backend.h): buffers grow when the limits
@@ -791,6 +792,16 @@ static hn_status op_reserve(be_backend *b, const be_limits *lim, hn_err *err) {
         hn_status st = hc_malloc((void **)&cb->att_part, (size_t)64 << 20, err);
         if (st) return st;
         cb->att_part_cap = ((size_t)64 << 20) / sizeof(float);
+    }
+    const size_t sw_need = lim->max_experts > 1 ? hc_mmf_slots_work(grows, lim->max_experts) : 0;
+    if (sw_need > cb->slot_work_cap) {
+        graphs_drop(cb);
+        hc_free(cb->slot_work);
+        cb->slot_work = NULL;
+        cb->slot_work_cap = 0;
+        hn_status st = hc_malloc(&cb->slot_work, sw_need, err);
+        if (st) return st;
+        cb->slot_work_cap = sw_need;
     }
     const size_t xr_need = (size_t)(lim->max_rows > 0 ? lim->max_rows : 1) * (size_t)((lim->max_k + 255) / 256 * 256);
     if (xr_need > cb->xr_cap) {

@@ -69,12 +69,12 @@ static bool slots_path(const cu_be *cb, const be_tensor *w) {
 }
 
 /* an expert stack's slots on hc_gemv_slots (its contract: cuda.h) */
-static void gemv_slots(cu_be *cb, const be_tensor *w, const be_tensor *x, int slots, int ks, const int32_t *ids,
-                       int mat, be_tensor *y, int reuse_x, const char *op) {
+static void gemv_slots(cu_be *cb, const be_tensor *w, const float *x, int slots, int ks, const int32_t *ids, int mat,
+                       float *y, int reuse_x, const char *op) {
     const cu_tensor *t = (const cu_tensor *)w;
     hn_err e;
-    hn_status st = hc_gemv_slots(&t->hw, w->ne[1], (int)w->ne[2], F(x), slots, ks, ids, mat, F(y), &cb->gs, reuse_x,
-                                 cb->stream, &e);
+    hn_status st =
+        hc_gemv_slots(&t->hw, w->ne[1], (int)w->ne[2], x, slots, ks, ids, mat, y, &cb->gs, reuse_x, cb->stream, &e);
     if (st) cu_hn(cb, st, &e, op);
 }
 
@@ -142,7 +142,7 @@ static void matmul1(cu_be *cb, const be_tensor *w, int mat, const be_tensor *x, 
         return;
     }
     if (slots_path(cb, w)) { /* a matrix of an expert stack: each row a slot of moe_matmul's kernel */
-        gemv_slots(cb, w, x, n, 0, NULL, mat, y, 0, "matmul");
+        gemv_slots(cb, w, F(x), n, 0, NULL, mat, F(y), 0, "matmul");
         return;
     }
     if (gemv_path(cb, w, n)) {
@@ -413,11 +413,50 @@ static void op_moe_route(be_backend *b, const be_tensor *logits, int n, int n_ex
     cu_cuda(cb, ck_moe_route(cb->stream, F(logits), n, n_expert, k, (int32_t *)ids->data, F(weights)), "moe_route");
 }
 
-/* moe_matmul on hc_gemv_slots; reuse_x: the records' look-ahead found the
- * call before quantizing the same x (rec_fuse) */
+/* the prefill-row flags of a moe_matmul of n tokens (the plan's rows), as
+ * mm_prefill: NULL when no token is a prefill row or the stack has no
+ * hc_mmf_slots kernel */
+static const uint8_t *moe_prefill(const cu_be *cb, const be_tensor *w, int n, int k) {
+    const cu_tensor *t = (const cu_tensor *)w;
+    if (!cb->mmf || cb->ref || !cb->have_plan || !cb->slot_work || n != cb->n_rows || !cb->pf_rows_kind ||
+        (int64_t)n * k > cb->gs.max_rows || w->ne[2] > cb->lim.max_experts ||
+        hc_mmf_slots_work(n * k, (int)w->ne[2]) > cb->slot_work_cap || !hc_mmf_slots_takes(&t->hw, w->ne[1], (int)w->ne[2]))
+        return NULL;
+    return cb->pf_row;
+}
+
+/* moe_matmul on hc_gemv_slots, its tokens of prefill rows on hc_mmf_slots
+ * run by run (moe_prefill); reuse_x: the records' look-ahead found the call
+ * before quantizing the same x (rec_fuse; kept only when one gemv run is all) */
 static void moe_slots(cu_be *cb, const be_tensor *w, const be_tensor *x, bool x_shared, int n, int k,
                       const be_tensor *ids, be_tensor *y, int reuse_x) {
-    gemv_slots(cb, w, x, n * k, x_shared ? k : 0, (const int32_t *)ids->data, 0, y, reuse_x, "moe_matmul");
+    const int32_t *id = (const int32_t *)ids->data;
+    const uint8_t *pf = moe_prefill(cb, w, n, k);
+    if (!pf) {
+        gemv_slots(cb, w, F(x), n * k, x_shared ? k : 0, id, 0, F(y), reuse_x, "moe_matmul");
+        return;
+    }
+    const cu_tensor *t = (const cu_tensor *)w;
+    const int64_t K = w->ne[0], NR = w->ne[1];
+    for (int r = 0; r < n;) {
+        int e = r + 1;
+        while (e < n && pf[e] == pf[r]) e++;
+        const float *xs = F(x) + (size_t)(x_shared ? r : r * k) * (size_t)K;
+        float *ys = F(y) + (size_t)r * (size_t)k * (size_t)NR;
+        if (pf[r]) {
+            hn_err err;
+            hn_status st = hc_mmf_slots(&t->hw, NR, (int)w->ne[2], xs, (e - r) * k, x_shared ? k : 0, id + (size_t)r * k, ys,
+                                        &cb->gs, cb->slot_work, cb->slot_work_cap, cb->stream, &err);
+            if (st) {
+                cu_hn(cb, st, &err, "moe_matmul");
+                return;
+            }
+            cb->mmf_calls++;
+        } else {
+            gemv_slots(cb, w, xs, (e - r) * k, x_shared ? k : 0, id + (size_t)r * k, 0, ys, 0, "moe_matmul");
+        }
+        r = e;
+    }
 }
 
 static void op_moe_matmul(be_backend *b, const be_tensor *w, const be_tensor *x, bool x_shared, int n, int k,

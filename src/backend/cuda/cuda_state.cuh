@@ -75,6 +75,9 @@ typedef struct cu_be {
     /* the split attention's partials (ck_attention; NULL: the one-block-per-head form) */
     float *att_part;
     size_t att_part_cap; /* floats */
+    /* hc_mmf_slots' workspace (the expert sort) for max_rows slots of max_experts */
+    void *slot_work;
+    size_t slot_work_cap; /* bytes */
     bool att_split;
     /* decode steps' records fused where a kernel does several (rec_run; HONE_CUDA_FUSE=0: off) */
     bool fuse;
