@@ -251,7 +251,7 @@ hn_status hc_mmf(const hc_weight *w, const float *x, int na, float *y, hc_gemv_s
  * slots of one expert; x (its rows: ceil(slots / ks) or slots, at most the
  * scratch's) quantized once. Each slot has hc_mmf's bits for its row alone
  * times its matrix alone (a row's result depends only on that row). Integer
- * types (hc_mmf_slots_takes). NOT YET RUN ON A GPU: no caller uses it. */
+ * types (hc_mmf_slots_takes); moe_matmul's prefill tokens take it. */
 size_t hc_mmf_slots_work(int slots, int mats);
 bool hc_mmf_slots_takes(const hc_weight *w, int64_t nr, int mats);
 hn_status hc_mmf_slots(const hc_weight *w, int64_t nr, int mats, const float *x, int slots, int ks, const int32_t *ids,
