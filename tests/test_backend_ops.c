@@ -1533,6 +1533,10 @@ int main(void) {
             setenv("HONE_CUDA_ATTN_SPLIT", "0", 1);
             ran = run_backend(names[i], 1, false) && ran;
             unsetenv("HONE_CUDA_ATTN_SPLIT");
+            /* the split attention's other combine kernel (k_attn_combine2) */
+            setenv("HONE_CUDA_COMBINE", "1", 1);
+            ran = run_backend(names[i], 1, false) && ran;
+            unsetenv("HONE_CUDA_COMBINE");
         }
         printf("backend %s: %s\n", names[i], ran ? "tested" : "could not be created (see above)");
     }

@@ -918,6 +918,10 @@ hn_status be_cuda_create(int device, be_backend **out, hn_err *err) {
     cb->graphs = !(gv && !strcmp(gv, "0"));
     /* the split (flash-decoding) attention unless HONE_CUDA_ATTN_SPLIT=0 (the one-block-per-head form) */
     cb->att_split = !(av && !strcmp(av, "0"));
+    /* the block-wide combine of the split attention's chunks: HONE_CUDA_COMBINE=1 (not yet the default:
+     * it has not run on a GPU) */
+    const char *cv = getenv("HONE_CUDA_COMBINE");
+    cb->combine2 = cv && !strcmp(cv, "1");
     const char *mv = getenv("HONE_CUDA_MMF");
     cb->mmf = !(mv && !strcmp(mv, "0"));
     const char *sv = getenv("HONE_CUDA_SLOTS");

@@ -109,11 +109,13 @@ cudaError_t ck_kv_store(cudaStream_t s, const ck_kv *g, int layer, const float *
 /* attention over the paged cache (head_dim <= 512): the split form (flash decoding: chunks of 128
  * positions per block, the kv head's query heads together, then a combine) when the heads allow
  * and `part` (part_cap floats of device scratch) holds a token's partials; else one block per
- * (token, head), an online softmax over the positions in chunks of 128 */
+ * (token, head), an online softmax over the positions in chunks of 128; tc: decode rows on the
+ * tensor cores (ck_fattn_dec) where they take them; combine2: the chunks combined by
+ * k_attn_combine2 (cuda_kern.cu; not yet run on a GPU) */
 cudaError_t ck_attention(cudaStream_t s, const float *q, float *out, int n_tokens, int n_head, int n_head_kv,
                          int head_dim, float scale, int32_t window, const ck_kv *g, int layer, const int32_t *pos,
                          const int32_t *seq, const int32_t *bt, int32_t bt_stride, const int32_t *tok, float *part,
-                         size_t part_cap, bool tc);
+                         size_t part_cap, bool tc, bool combine2);
 /* (tok: NULL, tokens 0 .. n_tokens - 1; else those n_tokens tokens of the step. tc: the split form
  * may take the tensor cores, ck_fattn_dec, where it allows the heads.)
  * cuda_fattn.cu: prefill attention on the tensor cores for tiles of at most

@@ -1007,6 +1007,75 @@ static __global__ void k_attn_combine(const float *part, int n_head, int hd, con
     }
 }
 
+/* k_attn_combine's work spread over the block (HONE_CUDA_COMBINE=1, cu_be.combine2;
+ * NOT YET RUN ON A GPU, so not the default): the chunks' weights and L in one
+ * strided pass (L summed per thread in chunk order, then the block's fixed
+ * tree), the output dims as float2 columns, the AC2_THREADS / (hd / 2) groups
+ * of threads each summing every group-th chunk in order, then the groups in
+ * order. k_attn_combine sums L on one thread and a dim's chunks on one thread
+ * (at 32K positions 256 chunks each, one after the other, on 32 blocks a
+ * layer). A row's result still depends only on its own chunks (a fixed order
+ * for a given n_split); the bits differ from k_attn_combine's in the
+ * summation order. hd even (the partials' rows are hd + 2 floats, 8-byte
+ * aligned). */
+#define AC2_THREADS 256
+static __global__ void __launch_bounds__(AC2_THREADS)
+    k_attn_combine2(const float *part, int n_head, int hd, const int32_t *tok, int t0, int n_split, float *out) {
+    HC_PDL_ENTER();
+    __shared__ float wsh[AC_MAX_SPLIT], red[32];
+    __shared__ float2 gsum[AC2_THREADS];
+    const int tl = blockIdx.x, h = blockIdx.y, stride = hd + 2, tid = threadIdx.x;
+    const float *pt = part + ((size_t)tl * n_head + h) * n_split * stride;
+    float M = -INFINITY;
+    for (int s = tid; s < n_split; s += AC2_THREADS) M = fmaxf(M, pt[(size_t)s * stride + hd]);
+    M = block_reduce<float, true>(M, red);
+    float ls = 0.0f;
+    for (int s = tid; s < n_split; s += AC2_THREADS) {
+        const float m = pt[(size_t)s * stride + hd];
+        const float w = m != -INFINITY ? expf(m - M) : 0.0f; /* 0: an empty chunk, skipped below */
+        wsh[s] = w;
+        if (w != 0.0f) ls = __fmaf_rn(pt[(size_t)s * stride + hd + 1], w, ls);
+    }
+    const float L = block_reduce<float, false>(ls, red); /* syncs: wsh is visible */
+    const int DV = hd >> 1, NG = AC2_THREADS / DV, c = tid % DV, gi = tid / DV;
+    float2 a = make_float2(0.0f, 0.0f);
+    if (gi < NG) {
+#pragma unroll 4
+        for (int s = gi; s < n_split; s += NG) {
+            const float2 v = *(const float2 *)(pt + (size_t)s * stride + 2 * c);
+            const float w = wsh[s];
+            if (w != 0.0f) {
+                a.x = __fmaf_rn(v.x, w, a.x);
+                a.y = __fmaf_rn(v.y, w, a.y);
+            }
+        }
+    }
+    gsum[tid] = a;
+    __syncthreads();
+    float *o = out + ((int64_t)(tok ? tok[t0 + tl] : t0 + tl) * n_head + h) * hd;
+    for (int cc = tid; cc < DV; cc += AC2_THREADS) {
+        float x = 0.0f, y = 0.0f;
+        for (int g2 = 0; g2 < NG; g2++) {
+            const float2 v = gsum[g2 * DV + cc];
+            x += v.x;
+            y += v.y;
+        }
+        o[2 * cc] = x / L;
+        o[2 * cc + 1] = y / L;
+    }
+}
+
+/* the combine of nt tokens' partials (k_attn_combine2 where asked and hd allows) */
+static void attn_combine(cudaStream_t s, bool combine2, const float *part, int nt, int n_head, int hd,
+                         const int32_t *tok, int t0, int n_split, float *out) {
+    if (combine2 && hd % 2 == 0 && hd / 2 <= AC2_THREADS)
+        hc_launch(k_attn_combine2, dim3((unsigned)nt, (unsigned)n_head), AC2_THREADS, 0, s, part, n_head, hd, tok, t0,
+                  n_split, out);
+    else
+        hc_launch(k_attn_combine, dim3((unsigned)nt, (unsigned)n_head), 128, 0, s, part, n_head, hd, tok, t0, n_split,
+                  out);
+}
+
 bool ck_attention_split_ok(int n_head, int n_head_kv, int head_dim) {
     const int G = n_head_kv > 0 ? n_head / n_head_kv : 0;
     return G >= 1 && G <= AS_MAX_G && G * head_dim <= AS_MAX_GHD && head_dim <= AT_MAX_HD;
@@ -1030,7 +1099,7 @@ static bool attn_v4_on(void) {
 cudaError_t ck_attention(cudaStream_t s, const float *q, float *out, int n_tokens, int n_head, int n_head_kv,
                          int head_dim, float scale, int32_t window, const ck_kv *g, int layer, const int32_t *pos,
                          const int32_t *seq, const int32_t *bt, int32_t bt_stride, const int32_t *tok, float *part,
-                         size_t part_cap, bool tc) {
+                         size_t part_cap, bool tc, bool combine2) {
     if (n_tokens <= 0) return cudaSuccess;
     if (head_dim > AT_MAX_HD || head_dim < 1 || n_head_kv < 1 || n_head % n_head_kv) return cudaErrorInvalidValue;
     /* the split form when the queries of a kv head fit its kernel and the scratch holds one token's partials
@@ -1056,9 +1125,7 @@ cudaError_t ck_attention(cudaStream_t s, const float *q, float *out, int n_token
                                                    n_head_kv, head_dim, scale, window, g, layer, pos, seq, bt, bt_stride,
                                                    tok, t0, n_split, n_split == 1 ? NULL : part, out);
                 if (e != cudaSuccess) return e;
-                if (n_split > 1)
-                    hc_launch(k_attn_combine, dim3((unsigned)nt, (unsigned)n_head), 128, 0, s, part, n_head, head_dim, tok,
-                              t0, n_split, out);
+                if (n_split > 1) attn_combine(s, combine2, part, nt, n_head, head_dim, tok, t0, n_split, out);
             }
             return cudaGetLastError();
         }
@@ -1072,7 +1139,7 @@ cudaError_t ck_attention(cudaStream_t s, const float *q, float *out, int n_token
             hc_launch(kp, dim3((unsigned)nt, (unsigned)n_head_kv, (unsigned)n_split), AS_THREADS, smem, s,
                 q, n_head, n_head_kv, head_dim, scale, window, *g, layer, pos, seq, bt, bt_stride, tok, t0, n_split,
                 part, out);
-            hc_launch(k_attn_combine, dim3((unsigned)nt, (unsigned)n_head), 128, 0, s, part, n_head, head_dim, tok, t0, n_split, out);
+            attn_combine(s, combine2, part, nt, n_head, head_dim, tok, t0, n_split, out);
         }
         return cudaGetLastError();
     }

@@ -395,7 +395,8 @@ static void op_attention(be_backend *b, const be_attn_args *a) {
     cu_cuda(cb,
             ck_attention(cb->stream, F(a->q), F(a->out), n_rest, a->n_head, a->n_head_kv, a->head_dim, a->scale,
                          a->window, &g, a->layer, cb->d_pos, cb->d_seq, cb->d_bt, cb->bt_stride,
-                         fa ? cb->d_fa_rest : NULL, cb->att_split ? cb->att_part : NULL, cb->att_part_cap, !cb->ref),
+                         fa ? cb->d_fa_rest : NULL, cb->att_split ? cb->att_part : NULL, cb->att_part_cap, !cb->ref,
+                         cb->combine2),
             "attention");
 }
 
