@@ -1533,10 +1533,12 @@ int main(void) {
             setenv("HONE_CUDA_ATTN_SPLIT", "0", 1);
             ran = run_backend(names[i], 1, false) && ran;
             unsetenv("HONE_CUDA_ATTN_SPLIT");
-            /* the split attention's other combine kernel (k_attn_combine2) */
+            /* the split attention's other combine kernel (k_attn_combine2) and the f32 matrices' k_mm_reg */
             setenv("HONE_CUDA_COMBINE", "1", 1);
+            setenv("HONE_CUDA_MMREG", "1", 1);
             ran = run_backend(names[i], 1, false) && ran;
             unsetenv("HONE_CUDA_COMBINE");
+            unsetenv("HONE_CUDA_MMREG");
         }
         printf("backend %s: %s\n", names[i], ran ? "tested" : "could not be created (see above)");
     }

@@ -922,6 +922,8 @@ hn_status be_cuda_create(int device, be_backend **out, hn_err *err) {
      * it has not run on a GPU) */
     const char *cv = getenv("HONE_CUDA_COMBINE");
     cb->combine2 = cv && !strcmp(cv, "1");
+    const char *rv = getenv("HONE_CUDA_MMREG"); /* k_mm_reg for f32 prefill products: likewise not yet run */
+    cb->mmreg = rv && !strcmp(rv, "1");
     const char *mv = getenv("HONE_CUDA_MMF");
     cb->mmf = !(mv && !strcmp(mv, "0"));
     const char *sv = getenv("HONE_CUDA_SLOTS");

@@ -37,8 +37,10 @@ cudaError_t cm_get_rows(cudaStream_t s, const cm_w *w, int n, const int32_t *ids
 /* y[n][N] = x[n][K] . W[mat]^T: each weight row decoded once per 32 activation
  * rows into shared memory, f32 products summed in f32 (dbl: in f64). Lane l of
  * a warp sums elements l, l+32, ... in order, then the warp by shuffles, so a
- * result does not depend on n (cm_matmul_slots computes the same). */
-cudaError_t cm_matmul_tile(cudaStream_t s, const cm_w *w, int mat, const float *x, int n, float *y, bool dbl);
+ * result does not depend on n (cm_matmul_slots computes the same). reg: an f32 matrix's
+ * rows beyond a few on k_mm_reg (the same bits; cuda_mm.cu, not yet run on a GPU). */
+cudaError_t cm_matmul_tile(cudaStream_t s, const cm_w *w, int mat, const float *x, int n, float *y, bool dbl,
+                           bool reg);
 /* y[r*k+s] = W[ids[r*k+s]] . x_row (x_row = x[r] if shared, else x[r*k+s]) for
  * r < n: one warp per (slot, output), the same sums as cm_matmul_tile; an id
  * outside [0, mats) gives a zero row. */

@@ -204,6 +204,57 @@ static __global__ void __launch_bounds__(MM_WW * 32)
 }
 #define MM_WARP_MAX_ROWS 4 /* up to this many rows take k_mm_warp */
 
+/* many rows of an f32 matrix (prefill: a MoE router's 2048 x 128): a warp
+ * computes an MR x MJ tile of outputs, lane l holding the partial sums of
+ * i = l, l + 32, ... of all of them (the tile kernel's order for each
+ * output), then warp_sum on each: the tile kernel's bits, with MR + MJ loads
+ * for MR MJ multiply-adds instead of two a multiply-add. HONE_CUDA_MMREG=1
+ * (cm_matmul_tile's reg); NOT YET RUN ON A GPU, so not the default. */
+#define MR_R 8      /* activation rows a warp */
+#define MR_J 8      /* outputs a warp */
+#define MR_WR 2     /* warps along the rows a block */
+#define MR_WJ 2     /* warps along the outputs a block */
+template <int T, bool PL>
+static __global__ void __launch_bounds__(MR_WR * MR_WJ * 32)
+    k_mm_reg(wsrc w, int64_t row0, int64_t K, int64_t N, const float *__restrict__ x, int n, float *__restrict__ y) {
+    HC_PDL_ENTER();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int r0 = (blockIdx.y * MR_WR + warp % MR_WR) * MR_R;
+    const int64_t j0 = ((int64_t)blockIdx.x * MR_WJ + warp / MR_WR) * MR_J;
+    if (r0 >= n || j0 >= N) return;
+    /* rows and outputs past the end read the last valid one (not stored) */
+    const float *xr[MR_R];
+    int64_t wj[MR_J];
+#pragma unroll
+    for (int r = 0; r < MR_R; r++) xr[r] = x + (int64_t)(r0 + r < n ? r0 + r : n - 1) * K;
+#pragma unroll
+    for (int j = 0; j < MR_J; j++) wj[j] = row0 + (j0 + j < N ? j0 + j : N - 1);
+    float acc[MR_R][MR_J];
+#pragma unroll
+    for (int r = 0; r < MR_R; r++)
+#pragma unroll
+        for (int j = 0; j < MR_J; j++) acc[r][j] = 0.0f;
+#pragma unroll 2
+    for (int64_t i = lane; i < K; i += 32) {
+        float xv[MR_R], wv[MR_J];
+#pragma unroll
+        for (int r = 0; r < MR_R; r++) xv[r] = xr[r][i];
+#pragma unroll
+        for (int j = 0; j < MR_J; j++) wv[j] = wget<T, PL>(w, wj[j], i);
+#pragma unroll
+        for (int r = 0; r < MR_R; r++)
+#pragma unroll
+            for (int j = 0; j < MR_J; j++) acc[r][j] = facc(wv[j], xv[r], acc[r][j]);
+    }
+#pragma unroll
+    for (int r = 0; r < MR_R; r++)
+#pragma unroll
+        for (int j = 0; j < MR_J; j++) {
+            const float v = warp_sum(acc[r][j]);
+            if (lane == 0 && r0 + r < n && j0 + j < N) y[(int64_t)(r0 + r) * N + j0 + j] = v;
+        }
+}
+
 template <int T, bool PL, typename A>
 static __global__ void __launch_bounds__(MM_WARPS * 32)
     k_mm_slots(wsrc w, int64_t K, int64_t N, int mats, const float *__restrict__ x, bool shared, int k,
@@ -302,10 +353,18 @@ cudaError_t cm_get_rows(cudaStream_t s, const cm_w *w, int n, const int32_t *ids
     return cudaGetLastError();
 }
 
-cudaError_t cm_matmul_tile(cudaStream_t s, const cm_w *w, int mat, const float *x, int n, float *y, bool dbl) {
+cudaError_t cm_matmul_tile(cudaStream_t s, const cm_w *w, int mat, const float *x, int n, float *y, bool dbl,
+                           bool reg) {
     kset k;
     if (!pick(w->type, w->planes, &k)) return cudaErrorNotSupported;
     if (n <= 0 || w->n <= 0) return cudaSuccess;
+    if (reg && !dbl && n > MM_WARP_MAX_ROWS && w->type == QT_F32 && !w->planes) {
+        const int64_t tj = (int64_t)MR_J * MR_WJ, tr = (int64_t)MR_R * MR_WR;
+        dim3 grid((unsigned)((w->n + tj - 1) / tj), (unsigned)((n + tr - 1) / tr));
+        hc_launch(k_mm_reg<QT_F32, false>, grid, MR_WR * MR_WJ * 32, 0, s, src_of(w), (int64_t)mat * w->n, w->k, w->n, x,
+                  n, y);
+        return cudaGetLastError();
+    }
     if (!dbl && n <= MM_WARP_MAX_ROWS) {
         dim3 grid((unsigned)((w->n + MM_WW - 1) / MM_WW), (unsigned)n);
         hc_launch(k.warp, grid, MM_WW * 32, 0, s, src_of(w), (int64_t)mat * w->n, w->k, w->n, x, n, y);

@@ -155,7 +155,7 @@ static void matmul1(cu_be *cb, const be_tensor *w, int mat, const be_tensor *x, 
         return;
     }
     const float *xin = act_rounded(cb, w, x, n, "matmul");
-    if (xin) cu_cuda(cb, cm_matmul_tile(cb->stream, &c, mat, xin, n, F(y), cb->ref), "matmul");
+    if (xin) cu_cuda(cb, cm_matmul_tile(cb->stream, &c, mat, xin, n, F(y), cb->ref, cb->mmreg), "matmul");
 }
 
 /* the gemv path's rows, each with a one-token decode step's bits */
