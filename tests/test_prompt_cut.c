@@ -10,7 +10,9 @@
  * row), + 33, + 9, 512 + rest, three chunks; then a chunk beside another
  * sequence's decode row in the same step. On the CPU backend, at a context
  * long enough that decode rows are split into segments, on a random q4_K_M
- * and an f16 model and (not under sanitizers) the trained agent model. */
+ * and an f16 model and (not under sanitizers) the trained agent model.
+ * HONE_TEST_DEVICE=cuda: the same on the CUDA backend (prompt rows take the
+ * prefill kernels and the flash-attention tiles however few they are). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,7 +64,9 @@ static void one(const char *name, int P) {
     test_data_path(path, sizeof path, rel);
     rig r = {0};
     hn_err e;
-    model_params mp = {.n_threads = 2, .max_batch = 1200, .max_logits = 4};
+    const char *dev = getenv("HONE_TEST_DEVICE");
+    if (dev && !strcmp(dev, "cuda")) setenv("HONE_CUDA_PROMPT", "1", 0); /* not yet the CUDA backend's default */
+    model_params mp = {.n_threads = 2, .max_batch = 1200, .max_logits = 4, .device = dev && *dev ? dev : NULL};
     if (model_load(path, &mp, &r.m, &e)) {
         CHECKF(0, "%s: %s", name, e.msg);
         return;
@@ -101,8 +105,8 @@ static void one(const char *name, int P) {
     CHECK(chunk(&r, 0, P - 40, 40, P, 1, 300, got) == HN_OK);
     const bool beside = !memcmp(ref, got, sizeof(float) * V);
     CHECKF(beside, "%s, %d tokens: the last chunk beside a decode row differs from one chunk", name, P);
-    printf("%s, %d tokens: %d of %d cuts give the one-chunk bits; beside a decode row: %s\n", name, P, n_same, n_cuts,
-           beside ? "the same" : "DIFFERENT");
+    printf("%s, %d tokens%s%s: %d of %d cuts give the one-chunk bits; beside a decode row: %s\n", name, P,
+           mp.device ? " on " : "", mp.device ? mp.device : "", n_same, n_cuts, beside ? "the same" : "DIFFERENT");
     hn_free(ref);
     hn_free(got);
     for (int i = 0; i < 2; i++) kv_seq_free(&r.s[i], r.kv);

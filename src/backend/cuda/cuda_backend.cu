@@ -497,8 +497,11 @@ static void graphs_free(cu_be *cb) {
 }
 
 /* Which rows are prefill rows: a token of a sequence with two or more
- * tokens in the step that is not rowwise (DESIGN.md: the CPU's prefill
- * tiles, the same rule). Their matmuls may take hc_mmf; every other row (a
+ * tokens in the step, or of a sequence the plan marks as prompt rows
+ * (step_plan.prompt: one alone included; cu_be.prompt_rows), that is not rowwise (DESIGN.md: the
+ * CPU's prefill tiles, the same rule). Their matmuls may take hc_mmf and their
+ * attention the flash tiles (fa_of: a prompt run of any length), so a prompt
+ * row's bits do not depend on where the prompt was cut; every other row (a
  * token alone in its sequence: decode; a verified draft row; padding) takes
  * the exact path, whose bits a one-token decode step has. */
 static int pf_kind(const uint8_t *f, int n) {
@@ -513,8 +516,8 @@ static void pf_of(cu_be *cb, const step_plan *p, int32_t rows) {
         if (p->seq[t] >= 0 && p->seq[t] < p->n_seqs) cb->pf_cnt[p->seq[t]]++;
     for (int32_t t = 0; t < rows; t++) {
         const int32_t s = t < p->n_tokens ? p->seq[t] : -1;
-        cb->pf_row[t] = cb->mmf && !cb->ref && s >= 0 && s < p->n_seqs && cb->pf_cnt[s] >= 2 &&
-                        !(p->rowwise && p->rowwise[s]);
+        cb->pf_row[t] = cb->mmf && !cb->ref && s >= 0 && s < p->n_seqs &&
+                        (cb->pf_cnt[s] >= 2 || (cb->prompt_rows && p->prompt && p->prompt[s])) && !(p->rowwise && p->rowwise[s]);
     }
     for (int32_t i = 0; i < p->n_out; i++) {
         const int32_t t = p->out_rows[i];
@@ -531,19 +534,26 @@ static void pf_of(cu_be *cb, const step_plan *p, int32_t rows) {
  * steps (recorded as graphs) and the reference mode have none. Into h_fa:
  * the tiles' pairs, then the rest rows. */
 #define FA_MIN_RUN 16
+static bool prompt_row(const cu_be *cb, const step_plan *p, int32_t t) {
+    return cb->prompt_rows && p->prompt && p->seq[t] >= 0 && p->seq[t] < p->n_seqs && p->prompt[p->seq[t]];
+}
+
 static void fa_of(cu_be *cb, const step_plan *p, int32_t rows) {
     cb->n_fa_tiles = cb->n_fa_rest = 0;
     const int32_t n = p->n_tokens;
-    if (!cb->fattn || cb->ref || rows <= GRAPH_MAX_ROWS || n < FA_MIN_RUN) return;
+    bool any_prompt = false;
+    for (int32_t t = 0; t < n && !any_prompt; t++) any_prompt = cb->pf_row[t] && prompt_row(cb, p, t);
+    if (!cb->fattn || cb->ref || (!any_prompt && (rows <= GRAPH_MAX_ROWS || n < FA_MIN_RUN))) return;
     const int tq = ck_fattn_tile_tokens();
     int32_t *tiles = cb->h_fa, n_tiles = 0;
-    /* tiles first (at most n / FA_MIN_RUN of them), the rest rows after: counted once, then placed */
-    int32_t *rest = cb->h_fa + 2 * (n / FA_MIN_RUN + 1), n_rest = 0;
+    /* tiles first (at most one a row: prompt rows make tiles of any length), the rest rows after:
+     * counted once, then placed */
+    int32_t *rest = cb->h_fa + 2 * (size_t)n, n_rest = 0;
     for (int32_t t = 0; t < n;) {
         int32_t e = t + 1;
         if (cb->pf_row[t])
             while (e < n && cb->pf_row[e] && p->seq[e] == p->seq[t] && p->pos[e] == p->pos[e - 1] + 1) e++;
-        if (cb->pf_row[t] && e - t >= FA_MIN_RUN) {
+        if (cb->pf_row[t] && (e - t >= FA_MIN_RUN || prompt_row(cb, p, t))) {
             for (int32_t a = t; a < e; a += tq) {
                 tiles[2 * n_tiles] = a;
                 tiles[2 * n_tiles + 1] = e - a < tq ? e - a : tq;
@@ -648,7 +658,9 @@ static void op_plan_set(be_backend *b, const step_plan *p) {
     cb->n_out = p->n_out;
     cb->bt_stride = p->bt_stride;
     cb->have_plan = true;
-    if (cb->graphs && !cb->ref && rows <= GRAPH_MAX_ROWS) {
+    /* a step with flash-attention tiles (prompt rows of a small piece) runs directly: a graph's key
+     * does not hold the tiles */
+    if (cb->graphs && !cb->ref && rows <= GRAPH_MAX_ROWS && cb->n_fa_tiles == 0) {
         cb->recording = true;
         cb->n_rec = 0;
         if (cu_rec *r = rec_push(cb, R_HEADER)) {
@@ -922,6 +934,10 @@ hn_status be_cuda_create(int device, be_backend **out, hn_err *err) {
      * it has not run on a GPU) */
     const char *cv = getenv("HONE_CUDA_COMBINE");
     cb->combine2 = cv && !strcmp(cv, "1");
+    /* the plan's prompt flag (prompt rows in the prefill form however few): HONE_CUDA_PROMPT=1, likewise
+     * not yet run on a GPU */
+    const char *pr = getenv("HONE_CUDA_PROMPT");
+    cb->prompt_rows = pr && !strcmp(pr, "1");
     const char *rv = getenv("HONE_CUDA_MMREG"); /* k_mm_reg for f32 prefill products: likewise not yet run */
     cb->mmreg = rv && !strcmp(rv, "1");
     const char *mv = getenv("HONE_CUDA_MMF");

@@ -81,6 +81,7 @@ typedef struct cu_be {
     bool att_split;
     bool combine2; /* the split attention's chunks combined by k_attn_combine2 (HONE_CUDA_COMBINE=1) */
     bool mmreg;    /* an f32 matrix's prefill rows on k_mm_reg (HONE_CUDA_MMREG=1) */
+    bool prompt_rows; /* the plan's prompt rows in the prefill form however few (HONE_CUDA_PROMPT=1) */
     /* decode steps' records fused where a kernel does several (rec_run; HONE_CUDA_FUSE=0: off) */
     bool fuse;
     /* prefill rows' matmuls on hc_mmf (HONE_CUDA_MMF=0: off); per plan row and
