@@ -450,6 +450,67 @@ static void test_slots(qt_type t, int64_t k, int64_t nr) {
     if (!st) st = hc_download(y, dy, sizeof(float) * (size_t)(10 * nr), &err);
     CHECKF(!st && compare_bits("slots, a fixed matrix", y, y + 5 * nr, 5, nr) == 0, "slots %s: a fixed matrix",
            qt_name(t));
+    /* hc_gemv_slots2: gate (ws) and up (wu: the matrices rotated by one) in one launch = two hc_gemv_slots calls,
+     * bit for bit; h their swiglu */
+    {
+        hc_weight wu;
+        memset(&wu, 0, sizeof wu);
+        float *dg = NULL, *du = NULL, *dh = NULL;
+        float *yg = malloc(sizeof(float) * (size_t)(NS * nr)), *yu = malloc(sizeof(float) * (size_t)(NS * nr));
+        float *yh = malloc(sizeof(float) * (size_t)(NS * nr)), *wg = malloc(sizeof(float) * (size_t)(NS * nr));
+        float *wu_ = malloc(sizeof(float) * (size_t)(NS * nr));
+        uint8_t *wq2 = malloc(rb * (size_t)(MATS * nr));
+        st = yg && yu && yh && wg && wu_ && wq2 ? HN_OK : HN_ERR_NOMEM;
+        if (!st) {
+            memcpy(wq2, wq + rb * (size_t)nr, rb * (size_t)((MATS - 1) * nr));
+            memcpy(wq2 + rb * (size_t)((MATS - 1) * nr), wq, rb * (size_t)nr);
+            st = hc_weight_upload(&wu, t, k, MATS * nr, wq2, &err);
+        }
+        if (!st) st = hc_malloc((void **)&dg, sizeof(float) * (size_t)(NS * nr), &err);
+        if (!st) st = hc_malloc((void **)&du, sizeof(float) * (size_t)(NS * nr), &err);
+        if (!st) st = hc_malloc((void **)&dh, sizeof(float) * (size_t)(NS * nr), &err);
+        for (int ks = 0; ks <= 2 && !st; ks += 2)
+            for (int sc = 0; sc < 2 && !st; sc++) {
+                hc_gemv_scratch *sp = sc ? &s : &s3;
+                st = hc_gemv_slots(&ws, nr, MATS, dx, NS, ks, dids, 0, dy, sp, 0, NULL, &err);
+                if (!st) st = hc_download(wg, dy, sizeof(float) * (size_t)(NS * nr), &err);
+                if (!st) st = hc_gemv_slots(&wu, nr, MATS, dx, NS, ks, dids, 0, dy, sp, 0, NULL, &err);
+                if (!st) st = hc_download(wu_, dy, sizeof(float) * (size_t)(NS * nr), &err);
+                if (!st) st = hc_gemv_slots2(&ws, &wu, nr, MATS, dx, NS, ks, dids, dg, du, sc ? dh : NULL, sp, 0, NULL, &err);
+                if (!st) st = hc_download(yg, dg, sizeof(float) * (size_t)(NS * nr), &err);
+                if (!st) st = hc_download(yu, du, sizeof(float) * (size_t)(NS * nr), &err);
+                if (!st && sc) st = hc_download(yh, dh, sizeof(float) * (size_t)(NS * nr), &err);
+                if (st) break;
+                char what[96];
+                snprintf(what, sizeof what, "slots2 %s %lldx%lld ks %d, gate", qt_name(t), (long long)nr, (long long)k, ks);
+                CHECK(compare_bits(what, yg, wg, NS, nr) == 0);
+                snprintf(what, sizeof what, "slots2 %s %lldx%lld ks %d, up", qt_name(t), (long long)nr, (long long)k, ks);
+                CHECK(compare_bits(what, yu, wu_, NS, nr) == 0);
+                if (sc) {
+                    double worst = 0;
+                    for (int64_t i = 0; i < NS * nr; i++) {
+                        const double g = wg[i], want_h = g / (1.0 + exp(-g)) * wu_[i];
+                        const double d = fabs(yh[i] - want_h) / (fabs(want_h) + 1e-6);
+                        if (!(d <= worst)) worst = d;
+                    }
+                    CHECKF(worst < 1e-5, "slots2 %s ks %d: swiglu off by %g (relative)", qt_name(t), ks, worst);
+                }
+            }
+        CHECKF(!st, "slots2 %s: %s", qt_name(t), st ? err.msg : "");
+        CHECK(hc_gemv_slots2(&ws, &wu, nr, MATS, dx, NS, 0, NULL, dg, du, NULL, &s, 0, NULL, &err) == HN_ERR_INVALID);
+        CHECK(hc_gemv_slots2(&ws, &ws, nr + 1, MATS, dx, NS, 0, dids, dg, du, NULL, &s, 0, NULL, &err) == HN_ERR_INVALID);
+        hc_weight_free(&wu);
+        hc_free(dg);
+        hc_free(du);
+        hc_free(dh);
+        free(yg);
+        free(yu);
+        free(yh);
+        free(wg);
+        free(wu_);
+        free(wq2);
+        st = HN_OK;
+    }
     /* bad arguments */
     CHECK(hc_gemv_slots(&ws, nr + 1, MATS, dx, NS, 0, dids, 0, dy, &s, 0, NULL, &err) == HN_ERR_INVALID);
     CHECK(hc_gemv_slots(&ws, nr, MATS, dx, NS, 0, NULL, MATS, dy, &s, 0, NULL, &err) == HN_ERR_INVALID);

@@ -1007,6 +1007,11 @@ int main(void) {
         test_fusion("llama-2k-q8_0.gguf", QT_F32, QT_F32, "HONE_CUDA_FUSE");
         test_fusion("qwen2-2k-q8_0.gguf", QT_F16, QT_F16, "HONE_CUDA_FUSE");
         test_fusion("qwen3moe-2k-q4_k_m.gguf", QT_F16, QT_F16, "HONE_CUDA_FUSE");
+        /* the MoE gate/up/swiglu in one launch (hc_gemv_slots2) against the three records unfused */
+        setenv("HONE_CUDA_SLOTS2", "1", 1);
+        test_fusion("qwen3moe-2k-q4_k_m.gguf", QT_F16, QT_F16, "HONE_CUDA_FUSE");
+        test_fusion("qwen35moe-tiny-q8_0.gguf", QT_F16, QT_F16, "HONE_CUDA_FUSE");
+        unsetenv("HONE_CUDA_SLOTS2");
         test_fusion("qwen35-tiny-q8_0.gguf", QT_F16, QT_F16, "HONE_CUDA_FUSE");
         test_fusion("qwen3-2k-q8_0.gguf", QT_F16, QT_F16, "HONE_CUDA_PDL");
         test_fusion("llama-2k-q4_k_m.gguf", QT_F16, QT_F16, "HONE_CUDA_PDL");

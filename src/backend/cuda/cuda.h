@@ -209,6 +209,15 @@ bool hc_gemv_slots_supports(qt_type t);
 hn_status hc_gemv_slots(const hc_weight *w, int64_t nr, int mats, const float *x, int slots, int ks,
                         const int32_t *ids, int mat, float *y, hc_gemv_scratch *s, int reuse_x, void *stream,
                         hn_err *err);
+/* hc_gemv_slots2: a MoE layer's gate and up products of the same x in one
+ * launch (wg and wu: expert stacks of one type and shape; ids on the device):
+ * yg and yu as two hc_gemv_slots calls would give them, bit for bit, and
+ * with h (else NULL) h = swiglu(yg, yu) as the backend's swiglu op computes
+ * it. NOT YET RUN ON A GPU: the backend calls it only with
+ * HONE_CUDA_SLOTS2=1. */
+hn_status hc_gemv_slots2(const hc_weight *wg, const hc_weight *wu, int64_t nr, int mats, const float *x, int slots,
+                         int ks, const int32_t *ids, float *yg, float *yu, float *h, hc_gemv_scratch *s, int reuse_x,
+                         void *stream, hn_err *err);
 
 /* ---- matrix-matrix products (prefill) ----
  *

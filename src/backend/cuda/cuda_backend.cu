@@ -944,6 +944,9 @@ hn_status be_cuda_create(int device, be_backend **out, hn_err *err) {
     cb->mmf = !(mv && !strcmp(mv, "0"));
     const char *sv = getenv("HONE_CUDA_SLOTS");
     cb->slots = !(sv && !strcmp(sv, "0"));
+    /* the fused gate/up/swiglu slots kernel: HONE_CUDA_SLOTS2=1 (not yet run on a GPU, so not the default) */
+    const char *s2 = getenv("HONE_CUDA_SLOTS2");
+    cb->slots2 = cb->slots && s2 && !strcmp(s2, "1");
     const char *tv = getenv("HONE_CUDA_FATTN");
     cb->fattn = !(tv && !strcmp(tv, "0"));
     const char *fv = getenv("HONE_CUDA_FUSE");

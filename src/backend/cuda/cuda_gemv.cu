@@ -125,15 +125,14 @@ static_assert(HC_GEMV_UNITS == 4 || HC_GEMV_UNITS == 8, "hc_gemv has kernels for
 /* a warp's RPW rows row0.. of the nr rows at row base of w (w.n counts
  * them all: an expert stack's base is e * nr), the result to y[r * nr + ..] */
 template <int T, int NA, int RPW, int UN>
-static __device__ __forceinline__ void mmv_rows(const wview &w, int64_t base, int64_t row0, int64_t nr, const xview &x,
-                                                float *__restrict__ y) {
+static __device__ __forceinline__ void mmv_acc(const wview &w, int64_t base, int64_t row0, int64_t nr, const xview &x,
+                                               float (&acc)[RPW][NA]) {
     typedef TT<T> U;
     const int lane = threadIdx.x & 31;
     const int units = (int)(w.k / 32);
     int64_t rows[RPW];
 #pragma unroll
     for (int rr = 0; rr < RPW; rr++) rows[rr] = base + (row0 + rr < nr ? row0 + rr : nr - 1);
-    float acc[RPW][NA];
 #pragma unroll
     for (int rr = 0; rr < RPW; rr++)
 #pragma unroll
@@ -164,6 +163,13 @@ static __device__ __forceinline__ void mmv_rows(const wview &w, int64_t base, in
             }
         }
     }
+}
+
+template <int T, int NA, int RPW, int UN>
+static __device__ __forceinline__ void mmv_rows(const wview &w, int64_t base, int64_t row0, int64_t nr, const xview &x,
+                                                float *__restrict__ y) {
+    float acc[RPW][NA];
+    mmv_acc<T, NA, RPW, UN>(w, base, row0, nr, x, acc);
     warp_store<NA, RPW>(acc, row0, nr, y);
 }
 
@@ -207,6 +213,55 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32, HC_GEMV_MINB)
     xv.d += (int64_t)xr * x.ldb;
     xv.s += (int64_t)xr * x.ldb;
     mmv_rows<T, 1, RPW, UN>(w, (int64_t)e * nr, row0, nr, xv, ys);
+}
+
+/* a MoE layer's gate and up expert products of the same x in one launch
+ * (hc_gemv_slots2): block (bx, s) computes rows row0.. of slot s's gate
+ * matrix and then the same rows of its up matrix (the same unit loop and
+ * warp sums as mmv_e, so each output has a one-row gemv's bits), and with
+ * h the swiglu of the two, k_swiglu's arithmetic (silu(g) u as
+ * (g / (1 + expf(-g))) u), from the lane that holds both sums. e out of
+ * [0, mats): zeros (and h 0, as k_swiglu gives for 0 and 0). */
+template <int T, int RPW, int UN>
+static __global__ void __launch_bounds__(MAX_WARPS * 32, HC_GEMV_MINB)
+    mmv_e2(wview wg, wview wu, int64_t nr, int mats, xview x, const int32_t *__restrict__ ids, int s0, int ks,
+           float *__restrict__ yg, float *__restrict__ yu, float *__restrict__ h) {
+    HC_PDL_ENTER();
+    const int s = s0 + (int)blockIdx.y;
+    const int64_t row0 = ((int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * RPW;
+    if (row0 >= nr) return;
+    const int e = __ldg(ids + s), lane = threadIdx.x & 31;
+    const int64_t o = (int64_t)s * nr + row0;
+    if (e < 0 || e >= mats) {
+        if (lane < RPW && row0 + lane < nr) {
+            yg[o + lane] = 0.0f;
+            yu[o + lane] = 0.0f;
+            if (h) h[o + lane] = 0.0f;
+        }
+        return;
+    }
+    const int xr = (ks ? s / ks : s) - (ks ? s0 / ks : s0);
+    xview xv = x;
+    xv.q += (int64_t)xr * x.ld;
+    xv.d += (int64_t)xr * x.ldb;
+    xv.s += (int64_t)xr * x.ldb;
+    float ag[RPW][1], au[RPW][1];
+    mmv_acc<T, 1, RPW, UN>(wg, (int64_t)e * nr, row0, nr, xv, ag);
+    mmv_acc<T, 1, RPW, UN>(wu, (int64_t)e * nr, row0, nr, xv, au);
+#pragma unroll
+    for (int rr = 0; rr < RPW; rr++) {
+        float g = ag[rr][0], u = au[rr][0];
+#pragma unroll
+        for (int of = 16; of > 0; of >>= 1) {
+            g = __fadd_rn(g, __shfl_xor_sync(0xffffffffu, g, of));
+            u = __fadd_rn(u, __shfl_xor_sync(0xffffffffu, u, of));
+        }
+        if (lane == rr && row0 + rr < nr) {
+            yg[o + rr] = g;
+            yu[o + rr] = u;
+            if (h) h[o + rr] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+        }
+    }
 }
 
 /* ---- the matrix-matrix kernel (prefill): mmq ----
@@ -836,6 +891,11 @@ template <int T>
 static ekern pick_e(int rpw) {
     return rpw == 1 ? mmv_e<T, 1, 4> : rpw == 2 ? mmv_e<T, 2, 2> : mmv_e<T, 4, 1>;
 }
+typedef void (*ekern2)(wview, wview, int64_t, int, xview, const int32_t *, int, int, float *, float *, float *);
+template <int T>
+static ekern2 pick_e2(int rpw) {
+    return rpw == 1 ? mmv_e2<T, 1, 4> : rpw == 2 ? mmv_e2<T, 2, 2> : mmv_e2<T, 4, 1>;
+}
 static ekern ekernel(qt_type t, int rpw) {
     switch (t) {
     case QT_Q4_0: return pick_e<QT_Q4_0>(rpw);
@@ -845,6 +905,19 @@ static ekern ekernel(qt_type t, int rpw) {
     case QT_Q6_K: return pick_e<QT_Q6_K>(rpw);
     case QT_IQ4_XS: return pick_e<QT_IQ4_XS>(rpw);
     case QT_MXFP4: return pick_e<QT_MXFP4>(rpw);
+    default: return NULL;
+    }
+}
+
+static ekern2 ekernel2(qt_type t, int rpw) {
+    switch (t) {
+    case QT_Q4_0: return pick_e2<QT_Q4_0>(rpw);
+    case QT_Q8_0: return pick_e2<QT_Q8_0>(rpw);
+    case QT_Q4_K: return pick_e2<QT_Q4_K>(rpw);
+    case QT_Q5_K: return pick_e2<QT_Q5_K>(rpw);
+    case QT_Q6_K: return pick_e2<QT_Q6_K>(rpw);
+    case QT_IQ4_XS: return pick_e2<QT_IQ4_XS>(rpw);
+    case QT_MXFP4: return pick_e2<QT_MXFP4>(rpw);
     default: return NULL;
     }
 }
@@ -1161,6 +1234,46 @@ hn_status hc_gemv_slots(const hc_weight *w, int64_t nr, int mats, const float *x
         if (st) return st;
         hc_launch(kf, dim3(grid, (unsigned)(s1 - s0)), block, 0, cs, wview_of(w), nr, mats, xv, ids, mat, s0, ks, y);
         HC_LAUNCHED(err, "gemv slots kernel");
+    }
+    return HN_OK;
+}
+
+hn_status hc_gemv_slots2(const hc_weight *wg, const hc_weight *wu, int64_t nr, int mats, const float *x, int slots,
+                         int ks, const int32_t *ids, float *yg, float *yu, float *h, hc_gemv_scratch *s, int reuse_x,
+                         void *stream, hn_err *err) {
+    if (!wg || !wg->mem || !wu || !wu->mem || !x || !yg || !yu || !ids)
+        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv slots2: missing weight, input, output or ids");
+    if (!hc_gemv_slots_supports(wg->type) || wu->type != wg->type || wu->k != wg->k || wu->n != wg->n)
+        return hn_errf(err, HN_ERR_UNSUPPORTED, "cuda: gemv slots2: types %d and %d, %lld x %lld and %lld x %lld",
+                       (int)wg->type, (int)wu->type, (long long)wg->n, (long long)wg->k, (long long)wu->n,
+                       (long long)wu->k);
+    if (nr < 1 || mats < 1 || nr * mats != wg->n || slots < 0 || ks < 0)
+        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv slots2: %d matrices of %lld rows in %lld", mats, (long long)nr,
+                       (long long)wg->n);
+    hn_status st = scratch_check(wg, s, err);
+    if (st) return st;
+    if (slots == 0) return HN_OK;
+    cudaStream_t cs = (cudaStream_t)stream;
+    hc_gemv_params r = hc_gemv_resolve(wg, 1, NULL);
+    r.rows_per_warp = default_rpw(wg->type, 1, nr);
+    const unsigned grid = grid_of(nr, &r), block = (unsigned)(32 * r.warps);
+    const ekern2 kf = ekernel2(wg->type, r.rows_per_warp);
+    const int per = ks ? ks : 1;
+    int rows_max = s->max_rows < 65535 / per ? s->max_rows : 65535 / per;
+    if (rows_max < 1) rows_max = 1;
+    const int nx = ks ? (slots + ks - 1) / ks : slots;
+    if (reuse_x && nx > rows_max)
+        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv slots2: %d activation rows to reuse over the scratch's %d", nx,
+                       rows_max);
+    for (int r0 = 0; r0 < nx; r0 += rows_max) {
+        const int nrow = nx - r0 < rows_max ? nx - r0 : rows_max;
+        const int s0 = r0 * per, s1 = (r0 + nrow) * per < slots ? (r0 + nrow) * per : slots;
+        xview xv;
+        st = quant_rows(wg, x + (int64_t)r0 * wg->k, nrow, s, reuse_x != 0, cs, &xv, err);
+        if (st) return st;
+        hc_launch(kf, dim3(grid, (unsigned)(s1 - s0)), block, 0, cs, wview_of(wg), wview_of(wu), nr, mats, xv, ids, s0,
+                  ks, yg, yu, h);
+        HC_LAUNCHED(err, "gemv slots2 kernel");
     }
     return HN_OK;
 }

@@ -89,6 +89,7 @@ typedef struct cu_be {
      * whether none (0), all (1) or some (2) are */
     bool mmf;
     bool slots; /* expert stacks' products on hc_gemv_slots (HONE_CUDA_SLOTS=0: the f32 tile kernels) */
+    bool slots2; /* a MoE's gate and up (and their swiglu) in one hc_gemv_slots2 launch (HONE_CUDA_SLOTS2=1) */
     bool pdl; /* programmatic dependent launch (hc_launch), HONE_CUDA_PDL */
     uint8_t *pf_row, *pf_out;
     int32_t *pf_cnt;
