@@ -147,20 +147,55 @@ static hn_status run_seq(rig *r, int si, const int32_t *tok, int n, int p0, floa
 
 /* ---- golden tests ---- */
 
-/* Known open deviations (issue 13, not resolved): the quantized files of the
- * dense hybrid qwen35-tiny: q4_k_m on prompts 2 and 3 (KL 0.0026 and 0.0021
- * against 0.002; their micro-batched copies too) and q8_0 on prompt 2 (its
- * first greedy token, a top-2 margin of 0.14). The f32 file matches llama.cpp to KL ~5e-12 on every prompt and
- * micro-batching, and qwen35moe passes, so the formulas hold; against the
- * float64 reference (np_ref.py) ours and llama.cpp's are about equally far
- * off, so what is left is 8-bit activation rounding, amplified by random
- * weights, that is not matched to llama.cpp's yet. These cases are held to
- * twice the KL tolerance, and a greedy token that differs must be the
- * reference's runner-up in our logits (a near-tie flipped), so that they
- * still fail if they get worse. */
-static bool known_deviation(const char *dir_name, int pi) {
-    return (!strncmp(dir_name, "qwen35-tiny-q4_k_m", 18) && (pi == 2 || pi == 3)) ||
-           (!strncmp(dir_name, "qwen35-tiny-q8_0", 16) && pi == 2);
+/* Known deviations (issue 13): where the quantized hybrids' logits depend on
+ * rounding order, in llama.cpp as in hone. They are llama.cpp's rounding, not
+ * a different computation: hone and llama.cpp 34af94cd (build 10470, which
+ * made ../shared/data/ref) were compared tensor by tensor on every hybrid
+ * q8_0 / q4_k_m prompt (llama.cpp's graph callback beside a dump of hone's
+ * ops): every op agrees to 1e-7..2e-6 relative until one activation
+ * quantization rounds the other way, a value within an ulp or two of a
+ * rounding edge (q8_0 p2, layer 0 ffn_down, token 11: a block's amax/127 is
+ * 0.050582886 in llama.cpp, 0.05058287 in hone, either side of an f16 tie;
+ * q4_k_m p3, layer 0 ffn_gate, token 65: x*scale 7.50000715 against
+ * 7.49999809). The 4 layers and the recurrent state then carry it to every
+ * later token, up to KL ~3e-3 at the last. llama.cpp moves as much with its
+ * own arithmetic: the refs are its AVX2 build (rebuilt with AVX2 only it
+ * matches them bit for bit); the same commit built for this AVX-512 machine
+ * lands at KL 2.57e-3 (q4_k_m p2), 1.93e-3 (q8_0 p3) and 1.43e-3 (moe q4_k_m
+ * p3) from them, and its micro-batched refs of q4_k_m p3 at 2.77e-3 (ubatch 1)
+ * and 2.25e-3 (ubatch 7) from its one-batch one. The float64 forward
+ * (np_ref.py) cannot arbitrate: it does not round activations and is KL
+ * 6e-3..5e-2 from both; on f32 weights all three agree to KL ~5e-12.
+ * So only the cases that some valid arithmetic order was measured to push past
+ * the tolerance are held to twice it (KL_2X), and one whose first greedy token
+ * is a near-tie (margin 0.14 in the reference) may take the reference's
+ * runner-up instead (RUNNER_UP); the rest keep the nominal tolerance. hone on
+ * this CPU (HONE_TEST_GOLDEN=<dirs> HONE_TEST_VERBOSE=1 build/tests/test_model,
+ * then again with HONE_NO_PACK=1 and/or HONE_NO_GEMM=1, kernels a tuner may
+ * pick elsewhere): q4_k_m p2 2.57e-3 (3e-13 with both), p3 2.14e-3..3.78e-3,
+ * ubatch1 1.03e-3..2.89e-3, ubatch7 0.98e-3..1.91e-3 (nominal); moe q4_k_m
+ * ubatch7 1.0e-3..1.69e-3 here but 2.05e-3 on a 16-core AVX-512 Xeon and on
+ * CUDA; q8_0 p2 9.8e-4 in every variant, with its first token flipped. */
+enum { KL_2X = 1, RUNNER_UP = 2 };
+static const struct {
+    const char *dir; /* exact ref directory name */
+    int prompt;
+    int what;
+} known_devs[] = {
+    {"qwen35-tiny-q4_k_m", 2, KL_2X | RUNNER_UP},
+    {"qwen35-tiny-q4_k_m", 3, KL_2X | RUNNER_UP},
+    {"qwen35-tiny-q4_k_m-ubatch1", 3, KL_2X | RUNNER_UP},
+    {"qwen35-tiny-q4_k_m-ubatch32", 3, KL_2X | RUNNER_UP},
+    {"qwen35-tiny-q4_k_m-ubatch64", 3, KL_2X | RUNNER_UP},
+    {"qwen35-tiny-q8_0", 2, RUNNER_UP},
+    {"qwen35moe-tiny-q4_k_m-ubatch7", 3, KL_2X | RUNNER_UP},
+};
+
+/* what of known_devs holds for prompt pi of dir_name (0: none) */
+static int known_deviation(const char *dir_name, int pi) {
+    for (size_t i = 0; i < sizeof known_devs / sizeof known_devs[0]; i++)
+        if (!strcmp(known_devs[i].dir, dir_name) && known_devs[i].prompt == pi) return known_devs[i].what;
+    return 0;
 }
 
 /* the index of the second largest of n values */
@@ -219,8 +254,8 @@ static void golden_model(const char *dir_name, int max_steps) {
             st = run_seq(&r, 0, tok, n, 0, lg, &e);
         CHECKF(st == HN_OK, "%s p%d: forward: %s", dir_name, pi, e.msg);
         double kl = kl_div(ref, lg, r.n_vocab);
-        const bool known = known_deviation(dir_name, pi);
-        if (known) {
+        const int known = known_deviation(dir_name, pi);
+        if (known & KL_2X) {
             printf("%s p%d: a known deviation (issue 13): KL %.3g (tolerance %.3g), held to %.3g\n", dir_name, pi, kl,
                    tol, 2 * tol);
             tol *= 2;
@@ -231,7 +266,7 @@ static void golden_model(const char *dir_name, int max_steps) {
         int32_t cur = argmax(lg, r.n_vocab);
         for (int s = 0; s < steps; s++) {
             int32_t want = (int32_t)json_integer_value(json_array_get(gt, s));
-            if (cur != want && known) {
+            if (cur != want && (known & RUNNER_UP)) {
                 CHECKF(second(lg, r.n_vocab) == want, "%s p%d: greedy step %d: got %d, llama.cpp %d, not even our runner-up",
                        dir_name, pi, s, cur, want);
                 printf("%s p%d: greedy step %d differs (a near-tie flipped; known deviation)\n", dir_name, pi, s);
