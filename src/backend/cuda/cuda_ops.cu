@@ -888,7 +888,9 @@ static int rec_fuse(cu_be *cb, const cu_rec *r, int left) {
         if (b2.x == a.x && b2.i0 == a.i0 && b2.i1 == a.i1 && b2.i2 == a.i2 && b2.w2 == a.w2 && b2.x != a.y &&
             slots_path(cb, a.w) && slots_path(cb, b2.w) && a.w->ne[0] == b2.w->ne[0] &&
             hc_gemv_act(a.w->type) == hc_gemv_act(b2.w->type) && rows >= 1 && rows <= cb->gs.max_rows &&
-            (a.i0 ? a.i2 : 1) * rows <= 65535) {
+            (a.i0 ? a.i2 : 1) * rows <= 65535 &&
+            /* both on the gemv (the scratch then holds all of x) or both with prefill runs (reuse unused there) */
+            !moe_prefill(cb, a.w, a.i1, a.i2) == !moe_prefill(cb, b2.w, a.i1, a.i2)) {
             moe_slots(cb, a.w, a.x, a.i0 != 0, a.i1, a.i2, a.w2, (be_tensor *)a.y, 0);
             moe_slots(cb, b2.w, b2.x, b2.i0 != 0, b2.i1, b2.i2, b2.w2, (be_tensor *)b2.y, 1);
             cb->fused++;
