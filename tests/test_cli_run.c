@@ -298,6 +298,21 @@ int main(void) {
         CHECKF(run(cmd, out, sizeof out) == 0 && strstr(out, "--cpu-moe N") && strstr(out, "on the CPU"),
                "hone %s --help does not document --cpu-moe", with_moe[i]);
     }
+    for (int i = 0; i < 4; i++) {
+        snprintf(cmd, sizeof cmd, "'%s' %s --help", bin, with_moe[i]);
+        CHECKF(run(cmd, out, sizeof out) == 0 && strstr(out, "--vram SIZE") && strstr(out, "auto"),
+               "hone %s --help does not document --vram and --cpu-moe auto", with_moe[i]);
+    }
+    snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -p hi --vram 1k 2>&1", bin, moe);
+    CHECKF(run(cmd, out, sizeof out) == 2 && strstr(out, "bad --vram '1k'"), "%s", out);
+    snprintf(cmd, sizeof cmd, "'%s' bench -m '%s' -p 4 -n 0 -r 1 --vram lots 2>&1", bin, moe);
+    CHECKF(run(cmd, out, sizeof out) == 2 && strstr(out, "bad --vram 'lots'"), "%s", out);
+    /* auto on host memory (and on a dense model): nothing apart, the run goes on */
+    snprintf(cmd, sizeof cmd, "HONE_NO_TUNE=1 '%s' run -m '%s' --tokens '1 2 3' -n 2 --temp 0 --cpu-moe auto --vram 64G 2>&1",
+             bin, moe);
+    CHECKF(run(cmd, out, sizeof out) == 0, "--cpu-moe auto: %s", out);
+    snprintf(cmd, sizeof cmd, "HONE_NO_TUNE=1 '%s' run -m '%s' --tokens '1 2 3' -n 2 --temp 0 --cpu-moe auto 2>&1", bin, q3);
+    CHECKF(run(cmd, out, sizeof out) == 0, "--cpu-moe auto on a dense model: %s", out);
     snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -p hi --cpu-moe many 2>&1", bin, moe);
     CHECK(run(cmd, out, sizeof out) == 2 && strstr(out, "bad --cpu-moe 'many'"));
     snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -p hi --cpu-moe -2 2>&1", bin, moe);

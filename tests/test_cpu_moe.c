@@ -411,6 +411,92 @@ static void test_fit(const char *file) {
     CHECKF(st == HN_OK, "%s: expert backend large enough: %s", file, e.msg);
 }
 
+/* ---- cpu_moe auto: the fewest last layers apart that make the rest fit ---- */
+
+static size_t layer_experts(const gguf_ctx *g, int il) {
+    static const char *const stacks[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    size_t b = 0;
+    char nm[96];
+    for (int j = 0; j < 3; j++) {
+        snprintf(nm, sizeof nm, "blk.%d.%s.weight", il, stacks[j]);
+        const gguf_tensor *t = gguf_find_tensor(g, nm);
+        if (t) b += t->nbytes;
+    }
+    return b;
+}
+
+/* loads with cpu_moe auto, the main backend reporting main_free bytes (0: none) and a budget (0: none);
+ * *layers: what it chose (-1 when the load failed) */
+static hn_status auto_load(const char *path, size_t main_free, size_t budget, int *layers, size_t *scratch,
+                           hn_err *e) {
+    taps_open();
+    taps[0].fake_free = main_free;
+    model *m = NULL;
+    model_params p = {.max_batch = 16, .backend = taps[0].b, .cpu_moe = MODEL_CPU_MOE_AUTO, .mem_budget = budget};
+    hn_status st = model_load(path, &p, &m, e);
+    *layers = st ? -1 : model_moe_remote_layers(m);
+    if (scratch) *scratch = st ? 0 : taps[0].b->ops->scratch_bytes(taps[0].b);
+    if (!st && *layers > 0)
+        CHECKF(model_moe_backend(m) != NULL, "%s: auto chose %d layers but has no expert backend", path, *layers);
+    fit_loaded = taps[0].bytes;
+    if (st) taps_close();
+    else unload(&m);
+    return st;
+}
+
+static void test_auto(const char *file) {
+    char path[512], rel[256];
+    snprintf(rel, sizeof rel, "data/models/%s", file);
+    test_data_path(path, sizeof path, rel);
+    hn_err e;
+    model *m = NULL;
+    if (load(path, 0, XBE_NONE, 16, &m, &e)) {
+        CHECKF(0, "%s: %s", file, e.msg);
+        return;
+    }
+    const size_t W = file_weight_bytes(m), base = taps[0].bytes; /* base: what the main backend loads of it */
+    const int L = model_hp(m)->n_layer;
+    const size_t last = layer_experts(model_gguf(m), L - 1), prev = layer_experts(model_gguf(m), L - 2);
+    unload(&m);
+    const size_t margin = (size_t)256 << 20; /* model.c's FIT_MARGIN */
+    int n;
+    size_t scratch = 0;
+    /* no memory figure (host memory): nothing apart */
+    hn_status st = auto_load(path, 0, 0, &n, &scratch, &e);
+    CHECKF(st == HN_OK && n == 0, "%s: auto without a memory figure: %d layers (%s)", file, n, st ? e.msg : "");
+    /* everything fits: nothing apart */
+    st = auto_load(path, W + margin, 0, &n, NULL, &e);
+    CHECKF(st == HN_OK && n == 0 && fit_loaded == base,
+           "%s: auto, all fits: %d layers, %zu of %zu bytes on the main backend", file, n, fit_loaded, base);
+    /* half the last layer's experts short: that layer apart */
+    st = auto_load(path, W + margin - last / 2, 0, &n, NULL, &e);
+    CHECKF(st == HN_OK && n == 1 && fit_loaded == base - last,
+           "%s: auto, short by half a layer: %d layers (%s), %zu bytes", file, n, st ? e.msg : "", fit_loaded);
+    /* short by the last layer's and half the one before: two layers */
+    st = auto_load(path, W + margin - last - prev / 2, 0, &n, NULL, &e);
+    CHECKF(st == HN_OK && n == 2 && fit_loaded == base - last - prev, "%s: auto, short by 1.5 layers: %d layers (%s)",
+           file, n, st ? e.msg : "");
+    /* too little even with every expert apart: refused, saying so */
+    st = auto_load(path, margin / 2, 0, &n, NULL, &e);
+    char want[64];
+    snprintf(want, sizeof want, "routed experts of %d layers", L);
+    CHECKF(st == HN_ERR_NOMEM && strstr(e.msg, want), "%s: auto, far too little: %d %s", file, (int)st, e.msg);
+    /* a budget (--vram) below what the device reports free: the budget, less the scratch, decides */
+    st = auto_load(path, (size_t)64 << 30, W + margin - last / 2 + scratch, &n, NULL, &e);
+    CHECKF(st == HN_OK && n == 1, "%s: auto under a budget: %d layers (%s)", file, n, st ? e.msg : "");
+    st = auto_load(path, (size_t)64 << 30, W + margin + scratch + (scratch / 8 + 4096), &n, NULL, &e);
+    CHECKF(st == HN_OK && n == 0, "%s: auto under a large budget: %d layers (%s)", file, n, st ? e.msg : "");
+    /* an explicit count under a budget it does not fit: refused by the fit check */
+    taps_open();
+    taps[0].fake_free = (size_t)64 << 30;
+    model_params p = {.max_batch = 16, .backend = taps[0].b, .mem_budget = W / 2};
+    st = model_load(path, &p, &m, &e);
+    CHECKF(st == HN_ERR_NOMEM && strstr(e.msg, "does not fit"), "%s: all at home under a small budget: %d %s", file,
+           (int)st, st ? e.msg : "");
+    if (st) taps_close();
+    else unload(&m);
+}
+
 /* ---- the refusals ---- */
 
 static void refused(const char *file, int n, int xbe, const char *needle) {
@@ -610,7 +696,9 @@ int main(void) {
     }
     test_fit("qwen3moe-2k-q8_0.gguf");
     test_fit("qwen35moe-tiny-q8_0.gguf");
-    refused("qwen3moe-2k-q8_0.gguf", -2, XBE_SECOND, "counted 0..2");
+    test_auto("qwen3moe-2k-q8_0.gguf");
+    test_auto("qwen35moe-tiny-q8_0.gguf");
+    refused("qwen3moe-2k-q8_0.gguf", -3, XBE_SECOND, "counted 0..2");
     refused("qwen3moe-2k-q8_0.gguf", 3, XBE_SECOND, "counted 0..2");
     refused("qwen35moe-tiny-q8_0.gguf", 5, XBE_NONE, "counted 0..4");
     refused("qwen3-2k-q8_0.gguf", 1, XBE_SECOND, "not a MoE model");

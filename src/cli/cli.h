@@ -42,20 +42,52 @@ static inline bool cli_spec_parse(const char *cmd, const char *v, int *out) {
     return r == 0;
 }
 
-#define CLI_CPU_MOE_HELP "keep the routed experts of the last N layers (all: every layer) on the CPU, the rest of the model on the --device (for a MoE model whose experts do not fit its memory; default 0)"
+#define CLI_CPU_MOE_HELP "keep the routed experts of the last N layers (all: every layer; auto: as many as the device's memory, or --vram, needs) on the CPU, the rest of the model on the --device (for a MoE model whose experts do not fit its memory; default 0)"
+#define CLI_VRAM_HELP "use at most SIZE (e.g. 8G) of the GPU's memory: the model must fit in it (with --cpu-moe auto, experts go to the CPU until it does) and the KV cache gets what is left"
 
-/* Parses the value of --cpu-moe (a layer count, or "all" / -1) for command
+/* Parses the value of --cpu-moe (a layer count, "all" / -1, or "auto") for command
  * cmd into *out (model_params.cpu_moe); prints why and returns false
  * otherwise (a count past the model's layers is the model's to refuse). */
 static inline bool cli_cpu_moe_parse(const char *cmd, const char *v, int *out) {
     char *end;
     errno = 0;
+    if (!strcmp(v, "auto")) {
+        *out = -2; /* MODEL_CPU_MOE_AUTO */
+        return true;
+    }
     long n = strcmp(v, "all") ? strtol(v, &end, 10) : -1;
     if (strcmp(v, "all") && (end == v || *end || errno || n < -1 || n > 1 << 20)) {
-        fprintf(stderr, "hone %s: bad --cpu-moe '%s' (a number of layers, or all)\n", cmd, v);
+        fprintf(stderr, "hone %s: bad --cpu-moe '%s' (a number of layers, all or auto)\n", cmd, v);
         return false;
     }
     *out = (int)n;
+    return true;
+}
+
+/* Parses the value of --vram (a size: 8G, 512M, 24000000000; K/M/G/T in
+ * binary units, an optional B or iB) for command cmd into *out
+ * (model_params.mem_budget); prints why and returns false otherwise (0 is
+ * refused: no budget is the default). */
+static inline bool cli_vram_parse(const char *cmd, const char *v, size_t *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    double mul = 1;
+    if (!errno && end != v) {
+        switch (*end) {
+        case 'k': case 'K': mul = 1024.0; end++; break;
+        case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+        case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+        case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+        }
+        if (*end == 'i') end++;
+        if (*end == 'b' || *end == 'B') end++;
+    }
+    if (errno || end == v || *end || !(x > 0) || x * mul < 1048576.0 || x * mul > 1e18) {
+        fprintf(stderr, "hone %s: bad --vram '%s' (a size of 1M or more, e.g. 8G)\n", cmd, v);
+        return false;
+    }
+    *out = (size_t)(x * mul);
     return true;
 }
 

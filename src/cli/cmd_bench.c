@@ -146,6 +146,7 @@ static void agents_usage(FILE *f) {
             "  -t, --threads N     compute threads (default: all cores)\n"
             "  --device NAME       backend: auto (default: the best available), cpu, cuda\n"
             "  --cpu-moe N         " CLI_CPU_MOE_HELP "\n"
+            "  --vram SIZE         " CLI_VRAM_HELP "\n"
             "  --devices LIST      " CLI_DEVICES_HELP "\n"
             "  --block-size N      KV positions per block (default: the engine's)\n"
             "  --kv-type T         f16 (default), f32, q8_0, k8v4\n"
@@ -161,6 +162,7 @@ static int bench_agents(int argc, char **argv) {
     const char *model = NULL, *device = NULL;
     long S = 4, P = 1024, T = 3, U = 48, G = 16, threads = 0, bsz = 0, step = 0, ctx = 0, seed = 1;
     int kv_type = ENG_KV_F16, spec = ENG_SPEC_AUTO, cpu_moe = 0, n_ranks = 0;
+    size_t vram = 0;
     const char *devices = NULL;
     const char *draft = NULL;
     size_t kv_bytes = 0;
@@ -199,6 +201,9 @@ static int bench_agents(int argc, char **argv) {
             else if (!strcmp(a, "--cpu-moe")) {
                 if (!cli_cpu_moe_parse("bench agents", v, &cpu_moe)) return 2;
             }
+            else if (!strcmp(a, "--vram")) {
+                if (!cli_vram_parse("bench agents", v, &vram)) return 2;
+            }
             else if (!strcmp(a, "--kv-bytes")) ok = parse_bytes(v, &kv_bytes);
             else ok = false;
         }
@@ -233,6 +238,7 @@ static int bench_agents(int argc, char **argv) {
     ep.spec = spec;
     ep.draft_path = draft;
     ep.cpu_moe = cpu_moe;
+    ep.mem_budget = vram;
     ep.n_ranks = n_ranks;
     ep.prefix_cache = prefix;
     ep.cache_idle_ms = -1; /* this benchmark drops the cache itself, at the end */

@@ -55,6 +55,7 @@ static void usage(FILE *f) {
             "  --no-tune               built-in kernel parameters: neither tune nor use the tuning cache\n"
             "  --device NAME           backend: auto (default: the best available), cpu, cuda\n"
             "  --cpu-moe N             " CLI_CPU_MOE_HELP "\n"
+            "  --vram SIZE             " CLI_VRAM_HELP "\n"
             "  --devices LIST          " CLI_DEVICES_HELP "\n"
             "  --kv-type T             KV cache elements: f16 (default), f32, q8_0, k8v4\n"
             "  --spec MODE             speculative decoding: " CLI_SPEC_HELP "\n"
@@ -190,6 +191,7 @@ static void on_sigint(int sig) {
 int cmd_run(int argc, char **argv) {
     const char *path = NULL, *prompt = NULL, *tokens = NULL, *device = NULL;
     int kv_type = ENG_KV_F16, spec = ENG_SPEC_AUTO, cpu_moe = 0, n_ranks = 0;
+    size_t vram = 0;
     const char *devices = NULL;
     const char *draft = NULL;
     long n_gen = 64;
@@ -235,6 +237,8 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--draft")) draft = v;
         else if (!strcmp(a, "--cpu-moe")) {
             if (!cli_cpu_moe_parse("run", v, &cpu_moe)) return 2;
+        } else if (!strcmp(a, "--vram")) {
+            if (!cli_vram_parse("run", v, &vram)) return 2;
         }
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "--tokens")) tokens = v;
@@ -293,6 +297,7 @@ int cmd_run(int argc, char **argv) {
     ep.spec = spec;
     ep.draft_path = draft;
     ep.cpu_moe = cpu_moe;
+    ep.mem_budget = vram;
     ep.n_ranks = n_ranks;
     ep.n_threads = n_threads;
     ep.max_running = 1;

@@ -63,6 +63,7 @@ static void usage(FILE *f) {
             "  -t, --threads N      compute threads (default: all cores)\n"
             "  --device NAME        backend: auto (default: the best available), cpu, cuda\n"
             "  --cpu-moe N          " CLI_CPU_MOE_HELP "\n"
+            "  --vram SIZE          " CLI_VRAM_HELP "\n"
             "  --devices LIST       " CLI_DEVICES_HELP "\n"
             "  --kv-bytes SIZE      cap on KV cache memory, e.g. 4G or 512M\n"
             "  --kv-type T          KV cache elements: f16 (default), f32, q8_0, k8v4 (8-bit K, 4-bit V)\n"
@@ -140,6 +141,7 @@ int cmd_serve(int argc, char **argv) {
     size_t kv_bytes = 0;
     bool test_engine = false, prefix_cache = true, no_tune = false;
     int kv_type = ENG_KV_F16, spec = ENG_SPEC_AUTO, cpu_moe = 0, n_ranks = 0;
+    size_t vram = 0;
     const char *devices = NULL;
     const char *draft = NULL;
     long block_size = 0, cache_idle = -1;
@@ -192,6 +194,9 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--draft")) draft = v;
         else if (!strcmp(a, "--cpu-moe")) {
             if (!cli_cpu_moe_parse("serve", v, &cpu_moe)) return 2;
+        }
+        else if (!strcmp(a, "--vram")) {
+            if (!cli_vram_parse("serve", v, &vram)) return 2;
         }
         else if (!strcmp(a, "--block-size") && parse_int(v, 1, 4096, &block_size)) {}
         else if (!strcmp(a, "--cache-idle") && parse_int(v, 0, 86400 * 30, &cache_idle)) {}
@@ -273,6 +278,7 @@ int cmd_serve(int argc, char **argv) {
         ep.spec = spec;
         ep.draft_path = draft;
         ep.cpu_moe = cpu_moe;
+        ep.mem_budget = vram;
         ep.n_ranks = n_ranks;
         ep.block_size = (int)block_size;
         ep.prefix_cache = prefix_cache;

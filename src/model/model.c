@@ -618,9 +618,22 @@ static size_t apart_bytes(const model *m) {
  * The main backend gets every tensor but the routed experts of the
  * cpu_moe layers, the expert backend those. */
 #define FIT_MARGIN ((size_t)256 << 20)
+/* what the main backend's memory holds for the model: what it reports free,
+ * or mem_budget less what the backend holds already when that is less; false
+ * when it reports nothing */
+static bool main_free(const model *m, be_backend *b, size_t *free_b, size_t *total_b) {
+    if (b->ops->version < 7 || !b->ops->mem_info || !b->ops->mem_info(b, free_b, total_b)) return false;
+    if (b == m->be && m->params.mem_budget) {
+        const size_t held = b->ops->scratch_bytes ? b->ops->scratch_bytes(b) : 0;
+        const size_t left = m->params.mem_budget > held ? m->params.mem_budget - held : 0;
+        if (left < *free_b) *free_b = left;
+    }
+    return true;
+}
+
 static hn_status check_fit_on(const model *m, be_backend *b, size_t weights, hn_err *err) {
     size_t free_b = 0, total_b = 0;
-    if (b->ops->version < 7 || !b->ops->mem_info || !b->ops->mem_info(b, &free_b, &total_b)) return HN_OK;
+    if (!main_free(m, b, &free_b, &total_b)) return HN_OK;
     if (weights + FIT_MARGIN <= free_b) return HN_OK;
     const double gib = 1024.0 * 1024.0 * 1024.0;
     char apart[160] = "";
@@ -636,12 +649,30 @@ static hn_status check_fit_on(const model *m, be_backend *b, size_t weights, hn_
                    (double)FIT_MARGIN / gib, (double)free_b / gib, (double)total_b / gib, apart);
 }
 
-static hn_status check_fit(const model *m, hn_err *err) {
+/* every tensor's bytes as the backends hold them (a tied embedding twice) */
+static size_t all_weight_bytes(const model *m) {
     size_t weights = 0;
     for (int64_t i = 0; i < gguf_n_tensors(m->g); i++) weights += gguf_tensor_at(m->g, i)->nbytes;
     const gguf_tensor *te = gguf_find_tensor(m->g, "token_embd.weight");
-    /* tied (no output matrix): held twice, rows for get_rows and a matmul weight */
     if (te && !gguf_find_tensor(m->g, "output.weight")) weights += te->nbytes;
+    return weights;
+}
+
+/* the routed experts' bytes of layer il */
+static size_t layer_expert_bytes(const model *m, int il) {
+    static const char *const stacks[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    size_t b = 0;
+    char nm[96];
+    for (int j = 0; j < 3; j++) {
+        snprintf(nm, sizeof nm, "blk.%d.%s.weight", il, stacks[j]);
+        const gguf_tensor *t = gguf_find_tensor(m->g, nm);
+        if (t) b += t->nbytes;
+    }
+    return b;
+}
+
+static hn_status check_fit(const model *m, hn_err *err) {
+    const size_t weights = all_weight_bytes(m);
     const size_t apart = apart_bytes(m);
     hn_status st = check_fit_on(m, m->be, weights - apart, err);
     if (!st && m->xbe) st = check_fit_on(m, m->xbe, apart, err);
@@ -654,6 +685,7 @@ static hn_status check_fit(const model *m, hn_err *err) {
 static hn_status setup_apart(model *m, hn_err *err) {
     const model_hparams *hp = &m->hp;
     const int n = m->params.cpu_moe;
+    if (n == MODEL_CPU_MOE_AUTO) return HN_OK; /* resolve_auto_apart, once the scratch can be counted */
     be_backend *given = m->params.moe_backend;
     m->params.moe_backend = NULL;
     if (n == 0) return HN_OK;
@@ -685,6 +717,15 @@ static hn_status setup_apart(model *m, hn_err *err) {
     m->own_xbe = st == HN_OK;
     return st;
 }
+
+/* cpu_moe auto: the fewest last layers whose routed experts must leave the
+ * main backend for its weights and the fit check's margin to fit what it has
+ * beside its reserved scratch (main_free, as check_fit will see it); then
+ * setup_apart for them.
+ * No layer when all fits, the backend reports no memory, or the model has
+ * no experts; every layer when even that does not fit (check_fit then
+ * refuses with the figures). */
+static hn_status resolve_auto_apart(model *m, hn_err *err);
 
 /* Tensor parallel: the ranks (model_params.n_ranks), what each holds of the
  * heads, FFN and vocabulary, their backends and communicator. With one
@@ -747,6 +788,24 @@ static hn_status setup_ranks(model *m, hn_err *err) {
                            r, bes[r] ? bes[r]->ops->name : "missing");
     }
     return comm_create(R, bes, &m->comm, err);
+}
+
+static hn_status resolve_auto_apart(model *m, hn_err *err) {
+    const model_hparams *hp = &m->hp;
+    m->params.cpu_moe = 0;
+    size_t free_b = 0, total_b = 0;
+    /* main_free: what is free now (the scratch reserved already), or the budget less that scratch */
+    if (hp->n_expert == 0 || !main_free(m, m->be, &free_b, &total_b)) return HN_OK;
+    size_t need = all_weight_bytes(m) + FIT_MARGIN;
+    int n = 0;
+    while (need > free_b && n < hp->n_layer) {
+        const size_t e = layer_expert_bytes(m, hp->n_layer - 1 - n);
+        need = need > e ? need - e : 0;
+        n++;
+    }
+    if (n == 0) return HN_OK;
+    m->params.cpu_moe = n;
+    return setup_apart(m, err);
 }
 
 /* Ranks 1..: their activation tensors in their arenas, sized and backed as rank 0's. */
@@ -844,6 +903,19 @@ static hn_status load_common(const gguf_ctx *g, const model_params *p, bool file
         .arena_bytes = arena[1],
     };
     if ((st = m->be->ops->reserve(m->be, &lim, err))) goto fail;
+    /* cpu_moe auto: chosen now that the main backend holds this step size's scratch (reserved for every
+     * layer's experts at home: at least what it needs with some apart); then the expert backend's part */
+    if (m->params.cpu_moe == MODEL_CPU_MOE_AUTO) {
+        if ((st = resolve_auto_apart(m, err))) goto fail;
+        n_parts = scratch_parts(m, 0, parts);
+        arena[0] = arena[1] = 0;
+        for (int i = 0; i < n_parts; i++)
+            arena[parts[i].apart] += be_tensor_bytes(parts[i].type, parts[i].ne0, parts[i].ne1);
+        lim.arena_bytes = arena[0];
+        xlim.arena_bytes = arena[1];
+        /* the rows handed to the expert backend are the main backend's too: its arena may grow */
+        if (m->n_moe_remote && (st = m->be->ops->reserve(m->be, &lim, err))) goto fail;
+    }
     if (m->xbe && (st = m->xbe->ops->reserve(m->xbe, &xlim, err))) goto fail;
     if ((st = check_fit(m, err))) goto fail;
     for (int i = 0; i < n_parts; i++) {
@@ -1066,6 +1138,14 @@ int model_n_threads(const model *m) { return be_n_threads(m->be); }
 be_backend *model_backend(const model *m) { return m->be; }
 be_backend *model_moe_backend(const model *m) { return m->xbe; }
 int model_moe_remote_layers(const model *m) { return m->n_moe_remote; }
+
+size_t model_main_bytes(const model *m) {
+    size_t free_b = 0, total_b = 0;
+    be_backend *b = m->be;
+    if (b->ops->version < 7 || !b->ops->mem_info || !b->ops->mem_info(b, &free_b, &total_b) || !strcmp(b->ops->name, "cpu"))
+        return 0;
+    return all_weight_bytes(m) - apart_bytes(m) + (b->ops->scratch_bytes ? b->ops->scratch_bytes(b) : 0);
+}
 int model_n_ranks(const model *m) { return m->n_ranks; }
 be_backend *model_rank_backend(const model *m, int r) { return r >= 0 && r < m->n_ranks ? m->rk[r].be : NULL; }
 

@@ -105,8 +105,17 @@ typedef struct model_params {
      * and routing the main backend hands it (one copy each way per layer).
      * Attention, the router, the shared expert, the KV cache and every other
      * weight stay on the main backend. A MoE model only; HN_ERR_INVALID for
-     * a dense model or a count below -1 or above the layers */
+     * a dense model or a count below -1 or above the layers.
+     * MODEL_CPU_MOE_AUTO: the fewest last layers that make the rest fit the
+     * main backend's memory (what it reports free, or mem_budget when that is
+     * less), with the fit check's margin: 0 when all fits, when the backend
+     * reports no memory or for a dense model (model_moe_remote_layers says
+     * what was chosen) */
     int cpu_moe;
+    /* the most memory of the main backend's own (a GPU's) that the model may
+     * take for its weights and scratch, checked as the memory it reports
+     * free is (--vram); 0: what it reports free */
+    size_t mem_budget;
     /* the expert backend to use when cpu_moe is not 0 (borrowed: outlives
      * the model; a fresh backend, as for `backend`); NULL: a CPU backend
      * made by model_load (on the main backend's thread pool when that is a
@@ -150,6 +159,13 @@ be_backend *model_backend(const model *m);
 /* Tensor parallel: how many ranks (1 without), and rank r's backend (rank 0: model_backend). */
 int model_n_ranks(const model *m);
 be_backend *model_rank_backend(const model *m, int r);
+#define MODEL_CPU_MOE_AUTO (-2)
+
+/* The bytes the model holds on its main backend when that backend has memory
+ * of its own (weights there, and the backend's scratch and activations); 0
+ * when it reports none (a CPU backend reads most weights in place). */
+size_t model_main_bytes(const model *m);
+
 /* The expert backend (model_params.cpu_moe), NULL without one. */
 be_backend *model_moe_backend(const model *m);
 /* How many layers' routed experts are on the expert backend (the last ones). */

@@ -1066,7 +1066,8 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     e->cap_batch = p.step_tokens + p.max_running + e->spec_rows;
     model_params mp = {.n_threads = p.n_threads, .max_batch = e->cap_batch, .max_seqs = p.max_running,
                        .max_logits = p.max_running + e->spec_rows, .device = p.device,
-                       .scratch_fixed = p.scratch_fixed, .cpu_moe = p.cpu_moe, .n_ranks = p.n_ranks,
+                       .scratch_fixed = p.scratch_fixed, .cpu_moe = p.cpu_moe, .mem_budget = p.mem_budget,
+                       .n_ranks = p.n_ranks,
                        /* the MTP layer's hidden states, when the model has one and may draft with it */
                        .mtp = p.spec == ENG_SPEC_MTP || (p.spec == ENG_SPEC_AUTO && !p.draft_path),
                        /* a DFlash drafter given as the draft file: loaded with the model, which taps its layers */
@@ -1101,6 +1102,12 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
         st = hn_errf(err, HN_ERR_UNSUPPORTED, "engine: KV type %s does not fit head dim %d", eng_kv_type_name(p.kv_type),
                      (int)hp->head_dim);
         goto fail;
+    }
+    /* --vram: the KV pool gets what the model leaves of the budget on its device */
+    const size_t main_b = p.mem_budget ? model_main_bytes(e->m) : 0;
+    if (main_b) {
+        const size_t left = p.mem_budget > main_b ? p.mem_budget - main_b : 0;
+        if (left < p.kv_max_bytes) p.kv_max_bytes = left;
     }
     size_t nb = p.kv_max_bytes / bb;
     if (nb < 2) nb = 2;

@@ -54,7 +54,10 @@ typedef struct eng_params {
     hn_status (*on_load)(void *ctx, struct model *m, hn_err *err);
     void *on_load_ctx;
     bool scratch_fixed;       /* model_params.scratch_fixed: scratch for the largest step from load (comparisons) */
-    int cpu_moe;              /* model_params.cpu_moe: the routed experts of the last N layers (-1: all) on the CPU */
+    int cpu_moe;              /* model_params.cpu_moe: the routed experts of the last N layers (-1: all,
+                                 MODEL_CPU_MOE_AUTO: as many as the memory needs) on the CPU */
+    size_t mem_budget;        /* model_params.mem_budget (--vram): the most of a GPU's memory for the model and,
+                                 with what the model leaves of it, the cap on the KV pool; 0: none */
     int n_ranks;              /* model_params.n_ranks: tensor-parallel ranks (0 or 1: one backend) */
 } eng_params;
 
