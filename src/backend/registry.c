@@ -71,6 +71,13 @@ int be_registered(const char **names, int cap) {
     return n < cap ? n : cap;
 }
 
+const char *be_resolve(const char *name) {
+    if (name && *name && strcmp(name, "auto")) return name;
+    for (int i = 0; i < N_REG; i++)
+        if (registry[i].available(NULL)) return registry[i].name;
+    return NULL;
+}
+
 bool be_available(const char *name, const char **why) {
     for (int i = 0; i < N_REG; i++)
         if (!strcmp(registry[i].name, name)) return registry[i].available(why);

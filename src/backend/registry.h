@@ -21,6 +21,9 @@ typedef struct be_config {
 hn_status be_create(const char *name, const be_config *cfg, be_backend **out, hn_err *err);
 /* The names of the backends compiled in, in preference order; returns how many (at most cap). */
 int be_registered(const char **names, int cap);
+/* The backend be_create(name) would make: name itself, or for NULL / "" /
+ * "auto" the first available in preference order (NULL when none is). */
+const char *be_resolve(const char *name);
 /* Whether the named backend can run on this machine (why not: *why, static text). */
 bool be_available(const char *name, const char **why);
 /* Threads a backend computes with on the host (the cpu backend's pool; 0 otherwise). */

@@ -47,6 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../backend/registry.h"
 #include "../core/alloc.h"
 #include "../core/clock.h"
 #include "../kv/kv.h"
@@ -1026,7 +1027,10 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     if (!pin || !pin->model_path) return hn_errf(err, HN_ERR_INVALID, "engine: no model path");
     eng_params p = *pin;
     const size_t bytes0 = hn_alloc_bytes();
-    if (p.step_tokens <= 0) p.step_tokens = ENG_DEFAULT_STEP;
+    if (p.step_tokens <= 0) {
+        const char *dev = be_resolve(p.device);
+        p.step_tokens = dev && strcmp(dev, "cpu") ? ENG_DEFAULT_STEP_GPU : ENG_DEFAULT_STEP;
+    }
     if (p.max_running <= 0) p.max_running = ENG_DEFAULT_RUNNING;
     if (p.cache_idle_ms == 0) p.cache_idle_ms = ENG_DEFAULT_IDLE_MS;
     if (p.kv_max_bytes == 0) p.kv_max_bytes = default_kv_bytes();

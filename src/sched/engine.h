@@ -36,7 +36,8 @@ typedef struct eng_params {
     int32_t n_ctx;            /* most positions per sequence; 0: the model's trained context */
     size_t kv_max_bytes;      /* cap on KV memory; 0: a default fraction of RAM */
     int block_size;           /* KV positions per block; 0: default (16) */
-    int32_t step_tokens;      /* token budget per step (decode + prefill chunks); 0: default (64) */
+    int32_t step_tokens;      /* token budget per step (decode + prefill chunks); 0: default (64 on the CPU
+                                 backend, 512 on a GPU) */
     int32_t max_running;      /* most sequences in one step; 0: default (16) */
     bool prefix_cache;        /* reuse cached prompt blocks across requests (default on: set by eng_default_params) */
     int kv_type;              /* eng_kv_type: 0 f32, 1 f16 (default), 2 q8_0, 3 q8_0 K + q4_1 V */

@@ -20,6 +20,10 @@
 #include "../tokenizer/tokenizer.h"
 
 #define ENG_DEFAULT_STEP 64
+/* on a GPU: a step's weights read costs the same for 64 rows as for 512, and the
+ * grouped expert products need rows per expert to fill their tiles (llama.cpp's
+ * default micro-batch is 512 too) */
+#define ENG_DEFAULT_STEP_GPU 512
 #define ENG_DEFAULT_RUNNING 16
 #define ENG_DEFAULT_IDLE_MS (5 * 60 * 1000)
 #define ENG_SPEC_MAX 64        /* most drafted tokens per request and step */
