@@ -788,8 +788,8 @@ static void publish_stats(eng_engine *e) {
     s->blocks_used = ks.blocks_used;
     s->blocks_cached = ks.blocks_cached;
     s->blocks_free = ks.blocks_free;
-    s->kv_bytes = ks.bytes;
-    s->kv_peak_bytes = ks.peak_bytes;
+    s->kv_bytes = ks.bytes + ks.meta_bytes;
+    s->kv_peak_bytes = ks.total_peak_bytes;
     s->prompt_tokens = e->prompt_tokens;
     s->cached_tokens = e->cached_tokens;
     s->generated_tokens = e->generated_tokens;
