@@ -760,7 +760,7 @@ static void snap_request(eng_engine *e, ereq *q, bool running, double now) {
     v->bytes_shared = 0;
     const size_t bb = e->kv->block_bytes;
     for (int32_t i = 0; i < q->seq.n_blocks; i++) {
-        int32_t r = e->kv->ref[q->seq.blocks[i]];
+        int32_t r = kv_block_refs(e->kv, q->seq.blocks[i]);
         if (r <= 1) v->blocks_own++;
         else {
             v->blocks_shared++;
@@ -1199,7 +1199,8 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     e->next_id = 1;
     kv_stats ks0;
     kv_get_stats(e->kv, &ks0);
-    e->engine_bytes = hn_alloc_bytes() - bytes0 - ks0.bytes; /* the engine thread has not started: nothing else ran */
+    /* the engine thread has not started: nothing else ran */
+    e->engine_bytes = hn_alloc_bytes() - bytes0 - ks0.bytes - ks0.meta_bytes;
     if (e->drf) {
         drf_stats ds;
         drf_get_stats(e->drf, &ds);
