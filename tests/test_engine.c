@@ -938,6 +938,10 @@ static void test_accounting(void) {
     CHECK(eng_get_sessions(g, NULL, 0) == 0);
     wait_idle(g, &s);
     CHECK(s.requests == 3 && s.finished[ENG_FINISH_LENGTH] == 3);
+    /* the pool's bytes are its slabs and the block metadata sized with them */
+    CHECKF(s.blocks_total > 0 && s.kv_bytes > (size_t)s.blocks_total * s.block_bytes && s.kv_peak_bytes >= s.kv_bytes,
+           "KV %zu bytes (peak %zu) for %d blocks of %zu backed", s.kv_bytes, s.kv_peak_bytes, s.blocks_total,
+           s.block_bytes);
     CHECK(s.ttft_hist[ENG_HIST_N - 1] == 3 && s.itl_hist[ENG_HIST_N - 1] == 1 + 2 * 11 && s.ttft_sum_ms > 0);
     eng_trim(g);
     eng_get_stats(g, &s);

@@ -221,7 +221,11 @@ static void test_slab_shrink(void) {
     kv_seq_free(&s[1], kv);
     size_t a3 = hn_alloc_bytes();
     long r3 = rss_pages();
-    CHECKF(a3 - a0 <= (size_t)4 << 20, "at most one spare slab left: %zu", a3 - a0);
+    kv_stats ks;
+    kv_get_stats(kv, &ks);
+    CHECKF(a3 - a0 == ks.bytes + ks.meta_bytes && ks.bytes <= (size_t)4 << 20,
+           "at most one spare slab left: %zu bytes, the allocator %zu beside the metadata's %zu", ks.bytes, a3 - a0,
+           ks.meta_bytes);
     CHECKF((r1 - r3) * page >= 40L << 20, "RSS fell by %ld KiB", (r1 - r3) * page / 1024);
     kv_trim(kv, 0);
     CHECK(hn_alloc_bytes() == a0);
@@ -419,6 +423,249 @@ static void test_map_failure(void) {
     kv_seq_free(&a, kv);
     kv_seq_free(&b, kv);
     kv_free(kv);
+}
+
+/* The block metadata (refcounts, hashes, each block's tokens, the hash
+ * table) follows the backed slabs, not the cap: a pool whose cap is 2^18
+ * blocks and which backs a few dozen holds metadata for those few (the
+ * allocator's counters), and kv_trim gives it back. */
+static void test_meta_sized(void) {
+    kv_config c = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4, .n_blocks = 1 << 18, .type = QT_F32,
+                   .slab_blocks = 16};
+    const size_t a0 = hn_alloc_bytes();
+    kv_cache *kv;
+    CHECK(kv_create(&c, &kv, &e) == HN_OK);
+    if (!kv) return;
+    kv_seq s;
+    CHECK(kv_seq_init(&s, kv, 4 * 100, &e) == HN_OK);
+    const size_t a1 = hn_alloc_bytes();
+    /* at create: the cache, its per-slab arrays (16384 slabs) and the table of s */
+    const size_t fixed = sizeof *kv + 32 * (size_t)kv->n_slabs + sizeof(int32_t) * 100;
+    CHECKF(a1 - a0 <= fixed, "a pool of 2^18 blocks allocates %zu bytes at create (at most %zu: nothing per block)",
+           a1 - a0, fixed);
+    CHECK(kv_seq_reserve(kv, &s, 4 * 100, &e) == HN_OK);
+    kv_stats ks;
+    kv_get_stats(kv, &ks);
+    const size_t meta = hn_alloc_bytes() - a1 - ks.bytes;
+    CHECKF(meta == ks.meta_bytes, "the allocator counts %zu bytes of metadata, the pool %zu", meta, ks.meta_bytes);
+    /* about 70 bytes per block at block size 4 (16 of them its tokens), a slab or an eighth more covered */
+    CHECKF(ks.blocks_backed == 112 && meta >= 54 * (size_t)ks.blocks_backed &&
+               meta <= 128 * (size_t)(ks.blocks_backed + kv->slab_blocks),
+           "%d blocks backed hold %zu bytes of metadata", (int)ks.blocks_backed, meta);
+    const kv_seq *one[1] = {&s};
+    CHECK(check(kv, one, 1));
+    kv_seq_free(&s, kv);
+    kv_trim(kv, 0);
+    CHECKF(hn_alloc_bytes() == a1 - sizeof(int32_t) * 100, "trimmed: %zd bytes beside the cache's fixed ones",
+           (ssize_t)(hn_alloc_bytes() - (a1 - sizeof(int32_t) * 100)));
+    CHECK(check(kv, NULL, 0));
+    kv_free(kv);
+    CHECK(hn_alloc_bytes() == a0);
+}
+
+/* Growth across many slab mappings (a slab per block: the metadata grows, and
+ * the hash table is rebuilt, hundreds of times while blocks are published)
+ * keeps every published block findable and every refcount right, and so
+ * does a trim that shrinks the metadata under cached blocks. */
+static void test_meta_growth(void) {
+    enum { NB = 300, T = NB * 4 };
+    kv_config c = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4, .n_blocks = 4096, .type = QT_F32,
+                   .slab_blocks = 1};
+    kv_cache *kv;
+    CHECK(kv_create(&c, &kv, &e) == HN_OK);
+    if (!kv) return;
+    static int32_t ta[T], tc[T];
+    fill_tokens(ta, T, 11);
+    fill_tokens(tc, T, 12);
+    kv_seq a, b, cq, d;
+    kv_seq_init(&a, kv, T, &e);
+    kv_seq_init(&b, kv, T, &e);
+    kv_seq_init(&cq, kv, T, &e);
+    kv_seq_init(&d, kv, T, &e);
+    const size_t a0 = hn_alloc_bytes();
+    const kv_seq *all[4] = {&a, &b, &cq, &d};
+    kv_seq *mut[4] = {&a, &b, &cq, &d};
+    /* a and c grow 7 positions at a time, publishing as they go */
+    int bad = 0;
+    kv_seq *grow[2] = {&a, &cq};
+    const int32_t *gt[2] = {ta, tc};
+    for (int g = 0; g < 2; g++)
+        for (int32_t n = 7;; n += 7) {
+            if (n > T) n = T;
+            if (kv_seq_reserve(kv, grow[g], n, &e) != HN_OK) bad++;
+            grow[g]->n_tokens = n;
+            kv_seq_commit(kv, grow[g], gt[g], n);
+            if (n % 70 == 0 && !check(kv, all, 4)) bad++;
+            if (n == T) break;
+            if (g == 0 && n == 7 * 40) { /* b finds a's prefix while a is still growing */
+                if (kv_seq_match(kv, &b, ta, T) != n / 4 * 4) bad++;
+            }
+        }
+    kv_stats ks;
+    kv_get_stats(kv, &ks);
+    CHECKF(!bad && ks.blocks_backed == 2 * NB && kv->meta_slabs >= 2 * NB && kv->meta_slabs <= 2 * NB + 2 * NB / 8,
+           "%d failures, %d blocks backed, metadata for %d slabs", bad, (int)ks.blocks_backed, (int)kv->meta_slabs);
+    CHECKF(hn_alloc_bytes() - a0 == ks.bytes + ks.meta_bytes && ks.meta_bytes > 0,
+           "the allocator's %zu bytes = slabs %zu + metadata %zu", hn_alloc_bytes() - a0, ks.bytes, ks.meta_bytes);
+    /* b picks up the rest of a's blocks; d finds all of them after c's growth */
+    CHECK(kv_seq_match(kv, &b, ta, T) == T - 7 * 40 && b.n_blocks == NB);
+    CHECK(kv_seq_match(kv, &d, ta, T) == T && d.n_blocks == NB);
+    bool same = true;
+    for (int32_t i = 0; i < NB; i++)
+        same = same && b.blocks[i] == a.blocks[i] && d.blocks[i] == a.blocks[i] &&
+               kv_block_refs(kv, a.blocks[i]) == 3 && kv_block_refs(kv, cq.blocks[i]) == 1;
+    CHECKF(same, "b and d hold a's blocks, 3 references each; c's have 1");
+    CHECK(check(kv, all, 4));
+    /* c's blocks released first (the LRU's head), then a's: a trim keeping
+     * NB cached blocks drops c's, unmaps their slabs and shrinks the
+     * metadata to a's slabs, rebuilding the hash table smaller */
+    const size_t meta_full = ks.meta_bytes;
+    kv_seq_truncate(kv, &cq, 0);
+    kv_seq_truncate(kv, &a, 0);
+    kv_seq_truncate(kv, &b, 0);
+    kv_seq_truncate(kv, &d, 0);
+    kv_trim(kv, NB);
+    kv_get_stats(kv, &ks);
+    CHECKF(ks.blocks_cached == NB && ks.slabs_mapped == NB && kv->meta_slabs == NB &&
+               ks.meta_bytes < meta_full / 2 + 1024 && hn_alloc_bytes() - a0 == ks.bytes + ks.meta_bytes,
+           "trimmed to %d cached blocks in %d slabs: metadata for %d slabs, %zu bytes (was %zu)", (int)ks.blocks_cached,
+           (int)ks.slabs_mapped, (int)kv->meta_slabs, ks.meta_bytes, meta_full);
+    CHECK(check(kv, all, 4));
+    CHECK(kv_seq_match(kv, &a, ta, T) == T && kv_seq_match(kv, &cq, tc, T) == 0);
+    /* grown again for other tokens: a's blocks are still found, the new ones too */
+    if (kv_seq_reserve(kv, &cq, T, &e) != HN_OK) bad++;
+    cq.n_tokens = T;
+    kv_seq_commit(kv, &cq, tc, T);
+    CHECK(!bad && kv_seq_match(kv, &b, ta, T) == T && kv_seq_match(kv, &d, tc, T) == T);
+    same = true;
+    for (int32_t i = 0; i < NB; i++)
+        same = same && b.blocks[i] == a.blocks[i] && d.blocks[i] == cq.blocks[i] &&
+               kv_block_refs(kv, a.blocks[i]) == 2 && kv_block_refs(kv, cq.blocks[i]) == 2;
+    CHECKF(same, "after the shrink and a regrowth: 2 references to each of a's and c's blocks");
+    CHECK(check(kv, all, 4));
+    for (int i = 0; i < 4; i++) kv_seq_truncate(kv, mut[i], 0);
+    kv_trim(kv, 0);
+    kv_get_stats(kv, &ks);
+    CHECKF(ks.meta_bytes == 0 && kv->meta == NULL && hn_alloc_bytes() == a0, "trimmed: %zu bytes of metadata, %zd left",
+           ks.meta_bytes, (ssize_t)(hn_alloc_bytes() - a0));
+    CHECK(check(kv, NULL, 0) && kv_seq_match(kv, &a, ta, T) == 0);
+    for (int i = 0; i < 4; i++) kv_seq_free(mut[i], kv);
+    kv_free(kv);
+}
+
+/* The checkpoint arrays (hybrid models) grow with the rest: checkpoints
+ * taken early stay attached to their blocks across many growths and a
+ * shrink, and a match resumes from the deepest. */
+static void test_meta_ckpt(void) {
+    kv_config c = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4, .n_blocks = 256, .type = QT_F32,
+                   .slab_blocks = 1, .state_bytes = 5000, .n_state_slots = 8, .n_ckpt = 4};
+    kv_cache *kv;
+    CHECK(kv_create(&c, &kv, &e) == HN_OK);
+    if (!kv) return;
+    int32_t t[160];
+    fill_tokens(t, 160, 4);
+    kv_seq a, b;
+    kv_seq_init(&a, kv, 160, &e);
+    kv_seq_init(&b, kv, 160, &e);
+    int32_t slot[2] = {-1, -1}, at[2] = {3, 20}; /* checkpoints at blocks 3 and 20, taken as a reaches them */
+    for (int32_t n = 4; n <= 160; n += 4) {
+        CHECK(kv_seq_reserve(kv, &a, n, &e) == HN_OK);
+        a.n_tokens = n;
+        kv_seq_commit(kv, &a, t, n);
+        for (int k = 0; k < 2; k++)
+            if (n / 4 - 1 == at[k]) slot[k] = kv_ckpt_take(kv, a.blocks[at[k]], KV_CK_TIP);
+    }
+    const kv_seq *one[1] = {&a};
+    CHECK(slot[0] >= 0 && slot[1] >= 0 && check(kv, one, 1));
+    CHECK(kv_ckpt_of(kv, a.blocks[3]) == slot[0] && kv_ckpt_of(kv, a.blocks[20]) == slot[1] &&
+          kv_ckpt_of(kv, a.blocks[21]) < 0 && kv_ckpt_of(kv, 255) < 0);
+    /* a keeps its first 24 blocks; the rest are freed and trimmed away */
+    kv_seq_truncate(kv, &a, 24 * 4);
+    kv_trim(kv, 0);
+    CHECKF(kv->meta_slabs == 24 && kv_ckpt_of(kv, a.blocks[20]) == slot[1], "metadata for %d slabs",
+           (int)kv->meta_slabs);
+    int32_t got = -1;
+    CHECK(kv_seq_match_ckpt(kv, &b, t, 160, &got) == 21 * 4 && got == slot[1]);
+    const kv_seq *two[2] = {&a, &b};
+    CHECK(check(kv, two, 2));
+    kv_seq_free(&a, kv);
+    kv_seq_free(&b, kv);
+    kv_free(kv);
+}
+
+/* A metadata growth that fails (the allocator made to fail at each of the
+ * reserve's allocations in turn: a growth, a hash table, a slab's pages)
+ * fails that slab's mapping: the pool behaves as full, nothing leaks or
+ * breaks, and it grows once memory is back. A shrink that fails keeps the
+ * metadata as it was. */
+static void test_meta_fail(void) {
+    /* blocks of a granule (page), so that the allocator counts slabs as the pool does */
+    size_t gran = kv_host_storage()->granule;
+    kv_config c = {.n_layer = gran > 1024 ? (int)(gran / 1024) : 1, .n_head_kv = 1, .head_dim = 32, .block_size = 4,
+                   .n_blocks = 64, .type = QT_F32, .slab_blocks = 2};
+    int32_t t[128];
+    fill_tokens(t, 128, 9);
+    int fulls = 0, oks = 0;
+    long first_bad = -1;
+    for (long n = 0; n < 48; n++) {
+        kv_cache *kv;
+        if (kv_create(&c, &kv, &e) != HN_OK) {
+            CHECK(0);
+            return;
+        }
+        kv_seq a, b, m;
+        kv_seq_init(&a, kv, 128, &e);
+        kv_seq_init(&b, kv, 128, &e);
+        kv_seq_init(&m, kv, 128, &e);
+        bool ok = kv_seq_reserve(kv, &a, 24, &e) == HN_OK; /* 6 blocks in 3 slabs */
+        a.n_tokens = 24;
+        kv_seq_commit(kv, &a, t, 24);
+        const size_t a1 = hn_alloc_bytes();
+        kv_stats k1, k2;
+        kv_get_stats(kv, &k1);
+        const int32_t meta1 = kv->meta_slabs;
+        hn_alloc_fail_after(n);
+        hn_status st = kv_seq_reserve(kv, &b, 128, &e); /* 32 blocks more: 16 growths */
+        hn_alloc_fail_after(-1);
+        kv_get_stats(kv, &k2);
+        const kv_seq *ab[2] = {&a, &b}, *abm[3] = {&a, &b, &m};
+        ok = ok && check(kv, ab, 2);
+        ok = ok && hn_alloc_bytes() - a1 == k2.bytes + k2.meta_bytes - k1.bytes - k1.meta_bytes;
+        if (st == HN_ERR_FULL) {
+            fulls++;
+            ok = ok && b.n_blocks < 32;
+        } else {
+            oks += st == HN_OK;
+            ok = ok && st == HN_OK && b.n_blocks == 32;
+        }
+        if (n == 0) /* the first allocation is the growth for slab 3 */
+            ok = ok && st == HN_ERR_FULL && b.n_blocks == 0 && kv->meta_slabs == meta1 &&
+                 k2.meta_bytes == k1.meta_bytes;
+        ok = ok && kv_seq_match(kv, &m, t, 24) == 24 && kv_block_refs(kv, a.blocks[5]) == 2;
+        ok = ok && kv_seq_reserve(kv, &b, 128, &e) == HN_OK && b.n_blocks == 32 && check(kv, abm, 3);
+        const int32_t meta2 = kv->meta_slabs;
+        /* b's blocks go; a trim whose shrink fails keeps the metadata, exactly counted */
+        kv_seq_truncate(kv, &b, 0);
+        hn_alloc_fail_after(0);
+        kv_trim(kv, 64);
+        hn_alloc_fail_after(-1);
+        kv_stats k3;
+        kv_get_stats(kv, &k3);
+        ok = ok && check(kv, abm, 3) && k3.slabs_mapped == 3 && kv->meta_slabs == meta2 && meta2 > 3 &&
+             hn_alloc_bytes() - a1 == k3.bytes + k3.meta_bytes - k1.bytes - k1.meta_bytes;
+        kv_trim(kv, 64);
+        kv_get_stats(kv, &k3);
+        ok = ok && check(kv, abm, 3) && kv->meta_slabs == 3 && k3.meta_bytes == k1.meta_bytes && hn_alloc_bytes() == a1;
+        kv_seq_truncate(kv, &m, 0);
+        ok = ok && kv_seq_match(kv, &m, t, 24) == 24;
+        if (!ok && first_bad < 0) first_bad = n;
+        kv_seq_free(&a, kv);
+        kv_seq_free(&b, kv);
+        kv_seq_free(&m, kv);
+        kv_free(kv);
+    }
+    CHECKF(first_bad < 0, "a failure injected at allocation %ld of the growth", first_bad);
+    CHECKF(fulls > 0 && oks > 0, "%d reserves failed clean, %d ran to the end", fulls, oks);
 }
 
 /* Random interleavings over a small pool; invariants after every operation. */
@@ -702,6 +949,10 @@ int main(void) {
     test_prefix();
     test_prefix_ns();
     test_map_failure();
+    test_meta_sized();
+    test_meta_growth();
+    test_meta_ckpt();
+    test_meta_fail();
     test_stress();
     TEST_DONE();
 }

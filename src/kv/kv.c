@@ -26,6 +26,105 @@ size_t kv_block_bytes(const kv_config *cfg) {
     return (size_t)cfg->n_layer * (size_t)cfg_bs(cfg) * (qt_row_size(cfg->type, row) + qt_row_size(cfg->v_type, row));
 }
 
+/* ---- block metadata ---- */
+
+/* The per-block arrays inside the one allocation kv->meta, widest element
+ * first (so each starts aligned): element type, name, entries per block (0:
+ * absent), and the byte a block that gains metadata starts with (0xff: -1).
+ * The checkpoint arrays exist with recurrent state (ck 1). */
+#define KV_META(X, bs, ck)             \
+    X(uint64_t, hash, 1, 0)            \
+    X(uint64_t, parent, 1, 0)          \
+    X(uint64_t, ck_conv, ck, 0)        \
+    X(int32_t, ref, 1, 0)              \
+    X(int32_t, lru_prev, 1, 0xff)      \
+    X(int32_t, lru_next, 1, 0xff)      \
+    X(int32_t, ht_next, 1, 0xff)       \
+    X(int32_t, free_ids, 1, 0)         \
+    X(int32_t, btok, bs, 0)            \
+    X(int32_t, ckpt, ck, 0xff)         \
+    X(int32_t, ck_prev, ck, 0xff)      \
+    X(int32_t, ck_next, ck, 0xff)      \
+    X(int32_t, ck_pos, ck, 0)          \
+    X(uint8_t, state, 1, KV_UNBACKED)  \
+    X(uint8_t, pub, 1, 0)              \
+    X(uint8_t, ck_kind, ck, KV_CK_LADDER)
+
+/* Bytes of metadata per block (the hash table aside). */
+static size_t meta_per_block(const kv_cache *kv) {
+    const size_t bs = (size_t)kv->cfg.block_size, ck = kv->cfg.state_bytes ? 1 : 0;
+    size_t z = 0;
+#define X(T, name, k, fill) z += sizeof(T) * (size_t)(k);
+    KV_META(X, bs, ck)
+#undef X
+    return z;
+}
+
+/* Buckets of the hash table for n blocks with metadata: a power of two, at least 2n (0 for none). */
+static uint32_t ht_buckets(int32_t n) {
+    if (n <= 0) return 0;
+    uint32_t h = 16;
+    while (h < (uint32_t)n * 2u) h <<= 1;
+    return h;
+}
+
+static void note_peak(kv_cache *kv) {
+    if (kv->bytes + kv->meta_bytes > kv->total_peak_bytes) kv->total_peak_bytes = kv->bytes + kv->meta_bytes;
+}
+
+/* Makes the metadata cover slabs [0, slabs), growing or shrinking it (the
+ * blocks it stops covering must be unbacked): a new allocation, the kept
+ * blocks' entries copied, new blocks unbacked; the hash table is rebuilt when
+ * its size changes. False, with nothing changed, when memory cannot be had. */
+static bool meta_resize(kv_cache *kv, int32_t slabs) {
+    const size_t sb = (size_t)kv->slab_blocks, n0 = (size_t)kv->meta_slabs * sb, n1 = (size_t)slabs * sb;
+    const size_t per = meta_per_block(kv), keep = n0 < n1 ? n0 : n1;
+    const int32_t nm = n1 < (size_t)kv->cfg.n_blocks ? (int32_t)n1 : kv->cfg.n_blocks;
+    const uint32_t h0 = kv->ht ? kv->ht_mask + 1 : 0, h1 = ht_buckets(nm);
+    if (n1 > SIZE_MAX / per) return false;
+    unsigned char *m = n1 ? hn_malloc(per * n1) : NULL;
+    int32_t *ht = h1 && h1 != h0 ? hn_malloc(sizeof(int32_t) * h1) : NULL;
+    if ((n1 && !m) || (h1 && h1 != h0 && !ht)) {
+        hn_free(m);
+        hn_free(ht);
+        return false;
+    }
+    const size_t bs = (size_t)kv->cfg.block_size, ck = kv->cfg.state_bytes ? 1 : 0;
+    size_t off = 0;
+#define X(T, name, k, fill)                                                   \
+    if ((k) && m) {                                                           \
+        T *p = (T *)(void *)(m + off);                                        \
+        const size_t w = sizeof(T) * (size_t)(k);                             \
+        if (keep) memcpy(p, kv->name, w * keep);                              \
+        memset((unsigned char *)p + w * keep, fill, w * (n1 - keep));         \
+        kv->name = p;                                                         \
+        off += w * n1;                                                        \
+    } else {                                                                  \
+        kv->name = NULL;                                                      \
+    }
+    KV_META(X, bs, ck)
+#undef X
+    hn_free(kv->meta);
+    kv->meta = m;
+    if (h1 != h0) {
+        hn_free(kv->ht);
+        kv->ht = ht;
+        kv->ht_mask = h1 ? h1 - 1 : 0;
+        if (ht) memset(ht, 0xff, sizeof(int32_t) * h1);
+        for (int32_t b = 0; b < nm; b++) /* rehash the published blocks */
+            if (kv->pub[b]) {
+                uint32_t i = (uint32_t)kv->hash[b] & kv->ht_mask;
+                kv->ht_next[b] = ht[i];
+                ht[i] = b;
+            }
+    }
+    kv->meta_slabs = slabs;
+    kv->n_meta = nm;
+    kv->meta_bytes = per * n1 + sizeof(int32_t) * h1;
+    note_peak(kv);
+    return true;
+}
+
 /* ---- slabs ---- */
 
 static int32_t slab_size(const kv_cache *kv, int32_t s) {
@@ -85,6 +184,12 @@ static bool shards_back(kv_cache *kv, int32_t s, bool on) {
 static bool slab_map(kv_cache *kv, int32_t s) {
     int32_t nb = slab_size(kv, s);
     size_t bytes = (size_t)nb * kv->block_bytes;
+    if (s >= kv->meta_slabs) { /* metadata for this slab first: to it, or an eighth more */
+        int32_t want = kv->meta_slabs + kv->meta_slabs / 8;
+        if (want < s + 1) want = s + 1;
+        if (want > kv->n_slabs) want = kv->n_slabs;
+        if (!meta_resize(kv, want)) return false;
+    }
     if (kv->cfg.n_shards > 1) {
         if (!shards_back(kv, s, true)) return false;
         kv->slab[s] = kv->shard[0]->slab[s]; /* mapped (the shards hold the bytes) */
@@ -105,6 +210,7 @@ static bool slab_map(kv_cache *kv, int32_t s) {
     kv->n_mapped_slabs++;
     kv->bytes += bytes;
     if (kv->bytes > kv->peak_bytes) kv->peak_bytes = kv->bytes;
+    note_peak(kv);
     return true;
 }
 
@@ -167,6 +273,7 @@ static void ht_remove(kv_cache *kv, int32_t b) {
 
 static int32_t ht_find(const kv_cache *kv, uint64_t h, uint64_t parent, const int32_t *toks) {
     int bs = kv->cfg.block_size;
+    if (!kv->ht) return -1; /* nothing mapped: no metadata */
     for (int32_t b = kv->ht[(uint32_t)h & kv->ht_mask]; b >= 0; b = kv->ht_next[b])
         if (kv->hash[b] == h && kv->parent[b] == parent &&
             !memcmp(kv->btok + (size_t)b * (size_t)bs, toks, sizeof(int32_t) * (size_t)bs))
@@ -237,7 +344,7 @@ hn_status kv_create(const kv_config *cfg, kv_cache **out, hn_err *err) {
     kv_cache *kv = hn_calloc(1, sizeof *kv);
     if (!kv) return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory");
     kv->cfg = *cfg;
-    int bs = kv->cfg.block_size = cfg_bs(cfg);
+    kv->cfg.block_size = cfg_bs(cfg);
     layout(kv, &kv->cfg);
     int32_t nb = cfg->n_blocks;
     if (kv->block_bytes > SIZE_MAX / (size_t)nb) {
@@ -253,28 +360,14 @@ hn_status kv_create(const kv_config *cfg, kv_cache **out, hn_err *err) {
     kv->slab_blocks = sb;
     kv->n_slabs = (nb + sb - 1) / sb;
     kv->storage = cfg->storage ? cfg->storage : kv_host_storage();
-    uint32_t hsize = 16;
-    while (hsize < (uint32_t)nb * 2u) hsize <<= 1;
-    kv->ht_mask = hsize - 1;
     size_t n = (size_t)nb;
+    /* per slab, for the cap; the per-block metadata comes with the slabs (meta_resize) */
     kv->slab = hn_calloc((size_t)kv->n_slabs, sizeof *kv->slab);
     kv->slab_nfree = hn_calloc((size_t)kv->n_slabs, sizeof(int32_t));
     kv->slab_live = hn_calloc((size_t)kv->n_slabs, sizeof(int32_t));
-    kv->free_ids = hn_malloc(sizeof(int32_t) * (size_t)kv->n_slabs * (size_t)sb);
-    kv->ref = hn_calloc(n, sizeof(int32_t));
-    kv->state = hn_calloc(n, 1);
-    kv->pub = hn_calloc(n, 1);
-    kv->hash = hn_calloc(n, sizeof(uint64_t));
-    kv->parent = hn_calloc(n, sizeof(uint64_t));
-    kv->btok = hn_malloc(sizeof(int32_t) * n * (size_t)bs);
-    kv->lru_prev = hn_malloc(sizeof(int32_t) * n);
-    kv->lru_next = hn_malloc(sizeof(int32_t) * n);
-    kv->ht_next = hn_malloc(sizeof(int32_t) * n);
-    kv->ht = hn_malloc(sizeof(int32_t) * hsize);
-    if (!kv->slab || !kv->slab_nfree || !kv->slab_live || !kv->free_ids || !kv->ref || !kv->state || !kv->pub ||
-        !kv->hash || !kv->parent || !kv->btok || !kv->lru_prev || !kv->lru_next || !kv->ht_next || !kv->ht) {
+    if (!kv->slab || !kv->slab_nfree || !kv->slab_live) {
         kv_free(kv);
-        return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory for %d blocks of metadata", (int)nb);
+        return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory for %d slabs", (int)kv->n_slabs);
     }
     kv->range_bytes = kv->block_bytes * n;
     if (nsh) {
@@ -305,16 +398,8 @@ hn_status kv_create(const kv_config *cfg, kv_cache **out, hn_err *err) {
         }
         kv->n_state_slots = ns;
         kv->st_taken = hn_calloc((size_t)ns, 1);
-        kv->ckpt = hn_malloc(sizeof(int32_t) * n);
-        kv->ck_kind = hn_calloc(n, 1);
-        kv->ck_prev = hn_malloc(sizeof(int32_t) * n);
-        kv->ck_next = hn_malloc(sizeof(int32_t) * n);
-        kv->ck_conv = hn_calloc(n, sizeof(uint64_t));
-        kv->ck_pos = hn_calloc(n, sizeof(int32_t));
-        if (kv->ckpt && kv->ck_prev && kv->ck_next)
-            for (size_t i = 0; i < n; i++) kv->ckpt[i] = kv->ck_prev[i] = kv->ck_next[i] = -1;
         kv->ck_head[0] = kv->ck_tail[0] = kv->ck_head[1] = kv->ck_tail[1] = -1;
-        if (!kv->st_taken || !kv->ckpt || !kv->ck_kind || !kv->ck_prev || !kv->ck_next || !kv->ck_conv || !kv->ck_pos) {
+        if (!kv->st_taken) {
             kv_free(kv);
             return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory");
         }
@@ -325,8 +410,6 @@ hn_status kv_create(const kv_config *cfg, kv_cache **out, hn_err *err) {
             return rst;
         }
     }
-    for (size_t i = 0; i < n; i++) kv->lru_prev[i] = kv->lru_next[i] = kv->ht_next[i] = -1;
-    for (uint32_t i = 0; i < hsize; i++) kv->ht[i] = -1;
     kv->lru_head = kv->lru_tail = -1;
     *out = kv;
     return HN_OK;
@@ -340,16 +423,7 @@ void kv_free(kv_cache *kv) {
     hn_free(kv->slab);
     hn_free(kv->slab_nfree);
     hn_free(kv->slab_live);
-    hn_free(kv->free_ids);
-    hn_free(kv->ref);
-    hn_free(kv->state);
-    hn_free(kv->pub);
-    hn_free(kv->hash);
-    hn_free(kv->parent);
-    hn_free(kv->btok);
-    hn_free(kv->lru_prev);
-    hn_free(kv->lru_next);
-    hn_free(kv->ht_next);
+    hn_free(kv->meta);
     hn_free(kv->ht);
     if (kv->base) kv->storage->release(kv->storage->ctx, kv->base, kv->range_bytes);
     for (int i = 0; i < KV_MAX_SHARDS; i++) {
@@ -365,12 +439,6 @@ void kv_free(kv_cache *kv) {
         kv->storage->release(kv->storage->ctx, kv->state_base, kv->state_slot_bytes * (size_t)kv->n_state_slots);
     }
     hn_free(kv->st_taken);
-    hn_free(kv->ckpt);
-    hn_free(kv->ck_kind);
-    hn_free(kv->ck_prev);
-    hn_free(kv->ck_next);
-    hn_free(kv->ck_conv);
-    hn_free(kv->ck_pos);
     hn_free(kv);
 }
 
@@ -425,7 +493,7 @@ static void make_free(kv_cache *kv, int32_t b) {
 }
 
 void kv_block_release(kv_cache *kv, int32_t b) {
-    if (b < 0 || b >= kv->cfg.n_blocks || kv->state[b] != KV_USED || kv->ref[b] <= 0) return;
+    if (b < 0 || b >= kv->n_meta || kv->state[b] != KV_USED || kv->ref[b] <= 0) return;
     if (--kv->ref[b] > 0) return;
     kv->n_used--;
     if (kv->pub[b]) {
@@ -577,7 +645,7 @@ static void ck_set_kind(kv_cache *kv, int32_t b, int kind) {
 }
 
 void kv_ckpt_drop(kv_cache *kv, int32_t b) {
-    if (!kv->ckpt || kv->ckpt[b] < 0) return;
+    if (!kv->ckpt || b < 0 || b >= kv->n_meta || kv->ckpt[b] < 0) return;
     ck_unlink(kv, b);
     kv_state_free(kv, kv->ckpt[b]);
     kv->ckpt[b] = -1;
@@ -587,18 +655,18 @@ void kv_ckpt_drop(kv_cache *kv, int32_t b) {
 }
 
 void kv_ckpt_pass(kv_cache *kv, int32_t b) {
-    if (kv->ckpt && b >= 0 && b < kv->cfg.n_blocks && kv->ckpt[b] >= 0 && kv->ck_kind[b] == KV_CK_TIP)
+    if (kv->ckpt && b >= 0 && b < kv->n_meta && kv->ckpt[b] >= 0 && kv->ck_kind[b] == KV_CK_TIP)
         ck_set_kind(kv, b, KV_CK_LADDER);
 }
 
 void kv_ckpt_tag(kv_cache *kv, int32_t b, uint64_t conv, int32_t pos) {
-    if (!kv->ckpt || b < 0 || b >= kv->cfg.n_blocks || kv->ckpt[b] < 0) return;
+    if (!kv->ckpt || b < 0 || b >= kv->n_meta || kv->ckpt[b] < 0) return;
     kv->ck_conv[b] = conv;
     kv->ck_pos[b] = pos;
 }
 
 uint64_t kv_ckpt_conv(const kv_cache *kv, int32_t b) {
-    if (!kv->ckpt || b < 0 || b >= kv->cfg.n_blocks || kv->ckpt[b] < 0 || kv->ck_kind[b] != KV_CK_TIP) return 0;
+    if (!kv->ckpt || b < 0 || b >= kv->n_meta || kv->ckpt[b] < 0 || kv->ck_kind[b] != KV_CK_TIP) return 0;
     return kv->ck_conv[b];
 }
 
@@ -621,13 +689,13 @@ int32_t kv_ckpt_pass_past(kv_cache *kv, uint64_t conv, int32_t pos) {
 }
 
 bool kv_ckpt_touch(kv_cache *kv, int32_t b, kv_ck_kind kind) {
-    if (!kv->ckpt || b < 0 || b >= kv->cfg.n_blocks || kv->ckpt[b] < 0) return false;
+    if (!kv->ckpt || b < 0 || b >= kv->n_meta || kv->ckpt[b] < 0) return false;
     ck_set_kind(kv, b, kind > kv->ck_kind[b] ? (int)kind : kv->ck_kind[b]);
     return true;
 }
 
 int32_t kv_ckpt_take(kv_cache *kv, int32_t b, kv_ck_kind kind) {
-    if (!kv->ckpt || kv->cfg.n_ckpt <= 0 || b < 0 || b >= kv->cfg.n_blocks || !kv->pub[b]) return -1;
+    if (!kv->ckpt || kv->cfg.n_ckpt <= 0 || b < 0 || b >= kv->n_meta || !kv->pub[b]) return -1;
     if (kv->ckpt[b] >= 0) { /* one per block; a stronger kind keeps it longer */
         if (kind > kv->ck_kind[b]) ck_set_kind(kv, b, kind);
         return -1;
@@ -752,6 +820,9 @@ void kv_trim(kv_cache *kv, int32_t keep_cached) {
     }
     for (int32_t s = 0; s < kv->n_slabs; s++)
         if (kv->slab[s] && kv->slab_live[s] == 0) slab_unmap(kv, s);
+    int32_t hi = kv->meta_slabs; /* the metadata down to the highest mapped slab */
+    while (hi > 0 && !kv->slab[hi - 1]) hi--;
+    if (hi < kv->meta_slabs) meta_resize(kv, hi); /* out of memory: it stays as it was */
 }
 
 void kv_get_stats(const kv_cache *kv, kv_stats *o) {
@@ -763,13 +834,15 @@ void kv_get_stats(const kv_cache *kv, kv_stats *o) {
     o->slabs_mapped = kv->n_mapped_slabs;
     o->bytes = kv->bytes;
     o->peak_bytes = kv->peak_bytes;
+    o->meta_bytes = kv->meta_bytes;
+    o->total_peak_bytes = kv->total_peak_bytes;
     o->evictions = kv->evictions;
     o->hit_blocks = kv->hit_blocks;
     o->state_slots_max = kv->n_state_slots;
     o->state_slots_live = kv->n_state_taken;
     o->state_bytes = kv->state_bytes;
     o->state_peak_bytes = kv->state_peak_bytes;
-    o->ckpt_max = kv->ckpt ? kv->cfg.n_ckpt : 0;
+    o->ckpt_max = kv->cfg.state_bytes ? kv->cfg.n_ckpt : 0;
     o->ckpts = kv->n_ckpt;
     o->ckpt_hits = kv->ckpt_hits;
     o->ckpt_evictions = kv->ckpt_evictions;
@@ -778,8 +851,20 @@ void kv_get_stats(const kv_cache *kv, kv_stats *o) {
 /* ---- invariants (tests) ---- */
 
 hn_status kv_check(const kv_cache *kv, const kv_seq *const *seqs, int n_seqs, hn_err *err) {
-    int32_t nb = kv->cfg.n_blocks, cnt[4] = {0};
-    for (int32_t b = 0; b < nb; b++) {
+    const int32_t nb = kv->cfg.n_blocks, nm = kv->n_meta, sb = kv->slab_blocks;
+    int32_t cnt[4] = {0};
+    /* the metadata covers slabs [0, meta_slabs), each slab above it unmapped */
+    const int32_t want_nm = (int64_t)kv->meta_slabs * sb < nb ? kv->meta_slabs * sb : nb;
+    const uint32_t hb = ht_buckets(nm);
+    if (kv->meta_slabs < 0 || kv->meta_slabs > kv->n_slabs || nm != want_nm || !kv->meta != !kv->meta_slabs ||
+        !kv->ht != !hb || (kv->ht && kv->ht_mask + 1 != hb) ||
+        kv->meta_bytes != meta_per_block(kv) * (size_t)kv->meta_slabs * (size_t)sb + sizeof(int32_t) * hb)
+        return hn_errf(err, HN_ERR_INTERNAL, "kv: metadata for %d slabs (%d blocks, %zu bytes, %u buckets) is wrong",
+                       (int)kv->meta_slabs, (int)nm, kv->meta_bytes, kv->ht ? kv->ht_mask + 1 : 0);
+    if (kv->bytes + kv->meta_bytes > kv->total_peak_bytes)
+        return hn_errf(err, HN_ERR_INTERNAL, "kv: %zu + %zu bytes above the peak %zu", kv->bytes, kv->meta_bytes,
+                       kv->total_peak_bytes);
+    for (int32_t b = 0; b < nm; b++) {
         int st = kv->state[b];
         if (st > KV_CACHED) return hn_errf(err, HN_ERR_INTERNAL, "kv: block %d has state %d", (int)b, st);
         cnt[st]++;
@@ -793,15 +878,18 @@ hn_status kv_check(const kv_cache *kv, const kv_seq *const *seqs, int n_seqs, hn
             return hn_errf(err, HN_ERR_INTERNAL, "kv: free block %d still published", (int)b);
     }
     if (cnt[KV_FREE] != kv->n_free || cnt[KV_USED] != kv->n_used || cnt[KV_CACHED] != kv->n_cached ||
-        nb - cnt[KV_UNBACKED] != kv->n_backed)
+        nm - cnt[KV_UNBACKED] != kv->n_backed)
         return hn_errf(err, HN_ERR_INTERNAL, "kv: counters free %d used %d cached %d backed %d, states say %d %d %d %d",
                        (int)kv->n_free, (int)kv->n_used, (int)kv->n_cached, (int)kv->n_backed, (int)cnt[KV_FREE],
-                       (int)cnt[KV_USED], (int)cnt[KV_CACHED], (int)(nb - cnt[KV_UNBACKED]));
+                       (int)cnt[KV_USED], (int)cnt[KV_CACHED], (int)(nm - cnt[KV_UNBACKED]));
     size_t bytes = 0;
     int32_t mapped = 0;
     for (int32_t s = 0; s < kv->n_slabs; s++) {
         int32_t live = 0, nfree = 0, sz = slab_size(kv, s);
-        for (int32_t i = 0; i < sz; i++) {
+        if (s >= kv->meta_slabs && kv->slab[s])
+            return hn_errf(err, HN_ERR_INTERNAL, "kv: slab %d mapped above the metadata's %d slabs", (int)s,
+                           (int)kv->meta_slabs);
+        for (int32_t i = 0; i < sz && s < kv->meta_slabs; i++) {
             int st = kv->state[s * kv->slab_blocks + i];
             live += st == KV_USED || st == KV_CACHED;
             nfree += st == KV_FREE;
@@ -829,26 +917,26 @@ hn_status kv_check(const kv_cache *kv, const kv_seq *const *seqs, int n_seqs, hn
                        (int)kv->n_mapped_slabs, bytes, (int)mapped);
     int32_t n_lru = 0, prev = -1;
     for (int32_t b = kv->lru_head; b >= 0; b = kv->lru_next[b]) {
-        if (kv->state[b] != KV_CACHED || kv->lru_prev[b] != prev || ++n_lru > nb)
+        if (b >= nm || kv->state[b] != KV_CACHED || kv->lru_prev[b] != prev || ++n_lru > nb)
             return hn_errf(err, HN_ERR_INTERNAL, "kv: LRU list broken at block %d", (int)b);
         prev = b;
     }
     if (prev != kv->lru_tail || n_lru != kv->n_cached)
         return hn_errf(err, HN_ERR_INTERNAL, "kv: LRU holds %d blocks, %d cached", (int)n_lru, (int)kv->n_cached);
     int32_t n_pub = 0, n_chain = 0;
-    for (int32_t b = 0; b < nb; b++) n_pub += kv->pub[b];
-    for (uint32_t i = 0; i <= kv->ht_mask; i++)
+    for (int32_t b = 0; b < nm; b++) n_pub += kv->pub[b];
+    for (uint32_t i = 0; kv->ht && i <= kv->ht_mask; i++)
         for (int32_t b = kv->ht[i]; b >= 0; b = kv->ht_next[b]) {
-            if (!kv->pub[b] || ((uint32_t)kv->hash[b] & kv->ht_mask) != i || ++n_chain > nb)
+            if (b >= nm || !kv->pub[b] || ((uint32_t)kv->hash[b] & kv->ht_mask) != i || ++n_chain > nb)
                 return hn_errf(err, HN_ERR_INTERNAL, "kv: hash table bucket %u holds block %d wrongly", i, (int)b);
             if (ht_find(kv, kv->hash[b], kv->parent[b], kv->btok + (size_t)b * (size_t)kv->cfg.block_size) != b)
                 return hn_errf(err, HN_ERR_INTERNAL, "kv: block %d published twice under one hash", (int)b);
         }
     if (n_chain != n_pub)
         return hn_errf(err, HN_ERR_INTERNAL, "kv: %d published blocks, %d in the hash table", (int)n_pub, (int)n_chain);
-    if (kv->ckpt) {
+    if (kv->cfg.state_bytes) {
         int32_t n_ck = 0, n_lru = 0;
-        for (int32_t b = 0; b < nb; b++) {
+        for (int32_t b = 0; b < nm; b++) {
             if (kv->ckpt[b] < 0) continue;
             n_ck++;
             if (!kv->pub[b]) return hn_errf(err, HN_ERR_INTERNAL, "kv: unpublished block %d has a checkpoint", (int)b);
@@ -858,6 +946,7 @@ hn_status kv_check(const kv_cache *kv, const kv_seq *const *seqs, int n_seqs, hn
         }
         for (int l = 0; l < 2; l++)
             for (int32_t b = kv->ck_head[l]; b >= 0 && n_lru <= nb; b = kv->ck_next[b]) {
+                if (b >= nm) return hn_errf(err, HN_ERR_INTERNAL, "kv: checkpoint LRU %d holds block %d", l, (int)b);
                 if (kv->ckpt[b] < 0 || ck_list(kv->ck_kind[b]) != l || kv->ck_kind[b] > KV_CK_BRANCH)
                     return hn_errf(err, HN_ERR_INTERNAL, "kv: block %d on checkpoint LRU %d (kind %d, slot %d)",
                                    (int)b, l, (int)kv->ck_kind[b], (int)kv->ckpt[b]);
@@ -868,7 +957,7 @@ hn_status kv_check(const kv_cache *kv, const kv_seq *const *seqs, int n_seqs, hn
                            (int)kv->n_ckpt, (int)n_lru, (int)kv->cfg.n_ckpt);
     }
     if (!seqs) return HN_OK;
-    int32_t *refs = hn_calloc((size_t)nb, sizeof(int32_t));
+    int32_t *refs = hn_calloc((size_t)nm + 1, sizeof(int32_t));
     if (!refs) return hn_errf(err, HN_ERR_NOMEM, "kv: out of memory");
     hn_status st = HN_OK;
     for (int i = 0; i < n_seqs && !st; i++) {
@@ -878,15 +967,15 @@ hn_status kv_check(const kv_cache *kv, const kv_seq *const *seqs, int n_seqs, hn
                          (int)s->n_blocks, (int)s->n_hashed);
         for (int32_t j = 0; j < s->n_blocks && !st; j++) {
             int32_t b = s->blocks[j];
-            if (b < 0 || b >= nb || kv->state[b] != KV_USED)
+            if (b < 0 || b >= nm || kv->state[b] != KV_USED)
                 st = hn_errf(err, HN_ERR_INTERNAL, "kv: sequence %d holds block %d in state %d", i, (int)b,
-                             b >= 0 && b < nb ? kv->state[b] : -1);
+                             b >= 0 && b < nm ? kv->state[b] : -1);
             else if (j < s->n_hashed && !kv->pub[b])
                 st = hn_errf(err, HN_ERR_INTERNAL, "kv: sequence %d block %d should be published", i, (int)j);
             else refs[b]++;
         }
     }
-    for (int32_t b = 0; b < nb && !st; b++)
+    for (int32_t b = 0; b < nm && !st; b++)
         if (refs[b] != kv->ref[b])
             st = hn_errf(err, HN_ERR_INTERNAL, "kv: block %d has ref %d, held %d times", (int)b, (int)kv->ref[b],
                          (int)refs[b]);

@@ -41,8 +41,20 @@
  * or writes it; the backend stores and reads K/V (with the element
  * conversions) through the kv_block_* address math below.
  *
+ * Block metadata. Each block's bookkeeping (state, refcount, LRU links, its
+ * hash, parent and tokens once published, its checkpoint) lives in one heap
+ * allocation that covers slabs [0, meta_slabs), grown when a slab above it
+ * is mapped (to that slab, or an eighth more) and shrunk by kv_trim to the
+ * highest mapped slab; the hash table is sized by the blocks covered and
+ * rebuilt when that size changes. So metadata follows the mapped slabs, not
+ * the cap (only the per-slab arrays, 16 bytes a slab, are sized for the cap
+ * at create). Blocks never move: a block id indexes the arrays wherever they
+ * are, and no pointer into them is kept across a call that maps a slab or
+ * trims. A growth that fails fails the slab's mapping (the pool is full).
+ *
  * Nothing here allocates heap memory once the cache and a kv_seq exist,
- * except mapping a slab. Not thread-safe: one engine thread owns the cache. */
+ * except mapping a slab (which may grow the metadata) and kv_trim (which may
+ * shrink it). Not thread-safe: one engine thread owns the cache. */
 #ifndef HN_KV_H
 #define HN_KV_H
 
@@ -122,7 +134,9 @@ typedef struct kv_stats {
     int32_t blocks_free;    /* mapped, holding nothing */
     int32_t slabs_mapped;
     size_t bytes;           /* slab memory mapped now */
-    size_t peak_bytes;
+    size_t peak_bytes;      /* the most `bytes` has been */
+    size_t meta_bytes;      /* heap of the block metadata now (follows the mapped slabs; not in `bytes`) */
+    size_t total_peak_bytes; /* the most bytes + meta_bytes has been */
     uint64_t evictions;     /* cached blocks reclaimed */
     uint64_t hit_blocks;    /* blocks reused by kv_seq_match */
     /* recurrent-state slots (hybrid models; all 0 otherwise) */
@@ -160,24 +174,31 @@ typedef struct kv_cache {
     uint8_t *st_taken;     /* [n_state_slots] */
     int32_t n_state_taken;
     size_t state_bytes, state_peak_bytes;
-    int32_t *ckpt;         /* [n_blocks] state slot of the block's checkpoint, -1: none */
-    uint8_t *ck_kind;      /* [n_blocks] its kv_ck_kind */
+    int32_t *slab_nfree;   /* [n_slabs] free blocks in each mapped slab */
+    int32_t *slab_live;    /* [n_slabs] used + cached blocks in each slab */
+    /* The block metadata (see the top): arrays of meta_slabs * slab_blocks
+     * entries in the one allocation `meta`; blocks [0, n_meta) have
+     * metadata, every other block is unbacked. NULL while nothing is mapped
+     * (after kv_trim). */
+    void *meta;
+    int32_t meta_slabs, n_meta;
+    size_t meta_bytes, total_peak_bytes; /* meta's and the hash table's bytes; the peak of bytes + meta_bytes */
+    int32_t *ckpt;         /* state slot of the block's checkpoint, -1: none (NULL: no recurrent state) */
+    uint8_t *ck_kind;      /* its kv_ck_kind */
     int32_t *ck_prev, *ck_next; /* checkpoint LRUs over blocks, [0] ladder, [1] kept (head: dropped first) */
-    uint64_t *ck_conv;     /* [n_blocks] the conversation of the block's checkpoint (kv_ckpt_tag), 0: none */
-    int32_t *ck_pos;       /* [n_blocks] and its position */
+    uint64_t *ck_conv;     /* the conversation of the block's checkpoint (kv_ckpt_tag), 0: none */
+    int32_t *ck_pos;       /* and its position */
     int32_t ck_head[2], ck_tail[2], n_ckpt;
     uint64_t ckpt_hits, ckpt_evictions;
-    int32_t *slab_nfree;   /* free blocks in each mapped slab */
-    int32_t *slab_live;    /* used + cached blocks in each slab */
     int32_t *free_ids;     /* per slab: a stack of its free block ids, slab_blocks each */
     int32_t *ref;
     uint8_t *state;        /* KV_UNBACKED, KV_FREE, KV_USED, KV_CACHED */
     uint8_t *pub;          /* published in the hash table */
     uint64_t *hash, *parent;
-    int32_t *btok;         /* [n_blocks][block_size] tokens of each published block */
+    int32_t *btok;         /* [block][block_size] tokens of each published block */
     int32_t *lru_prev, *lru_next;
     int32_t lru_head, lru_tail; /* head: evicted first */
-    int32_t *ht, *ht_next; /* hash table of published blocks (chained, -1 ends) */
+    int32_t *ht, *ht_next; /* hash table of published blocks (chained, -1 ends; its own allocation, NULL with meta) */
     uint32_t ht_mask;
     int32_t n_backed, n_used, n_cached, n_free, n_mapped_slabs;
     size_t bytes, peak_bytes;
@@ -334,10 +355,14 @@ uint64_t kv_ckpt_conv(const kv_cache *kv, int32_t block);
 int32_t kv_ckpt_pass_past(kv_cache *kv, uint64_t conv, int32_t pos);
 /* Drops the block's checkpoint (if any). */
 void kv_ckpt_drop(kv_cache *kv, int32_t block);
-/* References to a block (sequences holding it). */
-static inline int32_t kv_block_refs(const kv_cache *kv, int32_t block) { return kv->ref[block]; }
+/* References to a block (sequences holding it; 0 for an unbacked one). */
+static inline int32_t kv_block_refs(const kv_cache *kv, int32_t block) {
+    return block >= 0 && block < kv->n_meta ? kv->ref[block] : 0;
+}
 /* The block's checkpoint slot, or -1. */
-static inline int32_t kv_ckpt_of(const kv_cache *kv, int32_t block) { return kv->ckpt ? kv->ckpt[block] : -1; }
+static inline int32_t kv_ckpt_of(const kv_cache *kv, int32_t block) {
+    return kv->ckpt && block >= 0 && block < kv->n_meta ? kv->ckpt[block] : -1;
+}
 /* kv_seq_match for a sequence with recurrent state: extends the sequence
  * with published blocks of `tokens` (up to n_max positions), then cuts the
  * match back to the deepest new block that carries a checkpoint, whose slot

@@ -761,7 +761,7 @@ static void snap_request(eng_engine *e, ereq *q, bool running, double now) {
     v->bytes_shared = 0;
     const size_t bb = e->kv->block_bytes;
     for (int32_t i = 0; i < q->seq.n_blocks; i++) {
-        int32_t r = e->kv->ref[q->seq.blocks[i]];
+        int32_t r = kv_block_refs(e->kv, q->seq.blocks[i]);
         if (r <= 1) v->blocks_own++;
         else {
             v->blocks_shared++;
@@ -789,8 +789,8 @@ static void publish_stats(eng_engine *e) {
     s->blocks_used = ks.blocks_used;
     s->blocks_cached = ks.blocks_cached;
     s->blocks_free = ks.blocks_free;
-    s->kv_bytes = ks.bytes;
-    s->kv_peak_bytes = ks.peak_bytes;
+    s->kv_bytes = ks.bytes + ks.meta_bytes;
+    s->kv_peak_bytes = ks.total_peak_bytes;
     s->prompt_tokens = e->prompt_tokens;
     s->cached_tokens = e->cached_tokens;
     s->generated_tokens = e->generated_tokens;
@@ -1210,7 +1210,8 @@ hn_status eng_create(const eng_params *pin, eng_engine **out, hn_err *err) {
     e->next_id = 1;
     kv_stats ks0;
     kv_get_stats(e->kv, &ks0);
-    e->engine_bytes = hn_alloc_bytes() - bytes0 - ks0.bytes; /* the engine thread has not started: nothing else ran */
+    /* the engine thread has not started: nothing else ran */
+    e->engine_bytes = hn_alloc_bytes() - bytes0 - ks0.bytes - ks0.meta_bytes;
     if (e->drf) {
         drf_stats ds;
         drf_get_stats(e->drf, &ds);

@@ -199,8 +199,8 @@ typedef struct eng_stats {
     int32_t blocks_used;       /* referenced by running sequences */
     int32_t blocks_cached;     /* unreferenced but holding reusable prefixes */
     int32_t blocks_free;
-    size_t kv_bytes;           /* memory backing the pool now */
-    size_t kv_peak_bytes;
+    size_t kv_bytes;           /* memory of the pool now: its mapped slabs and the block metadata sized with them */
+    size_t kv_peak_bytes;      /* the most kv_bytes has been */
     uint64_t prompt_tokens;    /* submitted, all requests */
     uint64_t cached_tokens;    /* served from the prefix cache */
     uint64_t generated_tokens;
@@ -215,7 +215,7 @@ typedef struct eng_stats {
     uint64_t check_failures;   /* debug_check: steps whose invariant check failed */
     char check_error[160];     /* the first failure's message */
     /* fixed cost, exact from the allocation hook (core/alloc.h): everything
-     * eng_create allocated except the KV slabs, and of it what model_load
+     * eng_create allocated except the KV pool (kv_bytes), and of it what model_load
      * (and on_load) allocated: repacked weights, activations, scratch.
      * Weights read in place from the file mapping are model_file_bytes. */
     size_t engine_bytes, model_bytes, model_file_bytes;

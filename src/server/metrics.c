@@ -92,7 +92,7 @@ void srv_metrics_text(srv_server *s, sbuf *o) {
     metric(o, "hone_kv_blocks_backed", "gauge", "KV blocks backed by memory now.", st.blocks_total);
     metric(o, "hone_kv_blocks_max", "gauge", "The KV pool's cap in blocks.", st.blocks_max);
     metric(o, "hone_kv_block_bytes", "gauge", "Bytes of one KV block (all layers, K and V).", (double)st.block_bytes);
-    metric(o, "hone_kv_bytes", "gauge", "Memory backing the KV pool now.", (double)st.kv_bytes);
+    metric(o, "hone_kv_bytes", "gauge", "Memory of the KV pool now: its slabs and their block metadata.", (double)st.kv_bytes);
     metric(o, "hone_kv_peak_bytes", "gauge", "Most memory the KV pool has held.", (double)st.kv_peak_bytes);
     metric(o, "hone_kv_evictions_total", "counter", "Cached KV blocks reclaimed for other use.", (double)st.evictions);
     metric(o, "hone_preemptions_total", "counter", "Requests pushed out of the batch for memory.",

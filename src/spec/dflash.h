@@ -117,7 +117,7 @@ hn_status dfl_check(const dfl_drafter *d, const struct kv_seq *const *seqs, int 
 const struct kv_cache *dfl_cache(const dfl_drafter *d);
 
 typedef struct dfl_stats {
-    size_t kv_bytes, kv_peak_bytes; /* the drafter's KV slabs */
+    size_t kv_bytes, kv_peak_bytes; /* the drafter's KV slabs and their block metadata */
     uint64_t steps;           /* drafter steps run (injection and block forwards) */
     uint64_t tokens;          /* rows computed (injected positions and block rows) */
     uint64_t blocks;          /* blocks drafted */

@@ -109,7 +109,7 @@ double drf_token_cost(const drf_drafter *d, const spc_cost *tc, int32_t ctx, int
 typedef struct drf_stats {
     size_t model_bytes;       /* heap the draft model took (repacked weights, activations) */
     size_t file_bytes;        /* its weights in the file mapping */
-    size_t kv_bytes, kv_peak_bytes; /* the drafter's KV slabs */
+    size_t kv_bytes, kv_peak_bytes; /* the drafter's KV slabs and their block metadata */
     uint64_t steps;           /* drafter steps run */
     uint64_t tokens;          /* rows computed (catch-up and drafting) */
     uint64_t drafted;         /* tokens proposed */

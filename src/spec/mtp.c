@@ -283,6 +283,6 @@ void mtp_get_stats(const mtp_drafter *d, mtp_stats *out) {
     *out = d->st;
     kv_stats ks;
     kv_get_stats(d->kv, &ks);
-    out->kv_bytes = ks.bytes;
-    out->kv_peak_bytes = ks.peak_bytes;
+    out->kv_bytes = ks.bytes + ks.meta_bytes;
+    out->kv_peak_bytes = ks.total_peak_bytes;
 }

@@ -118,7 +118,7 @@ double mtp_token_cost(const mtp_drafter *d, const spc_cost *tc, int32_t ctx, int
 hn_status mtp_check(const mtp_drafter *d, const struct kv_seq *const *seqs, int n, hn_err *err);
 
 typedef struct mtp_stats {
-    size_t kv_bytes, kv_peak_bytes; /* the MTP's KV slabs */
+    size_t kv_bytes, kv_peak_bytes; /* the MTP's KV slabs and their block metadata */
     uint64_t steps;           /* MTP steps run (catch-up and drafting) */
     uint64_t tokens;          /* rows computed */
     uint64_t drafted;         /* tokens proposed */
