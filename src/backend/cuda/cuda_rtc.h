@@ -26,7 +26,8 @@
  * the process says so once on stderr.
  *
  * This part needs no GPU (cuda_rtc.c, C: built into every binary, tested by
- * tests/test_cuda_rtc.c wherever libnvrtc is found). */
+ * tests/test_cuda_rtc.c wherever libnvrtc is found); the device side, which
+ * loads a cubin and launches its kernel, is cuda_rtc_k.cu (CUDA builds). */
 #ifndef HN_CUDA_RTC_H
 #define HN_CUDA_RTC_H
 
@@ -105,6 +106,19 @@ hn_status hcr_cubin(const hcr_job *job, const char *cache_dir, uint8_t **cubin, 
 
 /* This process's counters so far. */
 void hcr_stats_get(hcr_stats *out);
+
+#ifdef HN_HAVE_CUDA
+/* ---- on the device (cuda_rtc_k.cu) ---- */
+
+/* y = rms_norm(x) (* w if w) for n rows of dim (device memory, f32): rtc 0
+ * ck_rms_norm's ahead-of-time kernel, rtc 1 the NVRTC kernel with dim baked
+ * in (rtc/rms_norm.cu: the same arithmetic, so the same bits), compiled or
+ * taken from the cache at its first use on this device. HN_ERR_UNSUPPORTED
+ * (why in err) when rtc and that kernel cannot be had; launch errors as
+ * hc_fail's. stream: a cudaStream_t (NULL: the default stream). For tests. */
+hn_status hcr_rms_norm_run(int rtc, const float *x, const float *w, int n, int dim, float eps, float *y,
+                           void *stream, hn_err *err);
+#endif
 
 #ifdef __cplusplus
 }
