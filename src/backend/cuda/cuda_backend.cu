@@ -959,6 +959,10 @@ hn_status be_cuda_create(int device, be_backend **out, hn_err *err) {
         major = 0;
     }
     cb->pdl = major >= 9 && !(pv && !strcmp(pv, "0"));
+    /* kernels specialised at run time by NVRTC (cuda_rtc.h; today rms_norm): HONE_CUDA_RTC=1. Written and
+     * compiled (tests/test_cuda_rtc.c), NOT yet run on a GPU, so not the default */
+    const char *rt = getenv("HONE_CUDA_RTC");
+    cb->rtc = rt && !strcmp(rt, "1");
     cb->gcache = (cu_graph *)calloc(GRAPH_CACHE, sizeof(cu_graph));
     if (!cb->gcache) {
         free(cb);

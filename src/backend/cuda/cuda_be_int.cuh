@@ -96,7 +96,12 @@ int ck_delta_max_dim(void);
 cudaError_t ck_delta_net(cudaStream_t s, const ck_delta *a, const ck_state *st, int n_seqs, const int32_t *pos,
                          const int32_t *seq, const int32_t *slot, const int32_t *state_slot, const int32_t *snap);
 
-cudaError_t ck_rms_norm(cudaStream_t s, const float *x, const float *w, int n, int dim, float eps, float *y);
+/* y = rms_norm(x) (* w if w), n rows of dim: k_rms_norm, or with rtc (HONE_CUDA_RTC=1) the NVRTC
+ * kernel with dim baked in when it can be had (ck_rms_norm_rtc; the same bits) */
+cudaError_t ck_rms_norm(cudaStream_t s, const float *x, const float *w, int n, int dim, float eps, float *y, bool rtc);
+/* queues the NVRTC rms_norm (cuda_rtc_k.cu, compiled or read from the cache at its first use on the
+ * device) and returns true; false, nothing queued, when it cannot be had: the caller runs k_rms_norm */
+bool ck_rms_norm_rtc(cudaStream_t s, const float *x, const float *w, int n, int dim, float eps, float *y);
 cudaError_t ck_rope(cudaStream_t s, float *x, int n, int n_head, int head_dim, int n_rot, float theta_scale,
                     bool neox, const int32_t *pos);
 cudaError_t ck_add(cudaStream_t s, const float *a, const float *b, float *y, size_t n);

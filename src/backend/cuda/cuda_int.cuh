@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda.h"
+#include "cuda_common.cuh"
 
 /* The hn_status of a CUDA error: memory errors are HN_ERR_NOMEM, a missing
  * driver or device HN_ERR_UNSUPPORTED, bad values HN_ERR_INVALID, the rest
@@ -30,40 +31,13 @@ hn_status hc_fail(hn_err *err, cudaError_t e, const char *what);
 extern "C" hn_status hc_quant_rows(const hc_weight *w, const float *x, int na, hc_gemv_scratch *s, int reuse_x,
                                    void *stream, hn_err *err);
 
-/* rms_norm's scale 1 / sqrt(mean + eps) of a row from each thread's partial
- * sum of float squares in double (llama.cpp's arithmetic): warp sums, then
- * warp 0 sums those by shuffles (no serial loop over 32 entries); nt threads
- * (a multiple of 32; nt == 32: the warp alone, sh unused); every thread gets
- * it. Shared by every kernel that norms a row (k_rms_norm, the fused
- * norm+quantize and q/k norm+rope kernels), so their bits stay the same. */
+/* rms_norm's scale (hc_rms_scale) is in cuda_common.cuh, shared with NVRTC's programs */
 /* values a thread of a row-norm kernel keeps in registers, and its threads for a row of dim */
 #define HC_RN_VPT 4
 static inline int hc_rms_threads(int dim) {
     const int nt = ((dim + HC_RN_VPT - 1) / HC_RN_VPT + 31) / 32 * 32;
     return nt < 32 ? 32 : nt > 1024 ? 1024 : nt;
 }
-
-#ifdef __CUDACC__
-static __device__ __forceinline__ float hc_rms_scale(double ss, int nt, int dim, float eps, double *sh) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (nt > 32) {
-        const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
-        if (lane == 0) sh[warp] = ss;
-        __syncthreads();
-        if (warp == 0) {
-            ss = lane < nt / 32 ? sh[lane] : 0.0;
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            if (lane == 0) sh[0] = ss;
-        }
-        __syncthreads();
-        ss = sh[0];
-    }
-    const float mean = (float)(ss / dim);
-    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-}
-#endif
 
 /* ---- programmatic dependent launch (sm_90) ----
  * Every kernel of a step is launched by hc_launch and starts with
@@ -79,11 +53,7 @@ static __device__ __forceinline__ float hc_rms_scale(double ss, int nt, int dim,
  * launched with <<< >>>) both are no-ops. A kernel must never be launched
  * through hc_launch without HC_PDL_ENTER at its top. */
 #ifdef __CUDACC__
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define HC_PDL_ENTER() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
-#else
-#define HC_PDL_ENTER() ((void)0)
-#endif
+/* HC_PDL_ENTER itself is in cuda_common.cuh (NVRTC's programs use it too) */
 
 /* whether hc_launch asks for programmatic serialization (cuda_dev.cu: set
  * when a backend is made, from HONE_CUDA_PDL; on by default on sm_90+) */

@@ -71,8 +71,9 @@ static __global__ void k_rms_norm(const float *x, const float *w, int dim, float
     }
 }
 
-cudaError_t ck_rms_norm(cudaStream_t s, const float *x, const float *w, int n, int dim, float eps, float *y) {
+cudaError_t ck_rms_norm(cudaStream_t s, const float *x, const float *w, int n, int dim, float eps, float *y, bool rtc) {
     if (n <= 0) return cudaSuccess;
+    if (rtc && ck_rms_norm_rtc(s, x, w, n, dim, eps, y)) return cudaGetLastError();
     const int nt = hc_rms_threads(dim);
     hc_launch(k_rms_norm, (unsigned)n, (unsigned)nt, 0, s, x, w, dim, eps, y);
     return cudaGetLastError();

@@ -295,7 +295,7 @@ static void op_rms_norm(be_backend *b, const be_tensor *x, const be_tensor *w, i
         r->u.g.x = x, r->u.g.w = w, r->u.g.i0 = n, r->u.g.i1 = dim, r->u.g.f0 = eps, r->u.g.y = y;
         return;
     }
-    cu_cuda(cb, ck_rms_norm(cb->stream, F(x), w ? F(w) : NULL, n, dim, eps, F(y)), "rms_norm");
+    cu_cuda(cb, ck_rms_norm(cb->stream, F(x), w ? F(w) : NULL, n, dim, eps, F(y), cb->rtc), "rms_norm");
 }
 
 static void op_rope(be_backend *b, be_tensor *x, int n, int n_head, int head_dim, int n_rot, float freq_base,

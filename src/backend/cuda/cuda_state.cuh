@@ -91,6 +91,7 @@ typedef struct cu_be {
     bool slots; /* expert stacks' products on hc_gemv_slots (HONE_CUDA_SLOTS=0: the f32 tile kernels) */
     bool slots2; /* a MoE's gate and up (and their swiglu) in one hc_gemv_slots2 launch (HONE_CUDA_SLOTS2=1) */
     bool pdl; /* programmatic dependent launch (hc_launch), HONE_CUDA_PDL */
+    bool rtc; /* rms_norm by its NVRTC specialisation (HONE_CUDA_RTC=1; not yet run on a GPU) */
     uint8_t *pf_row, *pf_out;
     int32_t *pf_cnt;
     int pf_rows_kind, pf_out_kind;
