@@ -597,17 +597,23 @@ static int scratch_parts(model *m, int r, scratch_part *parts) {
 
 /* ---- load / free ---- */
 
-/* cpu_moe: the bytes of the routed experts that go to the expert backend. */
-static size_t apart_bytes(const model *m) {
+/* the routed experts' bytes of layer il */
+static size_t layer_expert_bytes(const model *m, int il) {
     static const char *const stacks[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
     size_t b = 0;
     char nm[96];
-    for (int il = m->hp.n_layer - m->n_moe_remote; il < m->hp.n_layer; il++)
-        for (int j = 0; j < 3; j++) {
-            snprintf(nm, sizeof nm, "blk.%d.%s.weight", il, stacks[j]);
-            const gguf_tensor *t = gguf_find_tensor(m->g, nm);
-            if (t) b += t->nbytes;
-        }
+    for (int j = 0; j < 3; j++) {
+        snprintf(nm, sizeof nm, "blk.%d.%s.weight", il, stacks[j]);
+        const gguf_tensor *t = gguf_find_tensor(m->g, nm);
+        if (t) b += t->nbytes;
+    }
+    return b;
+}
+
+/* cpu_moe: the bytes of the routed experts that go to the expert backend. */
+static size_t apart_bytes(const model *m) {
+    size_t b = 0;
+    for (int il = m->hp.n_layer - m->n_moe_remote; il < m->hp.n_layer; il++) b += layer_expert_bytes(m, il);
     return b;
 }
 
@@ -658,18 +664,6 @@ static size_t all_weight_bytes(const model *m) {
     return weights;
 }
 
-/* the routed experts' bytes of layer il */
-static size_t layer_expert_bytes(const model *m, int il) {
-    static const char *const stacks[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
-    size_t b = 0;
-    char nm[96];
-    for (int j = 0; j < 3; j++) {
-        snprintf(nm, sizeof nm, "blk.%d.%s.weight", il, stacks[j]);
-        const gguf_tensor *t = gguf_find_tensor(m->g, nm);
-        if (t) b += t->nbytes;
-    }
-    return b;
-}
 
 static hn_status check_fit(const model *m, hn_err *err) {
     const size_t weights = all_weight_bytes(m);

@@ -187,6 +187,16 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32, HC_GEMV_MINB) mmv_q(mwv
     mmv_rows<T, NA, RPW, UN>(w, 0, row0, w.n, x, y);
 }
 
+/* slot s's activation row in the chunk's quantized x (slots from s0; ks 0: a row a slot) */
+static __device__ __forceinline__ xview slot_x(const xview &x, int s, int s0, int ks) {
+    const int xr = (ks ? s / ks : s) - (ks ? s0 / ks : s0);
+    xview xv = x;
+    xv.q += (int64_t)xr * x.ld;
+    xv.d += (int64_t)xr * x.ldb;
+    xv.s += (int64_t)xr * x.ldb;
+    return xv;
+}
+
 /* expert slots: block (bx, s) computes rows of slot s's matrix e = ids[s]
  * (or mat when ids is NULL) of nr rows each, on activation row s / ks (ks
  * 0: row s, relative to the chunk's first slot s0), into y[s][..]; e out of
@@ -207,12 +217,7 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32, HC_GEMV_MINB)
         if (lane < RPW && row0 + lane < nr) ys[row0 + lane] = 0.0f;
         return;
     }
-    const int xr = (ks ? s / ks : s) - (ks ? s0 / ks : s0);
-    xview xv = x;
-    xv.q += (int64_t)xr * x.ld;
-    xv.d += (int64_t)xr * x.ldb;
-    xv.s += (int64_t)xr * x.ldb;
-    mmv_rows<T, 1, RPW, UN>(w, (int64_t)e * nr, row0, nr, xv, ys);
+    mmv_rows<T, 1, RPW, UN>(w, (int64_t)e * nr, row0, nr, slot_x(x, s, s0, ks), ys);
 }
 
 /* a MoE layer's gate and up expert products of the same x in one launch
@@ -240,11 +245,7 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32, HC_GEMV_MINB)
         }
         return;
     }
-    const int xr = (ks ? s / ks : s) - (ks ? s0 / ks : s0);
-    xview xv = x;
-    xv.q += (int64_t)xr * x.ld;
-    xv.d += (int64_t)xr * x.ldb;
-    xv.s += (int64_t)xr * x.ldb;
+    const xview xv = slot_x(x, s, s0, ks);
     float ag[RPW][1], au[RPW][1];
     mmv_acc<T, 1, RPW, UN>(wg, (int64_t)e * nr, row0, nr, xv, ag);
     mmv_acc<T, 1, RPW, UN>(wu, (int64_t)e * nr, row0, nr, xv, au);
@@ -1200,6 +1201,38 @@ hn_status hc_gemv(const hc_weight *w, const float *x, int na, float *y, hc_gemv_
 
 bool hc_gemv_slots_supports(qt_type t) { return ekernel(t, 1) != NULL; }
 
+} /* extern "C" */
+
+/* the slots of an expert-slot launch in chunks of whole activation rows that
+ * the scratch holds, x quantized per chunk: launch(rows per warp, grid,
+ * block, the chunk's x, its first slot) */
+template <typename L>
+static hn_status slots_chunks(const hc_weight *w, int64_t nr, const float *x, int slots, int ks, hc_gemv_scratch *s,
+                              int reuse_x, cudaStream_t cs, const char *what, hn_err *err, L launch) {
+    hc_gemv_params r = hc_gemv_resolve(w, 1, NULL);
+    r.rows_per_warp = default_rpw(w->type, 1, nr);
+    const unsigned grid = grid_of(nr, &r), block = (unsigned)(32 * r.warps);
+    const int per = ks ? ks : 1;
+    int rows_max = s->max_rows < 65535 / per ? s->max_rows : 65535 / per;
+    if (rows_max < 1) rows_max = 1;
+    const int nx = ks ? (slots + ks - 1) / ks : slots;
+    if (reuse_x && nx > rows_max)
+        return hn_errf(err, HN_ERR_INVALID, "cuda: %s: %d activation rows to reuse over the scratch's %d", what, nx,
+                       rows_max);
+    for (int r0 = 0; r0 < nx; r0 += rows_max) {
+        const int nrow = nx - r0 < rows_max ? nx - r0 : rows_max;
+        const int s0 = r0 * per, s1 = (r0 + nrow) * per < slots ? (r0 + nrow) * per : slots;
+        xview xv;
+        hn_status st = quant_rows(w, x + (int64_t)r0 * w->k, nrow, s, reuse_x != 0, cs, &xv, err);
+        if (st) return st;
+        launch(r.rows_per_warp, dim3(grid, (unsigned)(s1 - s0)), block, xv, s0);
+        HC_LAUNCHED(err, what);
+    }
+    return HN_OK;
+}
+
+extern "C" {
+
 hn_status hc_gemv_slots(const hc_weight *w, int64_t nr, int mats, const float *x, int slots, int ks,
                         const int32_t *ids, int mat, float *y, hc_gemv_scratch *s, int reuse_x, void *stream,
                         hn_err *err) {
@@ -1211,31 +1244,13 @@ hn_status hc_gemv_slots(const hc_weight *w, int64_t nr, int mats, const float *x
         return hn_errf(err, HN_ERR_INVALID, "cuda: gemv slots: %d matrices of %lld rows in %lld", mats, (long long)nr,
                        (long long)w->n);
     hn_status st = scratch_check(w, s, err);
-    if (st) return st;
-    if (slots == 0) return HN_OK;
+    if (st || slots == 0) return st;
     cudaStream_t cs = (cudaStream_t)stream;
-    hc_gemv_params r = hc_gemv_resolve(w, 1, NULL);
-    r.rows_per_warp = default_rpw(w->type, 1, nr);
-    const unsigned grid = grid_of(nr, &r), block = (unsigned)(32 * r.warps);
-    const ekern kf = ekernel(w->type, r.rows_per_warp);
-    /* chunks of whole activation rows that the scratch holds */
-    const int per = ks ? ks : 1;
-    int rows_max = s->max_rows < 65535 / per ? s->max_rows : 65535 / per;
-    if (rows_max < 1) rows_max = 1;
-    const int nx = ks ? (slots + ks - 1) / ks : slots;
-    if (reuse_x && nx > rows_max)
-        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv slots: %d activation rows to reuse over the scratch's %d", nx,
-                       rows_max);
-    for (int r0 = 0; r0 < nx; r0 += rows_max) {
-        const int nrow = nx - r0 < rows_max ? nx - r0 : rows_max;
-        const int s0 = r0 * per, s1 = (r0 + nrow) * per < slots ? (r0 + nrow) * per : slots;
-        xview xv;
-        st = quant_rows(w, x + (int64_t)r0 * w->k, nrow, s, reuse_x != 0, cs, &xv, err);
-        if (st) return st;
-        hc_launch(kf, dim3(grid, (unsigned)(s1 - s0)), block, 0, cs, wview_of(w), nr, mats, xv, ids, mat, s0, ks, y);
-        HC_LAUNCHED(err, "gemv slots kernel");
-    }
-    return HN_OK;
+    return slots_chunks(w, nr, x, slots, ks, s, reuse_x, cs, "gemv slots", err,
+                        [&](int rpw, dim3 g, unsigned block, const xview &xv, int s0) {
+                            hc_launch(ekernel(w->type, rpw), g, block, 0, cs, wview_of(w), nr, mats, xv, ids, mat, s0,
+                                      ks, y);
+                        });
 }
 
 hn_status hc_gemv_slots2(const hc_weight *wg, const hc_weight *wu, int64_t nr, int mats, const float *x, int slots,
@@ -1251,31 +1266,13 @@ hn_status hc_gemv_slots2(const hc_weight *wg, const hc_weight *wu, int64_t nr, i
         return hn_errf(err, HN_ERR_INVALID, "cuda: gemv slots2: %d matrices of %lld rows in %lld", mats, (long long)nr,
                        (long long)wg->n);
     hn_status st = scratch_check(wg, s, err);
-    if (st) return st;
-    if (slots == 0) return HN_OK;
+    if (st || slots == 0) return st;
     cudaStream_t cs = (cudaStream_t)stream;
-    hc_gemv_params r = hc_gemv_resolve(wg, 1, NULL);
-    r.rows_per_warp = default_rpw(wg->type, 1, nr);
-    const unsigned grid = grid_of(nr, &r), block = (unsigned)(32 * r.warps);
-    const ekern2 kf = ekernel2(wg->type, r.rows_per_warp);
-    const int per = ks ? ks : 1;
-    int rows_max = s->max_rows < 65535 / per ? s->max_rows : 65535 / per;
-    if (rows_max < 1) rows_max = 1;
-    const int nx = ks ? (slots + ks - 1) / ks : slots;
-    if (reuse_x && nx > rows_max)
-        return hn_errf(err, HN_ERR_INVALID, "cuda: gemv slots2: %d activation rows to reuse over the scratch's %d", nx,
-                       rows_max);
-    for (int r0 = 0; r0 < nx; r0 += rows_max) {
-        const int nrow = nx - r0 < rows_max ? nx - r0 : rows_max;
-        const int s0 = r0 * per, s1 = (r0 + nrow) * per < slots ? (r0 + nrow) * per : slots;
-        xview xv;
-        st = quant_rows(wg, x + (int64_t)r0 * wg->k, nrow, s, reuse_x != 0, cs, &xv, err);
-        if (st) return st;
-        hc_launch(kf, dim3(grid, (unsigned)(s1 - s0)), block, 0, cs, wview_of(wg), wview_of(wu), nr, mats, xv, ids, s0,
-                  ks, yg, yu, h);
-        HC_LAUNCHED(err, "gemv slots2 kernel");
-    }
-    return HN_OK;
+    return slots_chunks(wg, nr, x, slots, ks, s, reuse_x, cs, "gemv slots2", err,
+                        [&](int rpw, dim3 g, unsigned block, const xview &xv, int s0) {
+                            hc_launch(ekernel2(wg->type, rpw), g, block, 0, cs, wview_of(wg), wview_of(wu), nr, mats,
+                                      xv, ids, s0, ks, yg, yu, h);
+                        });
 }
 
 int hc_gemv_multi_ok(int n_w, const hc_weight *const *w, int na, const hc_gemv_params *p) {

@@ -856,41 +856,38 @@ static int rec_fuse(cu_be *cb, const cu_rec *r, int left) {
             }
         }
     }
-    /* moe_matmul, moe_matmul of the same x (a MoE's gate and up) [, swiglu of the two]: one launch of
-     * hc_gemv_slots2 (HONE_CUDA_SLOTS2=1) where both stacks are of one type and shape */
-    if (cb->slots2 && left >= 2 && r[0].kind == R_MOE_MATMUL && r[1].kind == R_MOE_MATMUL) {
-        const auto &a = r[0].u.g, &b2 = r[1].u.g;
-        const int rows = a.i0 ? a.i1 : a.i1 * a.i2, nslots = a.i1 * a.i2;
-        if (b2.x == a.x && b2.i0 == a.i0 && b2.i1 == a.i1 && b2.i2 == a.i2 && b2.w2 == a.w2 && b2.x != a.y &&
-            slots_path(cb, a.w) && slots_path(cb, b2.w) && a.w->type == b2.w->type && a.w->ne[0] == b2.w->ne[0] &&
-            a.w->ne[1] == b2.w->ne[1] && a.w->ne[2] == b2.w->ne[2] && !moe_prefill(cb, a.w, a.i1, a.i2) && rows >= 1 &&
-            rows <= cb->gs.max_rows && (a.i0 ? a.i2 : 1) * rows <= 65535) {
-            const int64_t nr = a.w->ne[1];
-            float *h = NULL;
-            int used = 2;
-            if (left >= 3 && r[2].kind == R_SWIGLU) {
-                const auto &sw = r[2].u.g;
-                if (sw.x == a.y && sw.w == b2.y && sw.z0 == (size_t)nslots * (size_t)nr && sw.y != a.y && sw.y != b2.y)
-                    h = F(sw.y), used = 3;
-            }
-            const cu_tensor *tg = (const cu_tensor *)a.w, *tu = (const cu_tensor *)b2.w;
-            hn_status st = hc_gemv_slots2(&tg->hw, &tu->hw, nr, (int)a.w->ne[2], F(a.x), nslots, a.i0 ? a.i2 : 0,
-                                          (const int32_t *)a.w2->data, F(a.y), F(b2.y), h, &cb->gs, 0, cb->stream, &e);
-            if (st) cu_hn(cb, st, &e, "moe_matmul");
-            cb->fused++;
-            return used;
-        }
-    }
-    /* moe_matmul, moe_matmul of the same x (a MoE's gate and up): x quantized once */
+    /* moe_matmul, moe_matmul of the same x (a MoE's gate and up): x quantized once; with
+     * HONE_CUDA_SLOTS2=1, where both stacks are of one type and shape and on the gemv, one launch of
+     * hc_gemv_slots2 for both [and the swiglu of the two] */
     if (left >= 2 && r[0].kind == R_MOE_MATMUL && r[1].kind == R_MOE_MATMUL) {
         const auto &a = r[0].u.g, &b2 = r[1].u.g;
-        const int rows = a.i0 ? a.i1 : a.i1 * a.i2;
+        const int rows = a.i0 ? a.i1 : a.i1 * a.i2, nslots = a.i1 * a.i2;
+        const bool pf_a = moe_prefill(cb, a.w, a.i1, a.i2) != NULL;
         if (b2.x == a.x && b2.i0 == a.i0 && b2.i1 == a.i1 && b2.i2 == a.i2 && b2.w2 == a.w2 && b2.x != a.y &&
             slots_path(cb, a.w) && slots_path(cb, b2.w) && a.w->ne[0] == b2.w->ne[0] &&
             hc_gemv_act(a.w->type) == hc_gemv_act(b2.w->type) && rows >= 1 && rows <= cb->gs.max_rows &&
             (a.i0 ? a.i2 : 1) * rows <= 65535 &&
             /* both on the gemv (the scratch then holds all of x) or both with prefill runs (reuse unused there) */
-            !moe_prefill(cb, a.w, a.i1, a.i2) == !moe_prefill(cb, b2.w, a.i1, a.i2)) {
+            pf_a == (moe_prefill(cb, b2.w, a.i1, a.i2) != NULL)) {
+            if (cb->slots2 && !pf_a && a.w->type == b2.w->type && a.w->ne[1] == b2.w->ne[1] &&
+                a.w->ne[2] == b2.w->ne[2]) {
+                const int64_t nr = a.w->ne[1];
+                float *h = NULL;
+                int used = 2;
+                if (left >= 3 && r[2].kind == R_SWIGLU) {
+                    const auto &sw = r[2].u.g;
+                    if (sw.x == a.y && sw.w == b2.y && sw.z0 == (size_t)nslots * (size_t)nr && sw.y != a.y &&
+                        sw.y != b2.y)
+                        h = F(sw.y), used = 3;
+                }
+                const cu_tensor *tg = (const cu_tensor *)a.w, *tu = (const cu_tensor *)b2.w;
+                hn_status st = hc_gemv_slots2(&tg->hw, &tu->hw, nr, (int)a.w->ne[2], F(a.x), nslots, a.i0 ? a.i2 : 0,
+                                              (const int32_t *)a.w2->data, F(a.y), F(b2.y), h, &cb->gs, 0, cb->stream,
+                                              &e);
+                if (st) cu_hn(cb, st, &e, "moe_matmul");
+                cb->fused++;
+                return used;
+            }
             moe_slots(cb, a.w, a.x, a.i0 != 0, a.i1, a.i2, a.w2, (be_tensor *)a.y, 0);
             moe_slots(cb, b2.w, b2.x, b2.i0 != 0, b2.i1, b2.i2, b2.w2, (be_tensor *)b2.y, 1);
             cb->fused++;
